@@ -1,0 +1,46 @@
+// Package capability names what a platform can enforce and publishes each platform's set.
+package capability
+
+// Name is a capability as it appears on the wire.
+type Name string
+
+// Every declaration property maps to one of these. The floor (create, exec, terminate) is
+// not a capability: every backend must provide it.
+const (
+	Files               Name = "files"
+	Reconnect           Name = "reconnect"
+	Preview             Name = "preview"
+	SuspendResume       Name = "suspendResume"
+	Snapshot            Name = "snapshot"
+	DomainEgressRules   Name = "domainEgressRules"
+	EgressDeny          Name = "egressDeny"
+	PublicOnlyEgress    Name = "publicOnlyEgress"
+	EnforcedLimits      Name = "enforcedLimits" // cpu and memory ceilings
+	ProcessLimit        Name = "processLimit"
+	DiskLimit           Name = "diskLimit"
+	SessionLifetime     Name = "sessionLifetime"
+	IdleTimeout         Name = "idleTimeout"
+	Env                 Name = "env"
+	Stdin               Name = "stdin"
+	PTY                 Name = "pty"
+	BackgroundProcesses Name = "backgroundProcesses"
+	GVisor              Name = "gvisor"
+	Labels              Name = "labels"
+	Workdir             Name = "workdir"
+	ImageHost           Name = "imageHost"
+	ImageOCI            Name = "imageOCI"
+	ImageDir            Name = "imageDir"
+	DockerRuntime       Name = "dockerRuntime"
+)
+
+// Platform is a target a stack can be planned against.
+type Platform string
+
+const (
+	Local      Platform = "local"
+	Docker     Platform = "docker"
+	Kubernetes Platform = "kubernetes"
+	AWS        Platform = "aws"
+	Azure      Platform = "azure"
+	GCP        Platform = "gcp"
+)
