@@ -1,0 +1,33 @@
+package token
+
+import (
+	"crypto/ed25519"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"fmt"
+)
+
+// MinMasterSize is the shortest master secret DeriveKey accepts (256 bits).
+const MinMasterSize = 32
+
+const (
+	deriveSalt       = "airlock-token-v1"
+	deriveInfoPrefix = "sandbox:"
+)
+
+// DeriveKey derives the per-sandbox signing key: HKDF-SHA256(master, salt="airlock-token-v1",
+// info="sandbox:"+sandboxID) gives a 32-byte Ed25519 seed. Deriving per sandbox means a key that
+// leaks out of one sandbox's host signs for that sandbox only.
+func DeriveKey(master []byte, sandboxID string) (ed25519.PrivateKey, error) {
+	if len(master) < MinMasterSize {
+		return nil, fmt.Errorf("%w: master secret is %d bytes, need at least %d", ErrInvalid, len(master), MinMasterSize)
+	}
+	if sandboxID == "" {
+		return nil, fmt.Errorf("%w: sandbox id is empty", ErrInvalid)
+	}
+	seed, err := hkdf.Key(sha256.New, master, []byte(deriveSalt), deriveInfoPrefix+sandboxID, ed25519.SeedSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: derive key: %v", ErrInvalid, err)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
