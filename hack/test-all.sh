@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every test suite airlock has: format, vet, unit + root suites with the race detector, and a
+# short run of every fuzz target. Run as root (the root suites are not skipped: AIRLOCK_REQUIRE_ROOT=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export AIRLOCK_REQUIRE_ROOT="${AIRLOCK_REQUIRE_ROOT:-1}"
+FUZZTIME="${FUZZTIME:-10s}"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then echo "not gofmt-clean:"; echo "$unformatted"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race (unit and root suites)"
+go test -race -count=1 -timeout 40m ./...
+
+echo "== fuzz (each target ${FUZZTIME})"
+git grep -l '^func Fuzz' -- '*_test.go' | while read -r f; do
+  pkg="./$(dirname "$f")"
+  for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
+    echo "-- $pkg $target"
+    go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg"
+  done
+done
+echo "== all suites passed"
