@@ -4,36 +4,53 @@ package spec
 // APIVersion is the version string every Stack file carries.
 const APIVersion = "airlock.dev/v1alpha1"
 
+// StackKind is the only accepted value of Stack.Kind (which may also be left empty).
+const StackKind = "Stack"
+
 // Stack is one file: the sandboxes to create and the workloads that host or link them.
 type Stack struct {
-	APIVersion string     `json:"apiVersion"`
-	Kind       string     `json:"kind,omitempty"` // "Stack"
-	Sandboxes  []Sandbox  `json:"sandboxes"`
-	Workloads  []Workload `json:"workloads,omitempty"`
+	// APIVersion must be "airlock.dev/v1alpha1".
+	APIVersion string `json:"apiVersion"`
+	// Kind is "Stack" or empty.
+	Kind string `json:"kind,omitempty"`
+	// Sandboxes are the sandboxes to create; at least one, ids unique within the stack.
+	Sandboxes []Sandbox `json:"sandboxes"`
+	// Workloads are the apps or services that host sandboxes; ids unique among workloads.
+	Workloads []Workload `json:"workloads,omitempty"`
 }
 
 // Workload is a non-sandbox unit of a stack (an app or service) that can host sandboxes;
 // a GCP sandbox must name one in Sandbox.HostedBy.
 type Workload struct {
-	ID    string `json:"id"`
+	// ID names the workload: [A-Za-z0-9_-], 1 to 64 characters, unique among the workloads.
+	ID string `json:"id"`
+	// Image is the workload's own container image; informational to airlock.
 	Image string `json:"image,omitempty"`
-	// Hosts lists the ids of sandboxes this workload hosts or links to.
+	// Hosts lists the ids of sandboxes this workload hosts or links to; each must exist in the stack.
 	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Sandbox is the declaration of one sandbox.
 type Sandbox struct {
 	// ID names the sandbox: [A-Za-z0-9_-], 1 to 64 characters; immutable on update.
-	ID      string            `json:"id"`
-	Image   Image             `json:"image"`
-	Limits  Limits            `json:"limits,omitempty"`
-	Egress  Egress            `json:"egress,omitempty"`
-	Session Session           `json:"session,omitempty"`
-	Labels  map[string]string `json:"labels,omitempty"`
-	// PreviewPorts are sandbox ports that may be exposed through the preview proxy.
-	PreviewPorts []int             `json:"previewPorts,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Workdir      string            `json:"workdir,omitempty"`
+	ID string `json:"id"`
+	// Image is where the root filesystem comes from (required): "host", an OCI reference,
+	// "./dir" or "/abs/dir", "x.tar" or "x.tar.gz", "oci:path", or the object form with exactly one field.
+	Image Image `json:"image"`
+	// Limits are the resource ceilings.
+	Limits Limits `json:"limits,omitempty"`
+	// Egress is the policy for network connections the sandbox starts (default deny).
+	Egress Egress `json:"egress,omitempty"`
+	// Session bounds how long the sandbox lives.
+	Session Session `json:"session,omitempty"`
+	// Labels are Kubernetes-style labels: keys are qualified names, values at most 63 characters.
+	Labels map[string]string `json:"labels,omitempty"`
+	// PreviewPorts are sandbox ports that may be exposed through the preview proxy: 1-65535, no duplicates.
+	PreviewPorts []int `json:"previewPorts,omitempty"`
+	// Env is the environment of every process started in the sandbox: names [A-Za-z_][A-Za-z0-9_]*, values without NUL.
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir is the working directory of processes: an absolute, clean path (default /workspace).
+	Workdir string `json:"workdir,omitempty"`
 	// Runtime selects the isolation engine: native (default), gvisor, docker.
 	Runtime Runtime `json:"runtime,omitempty"`
 	// HostedBy names the Workload that hosts this sandbox (required on gcp).
@@ -41,7 +58,8 @@ type Sandbox struct {
 }
 
 // Image is where the root filesystem comes from. Exactly one of its fields is set;
-// a bare string in YAML/JSON ("host", "python:3.12", "./rootfs") is accepted and classified.
+// a bare string in YAML/JSON ("host", "python:3.12", "./rootfs") is accepted and classified
+// by ImageFromString. It always marshals to the object form.
 type Image struct {
 	// Host is a read-only minimal root assembled from the host's own /usr, /lib and /bin.
 	Host bool `json:"host,omitempty"`
@@ -61,10 +79,14 @@ type Image struct {
 // written, so that every malformed one is reported by validation rather than the first by
 // the decoder.
 type Limits struct {
-	CPU          Quantity `json:"cpu,omitempty"`
-	Memory       Quantity `json:"memory,omitempty"`
-	Disk         Quantity `json:"disk,omitempty"`
-	MaxProcesses *int64   `json:"maxProcesses,omitempty"`
+	// CPU is in cores, a whole number of millicores: "250m", "0.5", "2" (default "1").
+	CPU Quantity `json:"cpu,omitempty"`
+	// Memory is in bytes: "512Mi", "2Gi" (default "512Mi", minimum 1Mi).
+	Memory Quantity `json:"memory,omitempty"`
+	// Disk is the writable scratch space in bytes: "1Gi" (default "1Gi", minimum 1Mi).
+	Disk Quantity `json:"disk,omitempty"`
+	// MaxProcesses caps the number of processes and threads, at least 1 (default 256).
+	MaxProcesses *int64 `json:"maxProcesses,omitempty"`
 }
 
 // Quantity is a Kubernetes quantity string ("500m", "512Mi", "1"); a bare JSON number is
@@ -80,18 +102,26 @@ const (
 	EgressAllowDomains EgressMode = "allowDomains"
 )
 
+// EgressModes lists every accepted egress mode, in documentation order.
+var EgressModes = []EgressMode{EgressDeny, EgressAllow, EgressAllowDomains}
+
 // Egress is tagged by Mode; Domains is only valid with allowDomains.
 type Egress struct {
+	// Mode is deny (default: no connections), allow (public internet only) or allowDomains.
 	Mode EgressMode `json:"mode,omitempty"`
-	// Domains are exact names ("api.example.com") or wildcards ("*.example.com").
+	// Domains are exact names ("api.example.com") or wildcards ("*.example.com", which matches
+	// names below example.com but not example.com itself); only with mode allowDomains, IP literals refused.
 	Domains []string `json:"domains,omitempty"`
 }
 
 // Session bounds how long a sandbox lives.
 type Session struct {
+	// MaxLifetimeSeconds is the hard upper bound on the sandbox's life, at least 1 (default 3600).
 	MaxLifetimeSeconds *int64 `json:"maxLifetimeSeconds,omitempty"`
+	// IdleTimeoutSeconds ends the sandbox after this long without activity, at least 1 and at most
+	// the lifetime (default 600, or the lifetime when that is shorter).
 	IdleTimeoutSeconds *int64 `json:"idleTimeoutSeconds,omitempty"`
-	// Reconnect allows a caller to reattach to the session by id after disconnecting.
+	// Reconnect allows a caller to reattach to the session by id after disconnecting (default true).
 	Reconnect *bool `json:"reconnect,omitempty"`
 }
 
@@ -103,3 +133,6 @@ const (
 	RuntimeGVisor Runtime = "gvisor"
 	RuntimeDocker Runtime = "docker"
 )
+
+// Runtimes lists every accepted runtime, in documentation order.
+var Runtimes = []Runtime{RuntimeNative, RuntimeGVisor, RuntimeDocker}
