@@ -659,6 +659,19 @@ func TestWeakKeysRefused(t *testing.T) {
 		NewKeyRing(make([]byte, 31))
 	}()
 
+	// Every encoding with y >= p (y = p+k, k = 0..18, so up to 2^255-1; either sign) is
+	// non-canonical; some are not small-order, so only the canonical check stops them.
+	for k := range 19 {
+		for _, sign := range []byte{0, 0x80} {
+			enc := bytes.Repeat([]byte{0xff}, 32)
+			enc[0] = byte(0xed + k) // p = 2^255-19 is ed ff .. ff 7f little-endian
+			enc[31] = 0x7f | sign
+			if err := CheckPublicKey(enc); !errors.Is(err, ErrInvalid) {
+				t.Errorf("non-canonical y = p+%d (sign %x) accepted", k, sign)
+			}
+		}
+	}
+
 	// Real keys pass: the RFC 8032 test 1 key and a spread of generated ones.
 	rfc, _ := hex.DecodeString("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
 	if err := CheckPublicKey(rfc); err != nil {
