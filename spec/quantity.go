@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// Quantities at or above these bounds are refused as too large. The bound itself is excluded
+// because resource.ParseQuantity saturates larger binary-suffixed values ("8Ei") to MaxInt64
+// instead of failing, so MaxInt64 cannot be told apart from an overflow.
 var (
 	maxMilliQuantity = resource.NewMilliQuantity(math.MaxInt64, resource.DecimalSI)
 	maxQuantity      = resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
@@ -53,7 +56,7 @@ func (q Quantity) MilliValue() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if a := abs(rq); a.Cmp(*maxMilliQuantity) > 0 {
+	if a := abs(rq); a.Cmp(*maxMilliQuantity) >= 0 {
 		return 0, fmt.Errorf("%w: quantity %q is too large", ErrInvalid, string(q))
 	}
 	m := rq.MilliValue()
@@ -70,7 +73,7 @@ func (q Quantity) Bytes() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if a := abs(rq); a.Cmp(*maxQuantity) > 0 {
+	if a := abs(rq); a.Cmp(*maxQuantity) >= 0 {
 		return 0, fmt.Errorf("%w: quantity %q is too large", ErrInvalid, string(q))
 	}
 	v := rq.Value()

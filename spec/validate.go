@@ -177,7 +177,7 @@ func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }
 func (v *validator) limits(l Limits) {
 	if l.CPU != "" {
 		if rq, ok := v.quantity("limits.cpu", l.CPU); ok {
-			if rq.Cmp(*maxMilliQuantity) > 0 {
+			if rq.Cmp(*maxMilliQuantity) >= 0 {
 				v.add("limits.cpu", string(l.CPU), RuleQuantityTooLarge, "cpu is too large")
 			} else if _, err := l.CPU.MilliValue(); err != nil {
 				v.add("limits.cpu", string(l.CPU), RuleCPUMillicores, "cpu is a whole number of millicores: \"250m\", \"0.5\", \"2\" (1m is the smallest step)")
@@ -213,7 +213,7 @@ func (v *validator) bytes(field string, q Quantity, minimum int64) {
 	if !ok {
 		return
 	}
-	if rq.Cmp(*maxQuantity) > 0 {
+	if rq.Cmp(*maxQuantity) >= 0 {
 		v.add(field, string(q), RuleQuantityTooLarge, "the quantity does not fit in 63 bits of bytes")
 		return
 	}
