@@ -28,10 +28,22 @@ const (
 	Labels              Name = "labels"
 	Workdir             Name = "workdir"
 	ImageHost           Name = "imageHost"
-	ImageOCI            Name = "imageOCI"
+	ImageOCI            Name = "imageOCI" // a local OCI image layout or tarball
+	ImageRef            Name = "imageRef" // an OCI reference pulled from a registry
 	ImageDir            Name = "imageDir"
 	DockerRuntime       Name = "dockerRuntime"
 )
+
+// Names lists every capability in the order sets are printed.
+var Names = []Name{
+	Files, Reconnect, Preview, SuspendResume, Snapshot,
+	DomainEgressRules, EgressDeny, PublicOnlyEgress,
+	EnforcedLimits, ProcessLimit, DiskLimit,
+	SessionLifetime, IdleTimeout,
+	Env, Stdin, PTY, BackgroundProcesses,
+	GVisor, Labels, Workdir,
+	ImageHost, ImageOCI, ImageRef, ImageDir, DockerRuntime,
+}
 
 // Platform is a target a stack can be planned against.
 type Platform string
@@ -44,3 +56,6 @@ const (
 	Azure      Platform = "azure"
 	GCP        Platform = "gcp"
 )
+
+// Platforms lists every platform a stack can be planned against.
+var Platforms = []Platform{Local, Docker, Kubernetes, AWS, Azure, GCP}

@@ -1,0 +1,168 @@
+package capability
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Reasons for what the local runtime does not do yet, whatever the host offers.
+const (
+	reasonEgressFilterNotBuilt = "public-only egress filtering (veth + nftables) is not built yet (issue 4)"
+	reasonEgressProxyNotBuilt  = "the egress proxy for hostname allowlists is not built yet (issue 4)"
+	reasonPreviewNotBuilt      = "the preview proxy is not built yet (issue 6)"
+	reasonPauseNotBuilt        = "pause/resume is not built yet (issue 6)"
+	reasonSnapshotNotBuilt     = "snapshots are not built yet (issue 6)"
+	reasonDockerNotBuilt       = "the docker runtime is not built yet (issue 5)"
+)
+
+// Set maps the host's facts to the local capability set. A capability is true only when the
+// host provides what the local runtime needs for it and the runtime does it; every false
+// names the missing fact.
+func (h HostProbe) Set() Set {
+	s := Set{Platform: Local, Entries: make(map[Name]Status, len(Names))}
+	if why := h.floorReason(); why != "" {
+		// Without its namespaces and syscall filter the runtime makes no sandbox at all.
+		for _, n := range Names {
+			s.Entries[n] = Status{Reason: why}
+		}
+		return s
+	}
+	put := func(n Name, reason string) { s.Entries[n] = Status{Supported: reason == "", Reason: reason} }
+
+	// Done by the agent and the runtime itself on any host that passes the floor.
+	for _, n := range []Name{Files, Stdin, PTY, BackgroundProcesses, Env, Workdir, Labels,
+		Reconnect, SessionLifetime, IdleTimeout, ImageHost, ImageDir, ImageOCI, ImageRef} {
+		put(n, "")
+	}
+	// The floor includes the network namespace: a sandbox with only loopback.
+	put(EgressDeny, "")
+
+	netReason := h.egressHostReason()
+	put(PublicOnlyEgress, firstReason(netReason, reasonEgressFilterNotBuilt))
+	put(DomainEgressRules, firstReason(netReason, reasonEgressProxyNotBuilt))
+
+	limits := firstReason(
+		h.Cgroup.controllerReason("cpu", h.UID),
+		h.cpuQuotaReason(),
+		h.Cgroup.controllerReason("memory", h.UID),
+		h.swapReason(),
+	)
+	put(EnforcedLimits, limits)
+	put(ProcessLimit, h.Cgroup.controllerReason("pids", h.UID))
+	if h.Tmpfs {
+		put(DiskLimit, "")
+	} else {
+		put(DiskLimit, "the kernel has no tmpfs, which bounds a sandbox's writable layer")
+	}
+
+	if h.Runsc != "" {
+		put(GVisor, "")
+	} else {
+		put(GVisor, "runsc not found on PATH")
+	}
+	if h.DockerCLI == "" {
+		put(DockerRuntime, "no docker, podman or nerdctl on PATH, and "+reasonDockerNotBuilt)
+	} else {
+		put(DockerRuntime, reasonDockerNotBuilt)
+	}
+
+	put(Preview, reasonPreviewNotBuilt)
+	if h.Cgroup.Freezer {
+		put(SuspendResume, reasonPauseNotBuilt)
+	} else {
+		put(SuspendResume, "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), and "+reasonPauseNotBuilt)
+	}
+	put(Snapshot, reasonSnapshotNotBuilt)
+	return s
+}
+
+// floorReason says why the local runtime cannot make any sandbox here, "" when it can.
+func (h HostProbe) floorReason() string {
+	switch {
+	case h.OS != "linux":
+		return "the local runtime needs Linux; this host runs " + h.OS
+	case len(h.MissingNamespaces) > 0:
+		return "the kernel lacks " + strings.Join(h.MissingNamespaces, ", ") + " namespaces, which every local sandbox needs"
+	case h.UserNS.Max == 0:
+		return "user namespaces are disabled (user.max_user_namespaces = 0)"
+	case !(h.Root && h.CapSysAdmin) && !h.UserNS.Unprivileged():
+		knob := "user.max_user_namespaces"
+		if h.UserNS.UnprivilegedClone != nil && !*h.UserNS.UnprivilegedClone {
+			knob = "kernel.unprivileged_userns_clone = 0"
+		} else if h.UserNS.AppArmorRestrict != nil && *h.UserNS.AppArmorRestrict {
+			knob = "kernel.apparmor_restrict_unprivileged_userns = 1"
+		}
+		return "not root with CAP_SYS_ADMIN, and unprivileged user namespaces are disabled (" + knob + ")"
+	case !h.Seccomp.Filter:
+		return "the kernel has no seccomp filter mode (no /proc/sys/kernel/seccomp/actions_avail), so the sandbox's syscall filter cannot be installed"
+	}
+	return ""
+}
+
+// egressHostReason says why this host cannot filter a sandbox's egress, "" when it can.
+func (h HostProbe) egressHostReason() string {
+	switch {
+	case !(h.Root && h.CapNetAdmin):
+		return "egress filtering needs root with CAP_NET_ADMIN (a veth and nftables rules in the host network namespace)"
+	case !h.Veth.Available:
+		return "no veth support in the kernel (" + h.Veth.Detail + ")"
+	case !h.NFTables.Available:
+		return "no nf_tables in the kernel (" + h.NFTables.Detail + ")"
+	}
+	return ""
+}
+
+func (h HostProbe) cpuQuotaReason() string {
+	if h.Cgroup.CPUQuota {
+		return ""
+	}
+	if h.Cgroup.Version == "v2" {
+		return "no CFS bandwidth control (cpu.max) to hold a cpu ceiling"
+	}
+	return "no CFS bandwidth control (cpu.cfs_quota_us) to hold a cpu ceiling"
+}
+
+func (h HostProbe) swapReason() string {
+	if h.SwapOn && !h.Cgroup.MemorySwap {
+		return "swap is on but memory+swap accounting is off, so a memory ceiling would not bound swap"
+	}
+	return ""
+}
+
+// controllerReason says why controller c cannot hold a limit, "" when it can.
+func (cg CgroupFacts) controllerReason(c string, uid int) string {
+	ctl, ok := cg.Controllers[c]
+	if !ok {
+		if cg.Kernel != nil {
+			if enabled, known := cg.Kernel[c]; !known {
+				return "cgroup " + c + " controller is not built into the kernel"
+			} else if !enabled {
+				return "cgroup " + c + " controller is disabled at boot (cgroup_disable=)"
+			}
+		}
+		switch cg.Version {
+		case "none":
+			return "no cgroup filesystem is mounted"
+		case "v2":
+			return "cgroup " + c + " controller is not enabled in cgroup2 (not in cgroup.controllers)"
+		}
+		return "cgroup " + c + " controller not mounted"
+	}
+	if !ctl.Writable {
+		why := ctl.WriteError
+		if why == "" {
+			why = "not checked"
+		}
+		return fmt.Sprintf("cgroup %s directory %s is not writable by uid %d (%s)", c, ctl.Dir, uid, why)
+	}
+	return ""
+}
+
+func firstReason(reasons ...string) string {
+	for _, r := range reasons {
+		if r != "" {
+			return r
+		}
+	}
+	return ""
+}
