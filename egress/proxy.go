@@ -1,0 +1,372 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Reason says why a connection or a query was refused; it is logged and stable.
+type Reason string
+
+const (
+	ReasonDNSRefused       Reason = "dns query refused"                                // not IN class, empty name, or deny
+	ReasonNameNotAllowed   Reason = "name not allowed by policy"                       //
+	ReasonNonPublicAnswer  Reason = "name resolves to a non-public address"            // rebinding; answer stripped
+	ReasonNoName           Reason = "no TLS server name or HTTP Host"                  // IP-literal TLS, HTTP/1.0 without Host
+	ReasonNotTLSOrHTTP     Reason = "neither a TLS ClientHello nor an HTTP/1 request"  // other protocols, or nothing sent in time
+	ReasonIPLiteral        Reason = "server name is an IP literal"                     //
+	ReasonBadName          Reason = "server name is not a valid host name"             //
+	ReasonAmbiguousHost    Reason = "request URI host and Host header differ"          //
+	ReasonNonPublicDst     Reason = "destination is not a public address"              // private, metadata, other sandboxes
+	ReasonHostAddr         Reason = "destination is an address of the host"            //
+	ReasonAddrMismatch     Reason = "destination is not an address of the server name" // SNI/Host disagrees with the IP dialled
+	ReasonNoPublicAddr     Reason = "server name has no public address"                //
+	ReasonResolveFailed    Reason = "server name could not be resolved"                //
+	ReasonPolicyDeny       Reason = "egress denied"                                    //
+	ReasonNoOriginalDst    Reason = "original destination unknown"                     //
+	ReasonUnexpectedSource Reason = "connection not from the sandbox"                  //
+)
+
+func (a *Attachment) refuse(proto, name string, dst netip.AddrPort, r Reason) {
+	attrs := []any{"proto", proto, "reason", string(r)}
+	if name != "" {
+		attrs = append(attrs, "name", name)
+	}
+	if dst.IsValid() {
+		attrs = append(attrs, "dst", dst.String())
+	}
+	a.log.Warn("egress refused", attrs...)
+}
+
+func (n *network) serveProxy() {
+	for {
+		c, err := n.proxyLn.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || n.ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if !n.track(c) {
+			c.Close()
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer n.untrack(c)
+			defer c.Close()
+			n.handle(c.(*net.TCPConn))
+		}()
+	}
+}
+
+// resetClose makes Close send RST, so a refused client sees "connection reset" at once.
+func resetClose(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+func (n *network) handle(c *net.TCPConn) {
+	a := n.a
+	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	if src.Addr().Unmap() != n.sb {
+		a.ctr.connsDenied.Add(1)
+		a.refuse("tcp", "", netip.AddrPort{}, ReasonUnexpectedSource)
+		resetClose(c)
+		return
+	}
+	dst, err := originalDst(c)
+	if err != nil {
+		a.ctr.connsDenied.Add(1)
+		a.refuse("tcp", "", netip.AddrPort{}, ReasonNoOriginalDst)
+		resetClose(c)
+		return
+	}
+	pol := a.pol.Load()
+	var name string
+	var head []byte
+	reason := Reason("")
+	switch pol.Mode {
+	case spec.EgressAllowDomains:
+		name, head, reason = peekName(c, a.g.opts.PeekLimit, time.Now().Add(a.g.opts.PeekTimeout))
+	case spec.EgressAllow:
+	default:
+		reason = ReasonPolicyDeny
+	}
+	if reason == "" {
+		reason = a.decide(n.ctx, pol, name, dst)
+	}
+	if reason != "" {
+		a.ctr.connsDenied.Add(1)
+		a.refuse("tcp", name, dst, reason)
+		resetClose(c)
+		return
+	}
+	a.ctr.connsAllowed.Add(1)
+
+	dctx, cancel := context.WithTimeout(n.ctx, a.g.opts.DialTimeout)
+	uc, err := a.g.host.dial(dctx, &net.Dialer{}, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		a.ctr.dialFailures.Add(1)
+		a.log.Info("egress: destination unreachable", "name", name, "dst", dst.String(), "err", err)
+		resetClose(c)
+		return
+	}
+	up := uc.(*net.TCPConn)
+	if !n.track(up) {
+		up.Close()
+		return
+	}
+	defer n.untrack(up)
+	defer up.Close()
+	if len(head) > 0 {
+		k, err := up.Write(head)
+		a.ctr.bytesSent.Add(uint64(k))
+		if err != nil {
+			return
+		}
+	}
+	splice(c, up, &a.ctr)
+}
+
+// decide applies the policy to a connection to dst that names name (allowDomains) and returns
+// "" to allow it. Each check is separate so that each has its own refusal reason.
+func (a *Attachment) decide(ctx context.Context, pol *Policy, name string, dst netip.AddrPort) Reason {
+	ip := dst.Addr().Unmap()
+	if !a.g.cls.public(ip) {
+		return ReasonNonPublicDst
+	}
+	if a.g.isHostAddr(ip) {
+		return ReasonHostAddr
+	}
+	if pol.Mode == spec.EgressAllow {
+		return ""
+	}
+	if pol.Mode != spec.EgressAllowDomains {
+		return ReasonPolicyDeny
+	}
+	if !pol.allows(name) {
+		return ReasonNameNotAllowed
+	}
+	now := time.Now()
+	if a.answers.has(name, ip, now) {
+		return ""
+	}
+	public, sawNonPublic, ttl, err := a.g.lookup(ctx, name, ip.Is6())
+	if err != nil {
+		return ReasonResolveFailed
+	}
+	if len(public) == 0 {
+		if sawNonPublic {
+			return ReasonNonPublicAnswer
+		}
+		return ReasonNoPublicAddr
+	}
+	a.answers.remember(name, public, time.Duration(ttl)*time.Second, now)
+	for _, p := range public {
+		if p == ip {
+			return ""
+		}
+	}
+	return ReasonAddrMismatch
+}
+
+// isHostAddr reports whether ip is configured on any link of the host namespace, read fresh
+// each time because the host's addresses change (DHCP, new links).
+func (g *Gateway) isHostAddr(ip netip.Addr) bool {
+	var found bool
+	err := g.host.do(func() error {
+		ifaddrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return err
+		}
+		for _, ia := range ifaddrs {
+			if ipn, ok := ia.(*net.IPNet); ok {
+				if a, ok := netip.AddrFromSlice(ipn.IP); ok && a.Unmap() == ip {
+					found = true
+				}
+			}
+		}
+		return nil
+	})
+	return found || err != nil // unknown means refuse
+}
+
+// splice copies both ways until both directions end, counting bytes as they pass (in 1 MiB
+// steps, so long transfers show up before they finish while the kernel still splices).
+func splice(client, up *net.TCPConn, ctr *counters) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := copyCounting(up, client, &ctr.bytesSent)
+		if err != nil {
+			up.Close()
+			client.Close()
+			return
+		}
+		up.CloseWrite()
+	}()
+	err := copyCounting(client, up, &ctr.bytesReceived)
+	if err != nil {
+		up.Close()
+		client.Close()
+	} else {
+		client.CloseWrite()
+	}
+	wg.Wait()
+}
+
+func copyCounting(dst, src *net.TCPConn, ctr interface{ Add(uint64) uint64 }) error {
+	for {
+		k, err := io.CopyN(dst, src, 1<<20)
+		ctr.Add(uint64(k))
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// peekName reads the start of a client's stream, up to limit bytes and until deadline, and
+// returns the TLS SNI or HTTP/1 Host it carries and every byte consumed (to be replayed to
+// the destination). crypto/tls and net/http do the parsing.
+func peekName(c net.Conn, limit int, deadline time.Time) (name string, consumed []byte, r Reason) {
+	c.SetReadDeadline(deadline)
+	defer c.SetReadDeadline(time.Time{})
+	rc := &recordingConn{Conn: c, limit: limit}
+	var first [1]byte
+	if _, err := io.ReadFull(rc, first[:]); err != nil {
+		return "", nil, ReasonNotTLSOrHTTP
+	}
+	rc.replay = first[:]
+	var host string
+	if first[0] == 0x16 { // TLS handshake record
+		var hello *tls.ClientHelloInfo
+		errStop := errors.New("client hello captured")
+		cfg := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			hello = h
+			return nil, errStop
+		}}
+		_ = tls.Server(rc, cfg).Handshake() // always fails: we stop it, or the hello is bad
+		if hello == nil {
+			return "", rc.buf, ReasonNotTLSOrHTTP
+		}
+		host = hello.ServerName
+	} else {
+		req, err := http.ReadRequest(bufio.NewReader(rc))
+		if err != nil {
+			return "", rc.buf, ReasonNotTLSOrHTTP
+		}
+		req.Body.Close()
+		host = req.Host
+		if req.URL != nil && req.URL.Host != "" {
+			if hh := req.Header.Get("Host"); hh != "" && !strings.EqualFold(hh, req.URL.Host) {
+				return "", rc.buf, ReasonAmbiguousHost
+			}
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if host == "" {
+		return "", rc.buf, ReasonNoName
+	}
+	if i := strings.IndexByte(host, '%'); i >= 0 { // zone of a literal
+		host = host[:i]
+	}
+	if _, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err != nil {
+		if name = normalizeName(host); name == "" {
+			return "", rc.buf, ReasonBadName
+		}
+		return name, rc.buf, ""
+	}
+	return host, rc.buf, ReasonIPLiteral
+}
+
+// recordingConn keeps a copy of what is read (bounded by limit) and refuses every write, so
+// the parsers can neither answer the client nor read past the bound.
+type recordingConn struct {
+	net.Conn
+	limit  int
+	buf    []byte
+	replay []byte // bytes already recorded, to be read again first
+}
+
+var errPeekLimit = errors.New("egress: peek limit reached")
+
+func (r *recordingConn) Read(p []byte) (int, error) {
+	if len(r.replay) > 0 {
+		k := copy(p, r.replay)
+		r.replay = r.replay[k:]
+		return k, nil
+	}
+	room := r.limit - len(r.buf)
+	if room <= 0 {
+		return 0, errPeekLimit
+	}
+	if len(p) > room {
+		p = p[:room]
+	}
+	k, err := r.Conn.Read(p)
+	r.buf = append(r.buf, p[:k]...)
+	return k, err
+}
+
+func (r *recordingConn) Write(p []byte) (int, error) {
+	return 0, errors.New("egress: peek is read-only")
+}
+
+// originalDst returns where the sandbox meant to connect before the redirect.
+func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var out netip.AddrPort
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		if la, ok := c.LocalAddr().(*net.TCPAddr); ok && la.IP.To4() == nil {
+			// IP6T_SO_ORIGINAL_DST has the same value at SOL_IPV6; sockaddr_in6 fits the MTU-info buffer.
+			mi, e := unix.GetsockoptIPv6MTUInfo(int(fd), unix.SOL_IPV6, unix.SO_ORIGINAL_DST)
+			if e != nil {
+				serr = e
+				return
+			}
+			port := mi.Addr.Port
+			port = port>>8 | port<<8 // network byte order
+			out = netip.AddrPortFrom(netip.AddrFrom16(mi.Addr.Addr), port)
+			return
+		}
+		// sockaddr_in in the first 8 bytes of the 16-byte mreq buffer: family, port (BE), addr.
+		m, e := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
+		if e != nil {
+			serr = e
+			return
+		}
+		b := m.Multiaddr
+		out = netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), uint16(b[2])<<8|uint16(b[3]))
+	})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return out, serr
+}
