@@ -579,26 +579,28 @@ func TestKeyRingText(t *testing.T) {
 	for i := range MaxRingKeys + 1 {
 		many.WriteString(line(pubOf(seedKey(byte(i+10)))) + "\n")
 	}
-	bad := map[string]string{
-		"empty":             "",
-		"only comments":     "# nothing\n\n",
-		"wrong kid":         KeyID(k2) + " " + b64.EncodeToString(k1),
-		"no kid":            b64.EncodeToString(k1),
-		"two spaces":        KeyID(k1) + "  " + b64.EncodeToString(k1),
-		"extra field":       line(k1) + " extra",
-		"padded key":        line(k1) + "=",
-		"std alphabet":      KeyID(k1) + " " + base64.StdEncoding.EncodeToString(k1),
-		"short key":         KeyID(k1[:31]) + " " + b64.EncodeToString(k1[:31]),
-		"crlf":              line(k1) + "\r\n",
-		"non-canonical key": KeyID(k1) + " " + flipLastBits(b64.EncodeToString(k1)),
-		"duplicate":         line(k1) + "\n" + line(k1) + "\n",
-		"identity key":      line(identity),
-		"too many keys":     many.String(),
-		"too large":         strings.Repeat("#", MaxKeyRingBytes+1),
+	bad := []struct{ name, in, detail string }{
+		{"empty", "", "no keys"},
+		{"only comments", "# nothing\n\n", "no keys"},
+		{"wrong kid", KeyID(k2) + " " + b64.EncodeToString(k1), "does not match its key"},
+		{"no kid", b64.EncodeToString(k1), "want \"kid base64url(pubkey)\""},
+		{"empty kid", " " + b64.EncodeToString(k1), "want \"kid base64url(pubkey)\""},
+		{"two spaces", KeyID(k1) + "  " + b64.EncodeToString(k1), "want \"kid base64url(pubkey)\""},
+		{"extra field", line(k1) + " extra", "want \"kid base64url(pubkey)\""},
+		{"padded key", line(k1) + "=", "not raw base64url"},
+		{"std alphabet", KeyID(k1) + " " + base64.StdEncoding.EncodeToString(k1), "not raw base64url"},
+		{"short key", KeyID(k1[:31]) + " " + b64.EncodeToString(k1[:31]), "31 bytes"},
+		{"crlf", line(k1) + "\r\n", "not canonical"},
+		{"non-canonical key", KeyID(k1) + " " + flipLastBits(b64.EncodeToString(k1)), "public key"},
+		{"duplicate", line(k1) + "\n" + line(k1) + "\n", "duplicate"},
+		{"identity key", line(identity), "identity point"},
+		{"too many keys", many.String(), "more than 32 keys"},
+		{"too large", "#" + strings.Repeat("x", MaxKeyRingBytes) + "\n" + string(text), "bytes, at most"},
 	}
-	for name, in := range bad {
-		if _, err := ParseKeyRing([]byte(in)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+	for _, tc := range bad {
+		_, err := ParseKeyRing([]byte(tc.in))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.detail) {
+			t.Errorf("%s: err = %v, want ErrInvalid mentioning %q", tc.name, err, tc.detail)
 		}
 	}
 }
