@@ -1,0 +1,190 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// ExecOption adjusts an exec or process request beyond sandbox.ExecRequest.
+type ExecOption func(*wire.ExecRequest)
+
+// WithTermSize sets the terminal size of a tty exec or process.
+func WithTermSize(rows, cols int) ExecOption {
+	return func(r *wire.ExecRequest) { r.Rows, r.Cols = rows, cols }
+}
+
+func toWire(req sandbox.ExecRequest, opts []ExecOption) (wire.ExecRequest, error) {
+	if req.Timeout <= 0 {
+		return wire.ExecRequest{}, fmt.Errorf("%w: timeout: %v: a deadline is required", sandbox.ErrInvalid, req.Timeout)
+	}
+	ms := req.Timeout.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < req.Timeout {
+		ms++ // never shorten a deadline by rounding
+	}
+	w := wire.ExecRequest{
+		Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, TimeoutMs: ms,
+		Stdin: req.Stdin != nil, MaxStdout: req.MaxStdout, MaxStderr: req.MaxStderr, TTY: req.TTY,
+	}
+	for _, o := range opts {
+		o(&w)
+	}
+	return w, nil
+}
+
+// Event is one item of an output stream: an output frame, or the terminal result.
+type Event struct {
+	Output *sandbox.OutputFrame
+	Result *sandbox.ExecResult
+}
+
+// Stream is an exec's (or an attached process's) output as frames.
+type Stream struct {
+	// ID is the exec or process id the agent assigned.
+	ID   string
+	body io.ReadCloser
+	buf  []byte
+	done bool
+	last uint64
+}
+
+// ExecStream starts a command and returns its output stream. Closing the stream before its
+// terminal event disconnects, which kills the command and everything it started.
+func (c *Client) ExecStream(ctx context.Context, req sandbox.ExecRequest, opts ...ExecOption) (*Stream, error) {
+	w, err := toWire(req, opts)
+	if err != nil {
+		return nil, err
+	}
+	hdr, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode exec request: %v", sandbox.ErrInvalid, err)
+	}
+	var body io.Reader = bytes.NewReader(hdr)
+	if req.Stdin != nil {
+		// The body is the JSON header, then stdin until it ends: the agent reads it while it
+		// streams output back (full duplex over HTTP/1.1).
+		body = io.MultiReader(body, req.Stdin)
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/exec", nil, body, http.StatusOK, true)
+	if err != nil {
+		return nil, err
+	}
+	return newStream(resp), nil
+}
+
+func newStream(resp *http.Response) *Stream {
+	return &Stream{ID: resp.Header.Get("X-Airlock-Exec-Id"), body: resp.Body}
+}
+
+// Next returns the next event. After the terminal event it returns io.EOF. A stream that ends
+// without a terminal event is an error wrapping sandbox.ErrOutcomeUnknown, never a success.
+func (s *Stream) Next() (Event, error) {
+	if s.done {
+		return Event{}, io.EOF
+	}
+	f, buf, err := wire.ReadFrame(s.body, s.buf)
+	s.buf = buf
+	if err != nil {
+		s.done = true
+		s.body.Close()
+		if err == io.EOF {
+			return Event{}, fmt.Errorf("%w: exec %s: output stream ended without a terminal frame", sandbox.ErrOutcomeUnknown, s.ID)
+		}
+		return Event{}, fmt.Errorf("%w: exec %s: %w", sandbox.ErrOutcomeUnknown, s.ID, err)
+	}
+	switch f.Type {
+	case wire.FrameStdout, wire.FrameStderr:
+		if f.Seq <= s.last {
+			s.done = true
+			s.body.Close()
+			return Event{}, fmt.Errorf("%w: exec %s: sequence %d after %d", sandbox.ErrOutcomeUnknown, s.ID, f.Seq, s.last)
+		}
+		s.last = f.Seq
+		st := sandbox.Stdout
+		if f.Type == wire.FrameStderr {
+			st = sandbox.Stderr
+		}
+		return Event{Output: &sandbox.OutputFrame{Seq: f.Seq, Stream: st, Data: slices.Clone(f.Payload)}}, nil
+	case wire.FrameExit:
+		s.done = true
+		defer s.body.Close()
+		var ex wire.Exit
+		if err := json.Unmarshal(f.Payload, &ex); err != nil {
+			return Event{}, fmt.Errorf("%w: exec %s: bad exit frame: %v", sandbox.ErrOutcomeUnknown, s.ID, err)
+		}
+		r := resultOf(ex)
+		return Event{Result: &r}, nil
+	default: // wire.FrameError
+		s.done = true
+		defer s.body.Close()
+		var we wire.Error
+		if err := json.Unmarshal(f.Payload, &we); err != nil || we.Code == "" {
+			return Event{}, fmt.Errorf("%w: exec %s: bad error frame", sandbox.ErrOutcomeUnknown, s.ID)
+		}
+		return Event{}, &Error{Code: we.Code, Reason: we.Reason, Message: we.Message}
+	}
+}
+
+// Close ends the stream; before the terminal event this kills an exec (not a process).
+func (s *Stream) Close() error {
+	s.done = true
+	return s.body.Close()
+}
+
+func resultOf(ex wire.Exit) sandbox.ExecResult {
+	return sandbox.ExecResult{
+		ExitCode: ex.ExitCode, Signal: ex.Signal, TimedOut: ex.TimedOut, OOMKilled: ex.OOMKilled,
+		Truncated: ex.Truncated, Duration: time.Duration(ex.DurationMs) * time.Millisecond,
+	}
+}
+
+// Exec runs a command to completion, writing its output to stdout and stderr (nil discards)
+// as it arrives. The error is nil whenever a terminal exit frame arrived, whatever the exit
+// code; a deadline shows as TimedOut in the result.
+func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+	s, err := c.ExecStream(ctx, req)
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer s.Close()
+	return s.copyTo(stdout, stderr)
+}
+
+func (s *Stream) copyTo(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return sandbox.ExecResult{}, err
+		}
+		if ev.Result != nil {
+			return *ev.Result, nil
+		}
+		w := stdout
+		if ev.Output.Stream == sandbox.Stderr {
+			w = stderr
+		}
+		if w == nil {
+			continue
+		}
+		if _, err := w.Write(ev.Output.Data); err != nil {
+			// Stop here: closing the stream kills the command rather than let it run unheard.
+			s.Close()
+			return sandbox.ExecResult{}, fmt.Errorf("exec %s: write %s: %w (the command was killed)", s.ID, ev.Output.Stream, err)
+		}
+	}
+}
+
+// Wait reads the stream to its end, writing output to stdout and stderr (nil discards).
+func (s *Stream) Wait(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+	defer s.Close()
+	return s.copyTo(stdout, stderr)
+}
+

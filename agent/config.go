@@ -1,0 +1,163 @@
+// Package agent is the in-sandbox agent: exec, background processes and files behind capability tokens.
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// Version is the agent's build version, reported by health; set with -ldflags -X.
+var Version = "dev"
+
+// Config is what the runtime hands the agent (as JSON: durations are nanoseconds).
+type Config struct {
+	SandboxID  string `json:"sandboxId"`
+	SessionID  string `json:"sessionId"`
+	Generation uint64 `json:"generation"`
+	// KeyRing is the token.KeyRing text form: public keys only; the agent never holds a private key.
+	KeyRing string `json:"keyRing"`
+	// Listen is "unix:/path/agent.sock" or "tcp:host:port".
+	Listen string `json:"listen"`
+	// FilesRoot is the directory the files API is confined to ("/" inside a sandbox).
+	FilesRoot string `json:"filesRoot"`
+	// DenyPaths are absolute sandbox paths the files API refuses, with everything below them.
+	DenyPaths []string          `json:"denyPaths,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	// CodeUID and CodeGID are the credentials commands run with. 0/0 means "do not change" and
+	// is accepted only with AllowRootCode (tests without root).
+	CodeUID       uint32 `json:"codeUid"`
+	CodeGID       uint32 `json:"codeGid"`
+	AllowRootCode bool   `json:"allowRootCode,omitempty"`
+	// CgroupV1Freezer is a v1 freezer cgroup directory the agent creates per-exec children in.
+	CgroupV1Freezer string `json:"cgroupV1Freezer,omitempty"`
+	// CgroupV1Memory is the v1 memory cgroup whose memory.oom_control oom_kill counter is read.
+	CgroupV1Memory string `json:"cgroupV1Memory,omitempty"`
+	// CgroupV2 is a delegated cgroup v2 directory the agent creates per-exec children in.
+	CgroupV2         string        `json:"cgroupV2,omitempty"`
+	MaxTimeout       time.Duration `json:"maxTimeout"`
+	DefaultOutputCap int64         `json:"defaultOutputCap"`
+	// ShutdownOnManage enables POST /v1/shutdown (manage class): the agent stops and Serve returns.
+	ShutdownOnManage bool `json:"shutdownOnManage,omitempty"`
+}
+
+// Hooks let the embedding runtime act at points only the agent controls.
+type Hooks struct {
+	// PrepareSpawnThread runs once on the OS thread every command is forked from (locked with
+	// runtime.LockOSThread). Filters installed there (no_new_privs, seccomp, landlock) are per
+	// thread and inherited by children, so the agent's other threads stay unfiltered.
+	PrepareSpawnThread func() error
+	// Ready is called once the listener is open.
+	Ready func(addr string)
+}
+
+// Limits that are not configuration.
+const (
+	maxArgs          = 4096
+	maxEnv           = 4096
+	maxRequestHeader = 1 << 20 // exec request JSON
+	ringBufferBytes  = 1 << 20 // background process output kept for attach
+	maxProcesses     = 256     // background processes retained (running + exited)
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validateEnvName refuses names a process environment cannot carry unambiguously.
+func validateEnvName(field, name string) error {
+	if !envName.MatchString(name) {
+		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sandbox.ErrInvalid, field, name, envName)
+	}
+	return nil
+}
+
+func validateEnvValue(field, name, value string) error {
+	if strings.IndexByte(value, 0) >= 0 {
+		return fmt.Errorf("%w: %s: value of %q contains a NUL byte", sandbox.ErrInvalid, field, name)
+	}
+	return nil
+}
+
+// check validates cfg and returns the parsed key ring.
+func (cfg *Config) check() (*token.KeyRing, error) {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: agent config %s: %s", sandbox.ErrInvalid, field, fmt.Sprintf(format, a...))
+	}
+	if cfg.SandboxID == "" {
+		return nil, bad("sandboxId", "is empty")
+	}
+	if cfg.SessionID == "" {
+		return nil, bad("sessionId", "is empty")
+	}
+	ring, err := token.ParseKeyRing([]byte(cfg.KeyRing))
+	if err != nil {
+		return nil, bad("keyRing", "%v", err)
+	}
+	if _, _, err := splitListen(cfg.Listen); err != nil {
+		return nil, err
+	}
+	if cfg.FilesRoot == "" || !path.IsAbs(cfg.FilesRoot) {
+		return nil, bad("filesRoot", "%q is not an absolute path", cfg.FilesRoot)
+	}
+	for i, d := range cfg.DenyPaths {
+		if !path.IsAbs(d) || path.Clean(d) != d || d == "/" {
+			return nil, bad(fmt.Sprintf("denyPaths[%d]", i), "%q must be a clean absolute path other than /", d)
+		}
+	}
+	if cfg.Workdir != "" && !path.IsAbs(cfg.Workdir) {
+		return nil, bad("workdir", "%q is not an absolute path", cfg.Workdir)
+	}
+	for k, v := range cfg.Env {
+		if err := validateEnvName("agent config env", k); err != nil {
+			return nil, err
+		}
+		if err := validateEnvValue("agent config env", k, v); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.CodeUID == 0 || cfg.CodeGID == 0 {
+		if !cfg.AllowRootCode {
+			return nil, bad("codeUid/codeGid", "%d/%d: commands must run as a non-root uid and gid (allowRootCode is false)", cfg.CodeUID, cfg.CodeGID)
+		}
+	}
+	if !cfg.AllowRootCode && cfg.CodeUID == uint32(os.Geteuid()) {
+		return nil, bad("codeUid", "%d is the agent's own uid: code could signal or ptrace the agent", cfg.CodeUID)
+	}
+	if cfg.CgroupV2 != "" && !path.IsAbs(cfg.CgroupV2) {
+		return nil, bad("cgroupV2", "%q is not an absolute path", cfg.CgroupV2)
+	}
+	if cfg.CgroupV1Freezer != "" && !path.IsAbs(cfg.CgroupV1Freezer) {
+		return nil, bad("cgroupV1Freezer", "%q is not an absolute path", cfg.CgroupV1Freezer)
+	}
+	if cfg.CgroupV1Memory != "" && !path.IsAbs(cfg.CgroupV1Memory) {
+		return nil, bad("cgroupV1Memory", "%q is not an absolute path", cfg.CgroupV1Memory)
+	}
+	if cfg.CgroupV2 != "" && cfg.CgroupV1Freezer != "" {
+		return nil, bad("cgroupV2", "and cgroupV1Freezer are both set; set the one this sandbox's exec cgroups live in")
+	}
+	if cfg.MaxTimeout <= 0 {
+		return nil, bad("maxTimeout", "%v must be positive", cfg.MaxTimeout)
+	}
+	if cfg.DefaultOutputCap <= 0 {
+		return nil, bad("defaultOutputCap", "%d must be positive", cfg.DefaultOutputCap)
+	}
+	return ring, nil
+}
+
+// splitListen parses "unix:/path" or "tcp:host:port".
+func splitListen(l string) (network, addr string, err error) {
+	network, addr, ok := strings.Cut(l, ":")
+	if !ok || addr == "" || (network != "unix" && network != "tcp") {
+		return "", "", fmt.Errorf("%w: agent config listen: %q is not unix:/path or tcp:host:port", sandbox.ErrInvalid, l)
+	}
+	if network == "unix" && !path.IsAbs(addr) {
+		return "", "", fmt.Errorf("%w: agent config listen: unix socket path %q is not absolute", sandbox.ErrInvalid, addr)
+	}
+	return network, addr, nil
+}

@@ -1,0 +1,518 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// execSpec is a validated request.
+type execSpec struct {
+	argv      []string // argv[0] as requested
+	path      string   // resolved executable
+	env       []string
+	dir       string
+	timeout   time.Duration
+	stdin     bool
+	maxStdout int64
+	maxStderr int64
+	tty       bool
+	rows      int
+	cols      int
+}
+
+const (
+	defaultRows = 24
+	defaultCols = 80
+	maxTermSize = 10000
+)
+
+// validate turns a wire request into a spec, refusing anything it cannot honour exactly.
+func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
+	inv := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", sandbox.ErrInvalid, field, fmt.Sprintf(format, a...))
+	}
+	sp := &execSpec{stdin: req.Stdin, tty: req.TTY}
+	switch {
+	case len(req.Argv) > 0 && req.Shell != "":
+		return nil, inv("argv", "argv and shell are both set; set exactly one")
+	case len(req.Argv) > 0:
+		if len(req.Argv) > maxArgs {
+			return nil, inv("argv", "%d arguments, at most %d allowed", len(req.Argv), maxArgs)
+		}
+		for i, a := range req.Argv {
+			if strings.IndexByte(a, 0) >= 0 {
+				return nil, inv(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
+			}
+		}
+		if req.Argv[0] == "" {
+			return nil, inv("argv[0]", "is empty")
+		}
+		sp.argv = slices.Clone(req.Argv)
+	case req.Shell != "":
+		if strings.IndexByte(req.Shell, 0) >= 0 {
+			return nil, inv("shell", "contains a NUL byte")
+		}
+		sp.argv = []string{"/bin/sh", "-c", req.Shell}
+	default:
+		return nil, inv("argv", "neither argv nor shell is set; set exactly one")
+	}
+	if req.TimeoutMs <= 0 {
+		return nil, inv("timeoutMs", "%d: a deadline is required (milliseconds > 0, at most %d)", req.TimeoutMs, s.cfg.MaxTimeout.Milliseconds())
+	}
+	sp.timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	if req.TimeoutMs > s.cfg.MaxTimeout.Milliseconds() {
+		return nil, inv("timeoutMs", "%d exceeds this agent's maximum %d", req.TimeoutMs, s.cfg.MaxTimeout.Milliseconds())
+	}
+	caps := []struct {
+		field string
+		v     int64
+		dst   *int64
+	}{{"maxStdout", req.MaxStdout, &sp.maxStdout}, {"maxStderr", req.MaxStderr, &sp.maxStderr}}
+	for _, c := range caps {
+		switch {
+		case c.v < 0:
+			return nil, inv(c.field, "%d is negative (0 means the agent's default %d)", c.v, s.cfg.DefaultOutputCap)
+		case c.v == 0:
+			*c.dst = s.cfg.DefaultOutputCap
+		default:
+			*c.dst = c.v
+		}
+	}
+	if req.TTY {
+		sp.rows, sp.cols = req.Rows, req.Cols
+		if sp.rows == 0 {
+			sp.rows = defaultRows
+		}
+		if sp.cols == 0 {
+			sp.cols = defaultCols
+		}
+		if sp.rows < 0 || sp.rows > maxTermSize || sp.cols < 0 || sp.cols > maxTermSize {
+			return nil, inv("rows/cols", "%dx%d is outside 1..%d", sp.rows, sp.cols, maxTermSize)
+		}
+	} else if req.Rows != 0 || req.Cols != 0 {
+		return nil, inv("rows/cols", "set without tty")
+	}
+
+	env := map[string]string{}
+	for k, v := range s.cfg.Env {
+		env[k] = v
+	}
+	if len(req.Env) > maxEnv {
+		return nil, inv("env", "%d variables, at most %d allowed", len(req.Env), maxEnv)
+	}
+	for k, v := range req.Env {
+		if err := validateEnvName("env", k); err != nil {
+			return nil, err
+		}
+		if err := validateEnvValue("env", k, v); err != nil {
+			return nil, err
+		}
+		env[k] = v
+	}
+	if req.TTY {
+		if _, ok := env["TERM"]; !ok {
+			env["TERM"] = "xterm"
+		}
+	}
+	for _, k := range slices.Sorted(mapsKeys(env)) {
+		sp.env = append(sp.env, k+"="+env[k])
+	}
+
+	sp.dir = req.Cwd
+	if sp.dir == "" {
+		sp.dir = s.cfg.Workdir
+	}
+	if sp.dir == "" {
+		sp.dir = "/"
+	}
+	if !path.IsAbs(sp.dir) || strings.IndexByte(sp.dir, 0) >= 0 {
+		return nil, inv("cwd", "%q is not an absolute path", sp.dir)
+	}
+	if fi, err := os.Stat(sp.dir); err != nil {
+		return nil, fmt.Errorf("%w: cwd %q: %v", classify(err), sp.dir, err)
+	} else if !fi.IsDir() {
+		return nil, inv("cwd", "%q is not a directory", sp.dir)
+	}
+
+	p, err := lookPath(sp.argv[0], env["PATH"], sp.dir)
+	if err != nil {
+		return nil, err
+	}
+	sp.path = p
+	return sp, nil
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// lookPath finds file the way execvp would, with the command's PATH (not the agent's).
+func lookPath(file, pathEnv, dir string) (string, error) {
+	check := func(p string) error {
+		abs := p
+		if !path.IsAbs(abs) {
+			abs = path.Join(dir, abs)
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is not an executable file", p)
+		}
+		return nil
+	}
+	if strings.Contains(file, "/") {
+		if err := check(file); err != nil {
+			return "", fmt.Errorf("%w: argv[0]: %q: %v", classify(err), file, err)
+		}
+		return file, nil
+	}
+	for _, d := range strings.Split(pathEnv, ":") {
+		if d == "" {
+			continue // execvp's "current directory" entry is a trap, not a feature
+		}
+		p := path.Join(d, file)
+		if check(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: argv[0]: executable %q not found in PATH %q", sandbox.ErrNotFound, file, pathEnv)
+}
+
+// classify maps an OS error to a sandbox error class.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return sandbox.ErrNotFound
+	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EROFS):
+		return sandbox.ErrForbidden
+	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELOOP),
+		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
+		return sandbox.ErrInvalid
+	case errors.Is(err, os.ErrExist), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EBUSY):
+		return sandbox.ErrConflict
+	case errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return sandbox.ErrTooLarge
+	}
+	return sandbox.ErrRefused
+}
+
+// sink receives a job's output. output returns false once the consumer is gone.
+type sink interface {
+	output(typ byte, data []byte) bool
+}
+
+// job is one running command and its kill scope.
+type job struct {
+	id      string
+	spec    *execSpec
+	group   *execGroup
+	pid     int
+	pidfd   int
+	started time.Time
+	exited  <-chan syscall.WaitStatus
+	oom0    uint64
+	oomOK   bool
+
+	stdin   *os.File // write end, nil when closed or none
+	stdinMu sync.Mutex
+	outs    []*os.File // read ends (stdout, stderr) or the pty master
+	ptm     *os.File   // pty master (also in outs), for resize and stdin
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// start creates the exec's cgroup and I/O and forks the command.
+func (s *server) start(sp *execSpec) (*job, error) {
+	j := &job{id: newID(), spec: sp, pidfd: -1}
+	g, err := s.cg.create(j.id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrRefused, err)
+	}
+	j.group = g
+	fail := func(err error) (*job, error) {
+		j.closeIO()
+		if derr := g.destroy(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, err
+	}
+	var child []*os.File // the child's ends, closed here once it has them
+	defer func() {
+		for _, f := range child {
+			f.Close()
+		}
+	}()
+	if sp.tty {
+		ptm, pts, err := pty.Open()
+		if err != nil {
+			return fail(fmt.Errorf("%w: open pty: %v", sandbox.ErrRefused, err))
+		}
+		child = append(child, pts)
+		j.ptm = ptm
+		j.outs = []*os.File{ptm}
+		if err := pty.Setsize(ptm, &pty.Winsize{Rows: uint16(sp.rows), Cols: uint16(sp.cols)}); err != nil {
+			return fail(fmt.Errorf("%w: set pty size: %v", sandbox.ErrRefused, err))
+		}
+		if s.spawn.cred != nil {
+			// The terminal belongs to the code that uses it, as a login's would.
+			if err := pts.Chown(int(s.spawn.cred.Uid), int(s.spawn.cred.Gid)); err != nil {
+				return fail(fmt.Errorf("%w: chown pty: %v", sandbox.ErrRefused, err))
+			}
+		}
+		if sp.stdin {
+			j.stdin = ptm // writes to the master are the terminal's input
+		}
+	} else {
+		var in *os.File
+		if sp.stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(fmt.Errorf("%w: stdin pipe: %v", sandbox.ErrRefused, err))
+			}
+			in, j.stdin = r, w
+		} else {
+			devnull, err := os.Open(os.DevNull)
+			if err != nil {
+				return fail(fmt.Errorf("%w: open %s: %v", sandbox.ErrRefused, os.DevNull, err))
+			}
+			in = devnull
+		}
+		child = append(child, in)
+		for range 2 {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(fmt.Errorf("%w: output pipe: %v", sandbox.ErrRefused, err))
+			}
+			j.outs = append(j.outs, r)
+			child = append(child, w)
+		}
+	}
+	files := child
+	if sp.tty {
+		files = []*os.File{child[0], child[0], child[0]}
+	}
+	j.oom0, j.oomOK = g.oomKills()
+	j.started = time.Now()
+	rep := s.spawn.run(&spawnRequest{argv0: sp.path, argv: sp.argv, env: sp.env, dir: sp.dir, files: files, tty: sp.tty, group: g})
+	if rep.err != nil {
+		return fail(fmt.Errorf("%w: start %q: %v", classify(rep.err), sp.argv[0], rep.err))
+	}
+	j.pid, j.pidfd, j.exited = rep.pid, rep.pidfd, rep.exited
+	if g.kind == scopePgrp {
+		g.pgid = rep.pid // Setsid made the child a session and group leader
+	}
+	return j, nil
+}
+
+// closeIO closes the agent's ends of the command's I/O.
+func (j *job) closeIO() {
+	j.closeStdin()
+	for _, f := range j.outs {
+		f.Close()
+	}
+	if j.pidfd >= 0 {
+		unix.Close(j.pidfd)
+		j.pidfd = -1
+	}
+}
+
+func (j *job) closeStdin() {
+	j.stdinMu.Lock()
+	defer j.stdinMu.Unlock()
+	if j.stdin != nil && j.stdin != j.ptm {
+		j.stdin.Close()
+	}
+	j.stdin = nil
+}
+
+// signal delivers sig to the main process through its pidfd, so a recycled pid is never hit.
+func (j *job) signal(sig syscall.Signal) error {
+	if j.pidfd >= 0 {
+		return unix.PidfdSendSignal(j.pidfd, sig, nil, 0)
+	}
+	return unix.Kill(j.pid, sig)
+}
+
+// pump forwards one output stream to out, honouring the cap, and keeps draining past it so
+// the cap never blocks the command.
+func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync.WaitGroup) {
+	defer wg.Done()
+	buf := make([]byte, 32<<10)
+	var sent int64
+	gone := false
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && !gone {
+			m := int64(n)
+			if sent+m > limit {
+				m = limit - sent
+				*truncated = true
+			}
+			if m > 0 {
+				gone = !out.output(typ, buf[:m])
+				sent += m
+			}
+		}
+		if err != nil {
+			// EIO is how a pty master reports that the last slave fd closed.
+			return
+		}
+	}
+}
+
+// supervise waits for the job to end (exit, deadline or ctx), makes sure nothing it started
+// survives, and returns its exit. All output has been passed to out when it returns.
+func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, error) {
+	var wg sync.WaitGroup
+	truncated := make([]bool, len(j.outs))
+	types := []byte{wire.FrameStdout, wire.FrameStderr}
+	limits := []int64{j.spec.maxStdout, j.spec.maxStderr}
+	for i, f := range j.outs {
+		wg.Add(1)
+		go pump(f, types[i], limits[i], out, &truncated[i], &wg)
+	}
+	timer := time.NewTimer(j.spec.timeout)
+	defer timer.Stop()
+	var (
+		ws        syscall.WaitStatus
+		timedOut  bool
+		cancelled bool
+		errs      []error
+	)
+	select {
+	case ws = <-j.exited:
+	case <-timer.C:
+		timedOut = true
+		errs = append(errs, j.group.kill())
+		ws = <-j.exited
+	case <-ctx.Done():
+		cancelled = true
+		errs = append(errs, j.group.kill())
+		ws = <-j.exited
+	}
+	end := time.Now()
+	// The exec owns everything it started: what outlives the main process dies with it.
+	errs = append(errs, j.group.destroy())
+	j.closeStdin()
+	pumpsDone := make(chan struct{})
+	go func() { wg.Wait(); close(pumpsDone) }()
+	if j.group.kind == scopePgrp {
+		// A setsid'd escapee may hold the pipes open; it gets until the deadline, not forever.
+		select {
+		case <-pumpsDone:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		for _, f := range j.outs {
+			f.Close()
+		}
+	}
+	<-pumpsDone
+	j.closeIO()
+	ex := wire.Exit{TimedOut: timedOut, Cancelled: cancelled, DurationMs: end.Sub(j.started).Milliseconds()}
+	for _, t := range truncated {
+		ex.Truncated = ex.Truncated || t
+	}
+	switch {
+	case ws.Exited():
+		ex.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		ex.ExitCode = -1
+		ex.Signal = unix.SignalName(ws.Signal())
+		if ws.Signal() == syscall.SIGKILL && j.oomOK && !timedOut && !cancelled {
+			if n, ok := j.group.oomKills(); ok && n > j.oom0 {
+				ex.OOMKilled = true
+			}
+		}
+	default:
+		ex.ExitCode = -1
+	}
+	if err := errors.Join(errs...); err != nil {
+		// Something may have survived: never report a clean outcome.
+		return ex, fmt.Errorf("%w: exec %s ended but its processes could not be confirmed gone: %v", sandbox.ErrOutcomeUnknown, j.id, err)
+	}
+	return ex, nil
+}
+
+// feedStdin copies r into the job's stdin and ends it at EOF. It returns r's error (nil at EOF).
+func (j *job) feedStdin(r io.Reader) error {
+	if err := j.copyStdin(r); err != nil {
+		return err
+	}
+	j.endStdin()
+	return nil
+}
+
+// copyStdin copies r into the job's stdin until r ends. Once the command has gone or closed its
+// stdin the rest of r is read and dropped, as a pipe would.
+func (j *job) copyStdin(r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			// Not written under stdinMu: a command that never reads would block the write,
+			// and closeStdin must still be able to close the pipe (which unblocks it).
+			j.stdinMu.Lock()
+			w := j.stdin
+			j.stdinMu.Unlock()
+			var werr error
+			if w != nil {
+				_, werr = w.Write(buf[:n])
+			}
+			if w == nil || werr != nil {
+				_, err := io.Copy(io.Discard, r)
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// endStdin closes the command's stdin; on a terminal, where there is nothing to close, it
+// types VEOF (^D) as a user would.
+func (j *job) endStdin() {
+	if j.spec.tty {
+		j.stdinMu.Lock()
+		w := j.stdin
+		j.stdinMu.Unlock()
+		if w != nil {
+			_, _ = w.Write([]byte{4})
+		}
+		return
+	}
+	j.closeStdin()
+}

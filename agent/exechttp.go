@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// frameWriter writes frames to an HTTP response as they are produced. Writes are synchronous:
+// a client that stops reading blocks the pumps, which stop draining the pipes, which blocks the
+// command's writes. Nothing is buffered without bound.
+type frameWriter struct {
+	mu   sync.Mutex
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	seq  uint64
+	buf  []byte
+	err  error
+	gone func() // called once when the client is found gone
+}
+
+func (f *frameWriter) output(typ byte, data []byte) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return false
+	}
+	f.seq++
+	f.buf = wire.AppendOutput(f.buf[:0], typ, f.seq, data)
+	f.write(f.buf)
+	return f.err == nil
+}
+
+func (f *frameWriter) terminal(typ byte, v any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		f.err = err
+		return
+	}
+	f.buf = append(f.buf[:0], typ, 0, 0, 0, 0)
+	f.buf[1], f.buf[2], f.buf[3], f.buf[4] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
+	f.buf = append(f.buf, b...)
+	f.write(f.buf)
+}
+
+func (f *frameWriter) write(b []byte) {
+	_, err := f.w.Write(b)
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	if err != nil {
+		f.err = err
+		if f.gone != nil {
+			go f.gone()
+		}
+	}
+}
+
+// execHandler serves POST /v1/exec: JSON header, then (stdin: true) stdin bytes in the same
+// body; the response is a frame stream ending in exactly one exit or error frame.
+func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req wire.ExecRequest
+	hdr := &limitedReader{r: r.Body, n: maxRequestHeader}
+	dec := json.NewDecoder(hdr)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, jsonError(err))
+		return
+	}
+	hdr.n = -1
+	rest := io.MultiReader(dec.Buffered(), r.Body)
+	if !req.Stdin {
+		var one [1]byte
+		if n, _ := io.ReadFull(rest, one[:]); n > 0 {
+			writeError(w, fmt.Errorf("%w: request body continues after the JSON header but stdin is false", sandbox.ErrInvalid))
+			return
+		}
+	}
+	sp, err := s.validate(&req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	if req.Stdin {
+		if err := rc.EnableFullDuplex(); err != nil {
+			writeError(w, fmt.Errorf("%w: stdin needs a full-duplex connection: %v", sandbox.ErrUnsupported, err))
+			return
+		}
+	}
+	j, err := s.start(sp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// A client that stops reading may hold this handler only until the deadline plus a grace.
+	_ = rc.SetWriteDeadline(j.started.Add(sp.timeout + drainGrace))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	fw := &frameWriter{w: w, rc: rc, gone: cancel}
+	w.Header().Set("Content-Type", wire.ContentTypeFrames)
+	w.Header().Set("X-Airlock-Exec-Id", j.id)
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		cancel()
+	}
+	var stdinDone chan struct{}
+	if req.Stdin {
+		stdinDone = make(chan struct{})
+		go func() {
+			defer close(stdinDone)
+			if err := j.feedStdin(rest); err != nil {
+				// Not EOF: the client went away mid-body (or the exec is over, see below).
+				cancel()
+			}
+		}()
+	}
+	ex, err := s.supervise(ctx, j, fw)
+	if stdinDone != nil {
+		// The body must not be read after the handler returns; interrupt a blocked read.
+		_ = rc.SetReadDeadline(time.Now())
+		<-stdinDone
+	}
+	if err != nil {
+		code, _ := wire.CodeOf(err)
+		fw.terminal(wire.FrameError, wire.Error{Code: code, Message: err.Error()})
+		s.log.Error("exec", "id", j.id, "err", err)
+		return
+	}
+	fw.terminal(wire.FrameExit, ex)
+}
+
+// limitedReader fails past n bytes (n < 0: unlimited), bounding the JSON header of a body
+// whose remainder is stdin.
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return l.r.Read(p)
+	}
+	if l.n == 0 {
+		return 0, fmt.Errorf("%w: exec request header exceeds %d bytes", sandbox.ErrTooLarge, maxRequestHeader)
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}

@@ -1,0 +1,673 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// maxListEntries bounds one directory listing.
+const maxListEntries = 100_000
+
+// files is the files API. Every access goes through os.Root opened once on FilesRoot, so `..`,
+// absolute symlinks and symlinks swapped mid-walk cannot leave the root. Denied paths are
+// checked twice: lexically on the request, and on where the opened directory or file really is
+// (/proc/self/fd), because a relative symlink inside the root may lead into a denied subtree.
+// Operations on a final component (mkdir, remove, rename, write's replace) act on an already
+// verified parent directory, never on a path that is resolved again.
+type files struct {
+	root     *os.Root
+	rootReal string
+	deny     []string
+	uid, gid int
+	chown    bool
+}
+
+func newFiles(cfg *Config) (*files, error) {
+	real, err := filepath.EvalSymlinks(cfg.FilesRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sandbox.ErrInvalid, err)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sandbox.ErrInvalid, err)
+	}
+	f := &files{root: root, rootReal: real, deny: slices.Clone(cfg.DenyPaths), uid: int(cfg.CodeUID), gid: int(cfg.CodeGID)}
+	f.chown = os.Geteuid() == 0 && !(cfg.CodeUID == 0 && cfg.CodeGID == 0)
+	return f, nil
+}
+
+func (f *files) close() { f.root.Close() }
+
+// clean validates an API path and returns it cleaned (absolute, sandbox view) and relative to
+// the root ("." for the root itself).
+func (f *files) clean(field, p string) (abs, rel string, err error) {
+	switch {
+	case p == "":
+		return "", "", fmt.Errorf("%w: %s is empty", sandbox.ErrInvalid, field)
+	case !strings.HasPrefix(p, "/"):
+		return "", "", fmt.Errorf("%w: %s %q is not absolute", sandbox.ErrInvalid, field, p)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", "", fmt.Errorf("%w: %s contains a NUL byte", sandbox.ErrInvalid, field)
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return "", "", fmt.Errorf("%w: %s %q contains '..'; give the path without it", sandbox.ErrInvalid, field, p)
+		}
+	}
+	abs = path.Clean(p)
+	if err := f.allowed(abs); err != nil {
+		return "", "", err
+	}
+	rel = strings.TrimPrefix(abs, "/")
+	if rel == "" {
+		rel = "."
+	}
+	return abs, rel, nil
+}
+
+// allowed refuses abs if it is a denied path or below one.
+func (f *files) allowed(abs string) error {
+	for _, d := range f.deny {
+		if abs == d || strings.HasPrefix(abs, d+"/") {
+			return fmt.Errorf("%w: %s is inside %s, which the files API does not serve", sandbox.ErrForbidden, abs, d)
+		}
+	}
+	return nil
+}
+
+// holdsDenied refuses a recursive operation on abs when a denied path lies below it.
+func (f *files) holdsDenied(abs string) error {
+	for _, d := range f.deny {
+		if abs == "/" || strings.HasPrefix(d, abs+"/") {
+			return fmt.Errorf("%w: %s contains %s, which the files API does not serve", sandbox.ErrForbidden, abs, d)
+		}
+	}
+	return nil
+}
+
+// where returns the sandbox path an open file really is at, refusing denied locations.
+func (f *files) where(file *os.File) (string, error) {
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(file.Fd())))
+	if err != nil {
+		// Fail closed: without /proc the location cannot be verified.
+		return "", fmt.Errorf("%w: cannot verify where %s is: %v", sandbox.ErrRefused, file.Name(), err)
+	}
+	if strings.HasSuffix(target, " (deleted)") {
+		return "", fmt.Errorf("%w: %s was removed", sandbox.ErrNotFound, file.Name())
+	}
+	var sp string
+	switch {
+	case f.rootReal == "/":
+		sp = target
+	case target == f.rootReal:
+		sp = "/"
+	case strings.HasPrefix(target, f.rootReal+"/"):
+		sp = strings.TrimPrefix(target, f.rootReal)
+	default:
+		return "", fmt.Errorf("%w: %s resolves outside the files root", sandbox.ErrForbidden, file.Name())
+	}
+	if err := f.allowed(sp); err != nil {
+		return "", err
+	}
+	return sp, nil
+}
+
+// dir opens rel as a directory, verified, and returns a Root on it with its sandbox path.
+func (f *files) dir(rel string) (*os.Root, *os.File, string, error) {
+	sub, err := f.root.OpenRoot(rel)
+	if err != nil {
+		return nil, nil, "", fsError(err)
+	}
+	d, err := sub.Open(".")
+	if err != nil {
+		sub.Close()
+		return nil, nil, "", fsError(err)
+	}
+	sp, err := f.where(d)
+	if err != nil {
+		d.Close()
+		sub.Close()
+		return nil, nil, "", err
+	}
+	return sub, d, sp, nil
+}
+
+// parentOf opens the verified parent directory of rel (which is not ".").
+type parentDir struct {
+	root *os.Root
+	file *os.File
+	base string
+	sp   string // the target's real sandbox path: verified parent + base
+}
+
+func (p *parentDir) close() {
+	p.file.Close()
+	p.root.Close()
+}
+
+func (f *files) parent(field, rel string) (*parentDir, error) {
+	if rel == "." {
+		return nil, fmt.Errorf("%w: %s: not allowed on /", sandbox.ErrInvalid, field)
+	}
+	dir, base := path.Split(rel)
+	if dir == "" {
+		dir = "."
+	}
+	sub, d, sp, err := f.dir(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return nil, err
+	}
+	target := path.Join(sp, base)
+	if err := f.allowed(target); err != nil {
+		d.Close()
+		sub.Close()
+		return nil, err
+	}
+	return &parentDir{root: sub, file: d, base: base, sp: target}, nil
+}
+
+// fsError maps a filesystem error to a sandbox error class with a message that says what.
+func fsError(err error) error {
+	var pe *fs.PathError
+	msg := err.Error()
+	if errors.As(err, &pe) {
+		msg = pe.Op + " " + pe.Path + ": " + pe.Err.Error()
+		if pe.Err.Error() == "path escapes from parent" {
+			return fmt.Errorf("%w: %s (the files API is confined to its root; absolute symlinks are not followed)", sandbox.ErrForbidden, msg)
+		}
+	}
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: %s (not a directory)", sandbox.ErrInvalid, msg)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("%w: %s (is a directory)", sandbox.ErrInvalid, msg)
+	case errors.Is(err, syscall.ENOTEMPTY):
+		return fmt.Errorf("%w: %s (directory not empty; remove it with recursive)", sandbox.ErrConflict, msg)
+	}
+	return fmt.Errorf("%w: %s", classify(err), msg)
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "other"
+}
+
+func info(sp string, fi fs.FileInfo, target string) sandbox.FileInfo {
+	return sandbox.FileInfo{
+		Name:    path.Base(sp),
+		Path:    sp,
+		Size:    fi.Size(),
+		Mode:    uint32(fi.Mode().Perm()),
+		Type:    fileType(fi.Mode()),
+		ModTime: fi.ModTime().UTC(),
+		Target:  target,
+	}
+}
+
+// lstat describes base in r, with its target when it is a symlink.
+func lstat(r *os.Root, base, sp string) (sandbox.FileInfo, error) {
+	fi, err := r.Lstat(base)
+	if err != nil {
+		return sandbox.FileInfo{}, fsError(err)
+	}
+	var target string
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _ = r.Readlink(base)
+	}
+	return info(sp, fi, target), nil
+}
+
+func (s *server) filesRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/files", s.authed(token.Execute, s.readFile))
+	mux.HandleFunc("PUT /v1/files", s.authed(token.Execute, s.writeFile))
+	mux.HandleFunc("GET /v1/files/stat", s.authed(token.Execute, s.statFile))
+	mux.HandleFunc("GET /v1/files/list", s.authed(token.Execute, s.listDir))
+	mux.HandleFunc("POST /v1/files/mkdir", s.authed(token.Execute, s.mkdir))
+	mux.HandleFunc("POST /v1/files/remove", s.authed(token.Execute, s.remove))
+	mux.HandleFunc("POST /v1/files/rename", s.authed(token.Execute, s.rename))
+}
+
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: query parameter %s=%q is not a non-negative integer", sandbox.ErrInvalid, name, v)
+	}
+	return n, nil
+}
+
+// readFile streams a byte range of a regular file. FIFOs, devices and sockets are refused
+// without blocking: the open is non-blocking and the type is checked on the open file.
+func (s *server) readFile(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r, "path", "offset", "length"); err != nil {
+		writeError(w, err)
+		return
+	}
+	abs, rel, err := f.clean("path", r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	offset, err := queryInt(r, "offset", 0)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	length, err := queryInt(r, "length", -1)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if fi, err := f.root.Stat(rel); err != nil {
+		writeError(w, fsError(err))
+		return
+	} else if err := regular(abs, fi); err != nil {
+		writeError(w, err)
+		return
+	}
+	file, err := f.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	// Checked again on the open file: the name may have been swapped for a FIFO since.
+	if err := regular(abs, fi); err != nil {
+		writeError(w, err)
+		return
+	}
+	if _, err := f.where(file); err != nil {
+		writeError(w, err)
+		return
+	}
+	size := fi.Size()
+	if offset > size {
+		writeError(w, fmt.Errorf("%w: offset %d is past the end of %s (%d bytes)", sandbox.ErrInvalid, offset, abs, size))
+		return
+	}
+	n := size - offset
+	if length >= 0 && length < n {
+		n = length
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusOK)
+	// A file that shrinks mid-read ends the body short of Content-Length: the client sees an
+	// unexpected EOF, never a silently short file.
+	_, _ = io.Copy(w, io.NewSectionReader(file, offset, n))
+}
+
+func regular(abs string, fi fs.FileInfo) error {
+	switch {
+	case fi.Mode().IsRegular():
+		return nil
+	case fi.IsDir():
+		return fmt.Errorf("%w: %s is a directory", sandbox.ErrInvalid, abs)
+	}
+	return fmt.Errorf("%w: %s is not a regular file (%s); only regular files are read or written", sandbox.ErrInvalid, abs, fi.Mode().Type())
+}
+
+// writeFile replaces a file atomically: a temporary file in the same directory, fsync, rename.
+func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r, "path", "mode"); err != nil {
+		writeError(w, err)
+		return
+	}
+	abs, rel, err := f.clean("path", r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mode := uint64(0o644)
+	if v := r.URL.Query().Get("mode"); v != "" {
+		mode, err = strconv.ParseUint(v, 8, 32)
+		if err != nil || mode > 0o777 {
+			writeError(w, fmt.Errorf("%w: query parameter mode=%q is not an octal permission 0..0777", sandbox.ErrInvalid, v))
+			return
+		}
+	}
+	p, err := f.parent("path", rel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer p.close()
+	if fi, err := p.root.Lstat(p.base); err == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+		writeError(w, regular(abs, fi))
+		return
+	}
+	tmp := ".airlock-write-" + newID()
+	tf, err := p.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	err = func() error {
+		if _, err := io.Copy(tf, r.Body); err != nil {
+			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
+				return fsError(err)
+			}
+			return fmt.Errorf("%w: write %s: %v", sandbox.ErrRefused, abs, err)
+		}
+		if err := tf.Chmod(os.FileMode(mode)); err != nil {
+			return fsError(err)
+		}
+		if f.chown {
+			if err := tf.Chown(f.uid, f.gid); err != nil {
+				return fsError(err)
+			}
+		}
+		if err := tf.Sync(); err != nil {
+			return fsError(err)
+		}
+		if err := tf.Close(); err != nil {
+			return fsError(err)
+		}
+		if err := p.root.Rename(tmp, p.base); err != nil {
+			return fsError(err)
+		}
+		return p.file.Sync()
+	}()
+	if err != nil {
+		tf.Close()
+		_ = p.root.Remove(tmp)
+		writeError(w, err)
+		return
+	}
+	fi, err := lstat(p.root, p.base, p.sp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}
+
+func (s *server) statFile(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r, "path"); err != nil {
+		writeError(w, err)
+		return
+	}
+	_, rel, err := f.clean("path", r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if rel == "." {
+		sub, d, sp, err := f.dir(".")
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer sub.Close()
+		defer d.Close()
+		fi, err := d.Stat()
+		if err != nil {
+			writeError(w, fsError(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, info(sp, fi, ""))
+		return
+	}
+	p, err := f.parent("path", rel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer p.close()
+	fi, err := lstat(p.root, p.base, p.sp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}
+
+func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r, "path"); err != nil {
+		writeError(w, err)
+		return
+	}
+	_, rel, err := f.clean("path", r.URL.Query().Get("path"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sub, d, sp, err := f.dir(rel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer sub.Close()
+	defer d.Close()
+	names, err := d.Readdirnames(maxListEntries + 1)
+	if err != nil && err != io.EOF {
+		writeError(w, fsError(err))
+		return
+	}
+	if len(names) > maxListEntries {
+		writeError(w, fmt.Errorf("%w: %s has more than %d entries", sandbox.ErrTooLarge, sp, maxListEntries))
+		return
+	}
+	slices.Sort(names)
+	out := make([]sandbox.FileInfo, 0, len(names))
+	for _, n := range names {
+		fi, err := lstat(sub, n, path.Join(sp, n))
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				continue // removed since the listing was read
+			}
+			writeError(w, err)
+			return
+		}
+		out = append(out, fi)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// mkdir is mkdir -p, one verified directory at a time so no component is resolved twice.
+func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req wire.MkdirRequest
+	if err := decodeJSON(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.Mode == 0 {
+		req.Mode = 0o755
+	}
+	if req.Mode > 0o777 {
+		writeError(w, fmt.Errorf("%w: mode %#o is not a permission 0..0777", sandbox.ErrInvalid, req.Mode))
+		return
+	}
+	_, rel, err := f.clean("path", req.Path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	cur, d, sp, err := f.dir(".")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	d.Close()
+	defer func() { cur.Close() }()
+	if rel != "." {
+		for _, c := range strings.Split(rel, "/") {
+			if c == "" || c == "." {
+				continue
+			}
+			err := cur.Mkdir(c, 0o700)
+			created := err == nil
+			if err != nil && !errors.Is(err, fs.ErrExist) {
+				writeError(w, fsError(err))
+				return
+			}
+			next, err := cur.OpenRoot(c)
+			if err != nil {
+				writeError(w, fsError(err))
+				return
+			}
+			cur.Close()
+			cur = next
+			nd, err := cur.Open(".")
+			if err != nil {
+				writeError(w, fsError(err))
+				return
+			}
+			sp, err = f.where(nd)
+			if err == nil && created {
+				err = nd.Chmod(os.FileMode(req.Mode))
+				if err == nil && f.chown {
+					err = nd.Chown(f.uid, f.gid)
+				}
+				if err != nil {
+					err = fsError(err)
+				}
+			}
+			nd.Close()
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+	}
+	fi, err := cur.Stat(".")
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, info(sp, fi, ""))
+}
+
+func (s *server) remove(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req wire.RemoveRequest
+	if err := decodeJSON(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	_, rel, err := f.clean("path", req.Path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := f.parent("path", rel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer p.close()
+	fi, err := p.root.Lstat(p.base)
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	if req.Recursive && fi.IsDir() {
+		if err := f.holdsDenied(p.sp); err != nil {
+			writeError(w, err)
+			return
+		}
+		err = p.root.RemoveAll(p.base)
+	} else {
+		err = p.root.Remove(p.base)
+	}
+	if err != nil {
+		writeError(w, fsError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) rename(w http.ResponseWriter, r *http.Request) {
+	f := s.files
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	var req wire.RenameRequest
+	if err := decodeJSON(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	_, fromRel, err := f.clean("from", req.From)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	_, toRel, err := f.clean("to", req.To)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	from, err := f.parent("from", fromRel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer from.close()
+	to, err := f.parent("to", toRel)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer to.close()
+	if err := f.holdsDenied(from.sp); err != nil {
+		writeError(w, err)
+		return
+	}
+	// renameat on the two verified directory fds: os.Root.Rename would resolve both paths
+	// again from the root, and the parents may have been swapped since they were checked.
+	if err := unix.Renameat(int(from.file.Fd()), from.base, int(to.file.Fd()), to.base); err != nil {
+		writeError(w, fsError(&fs.PathError{Op: "rename", Path: req.From + " -> " + req.To, Err: err}))
+		return
+	}
+	fi, err := lstat(to.root, to.base, to.sp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}

@@ -1,0 +1,263 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// drainGrace is how long a client that stopped reading may hold an exec's stream after the
+// exec's deadline; past it the agent gives up on that client.
+const drainGrace = 30 * time.Second
+
+type server struct {
+	cfg   Config
+	ring  *token.KeyRing
+	cg    *cgroups
+	spawn *spawner
+	files *files
+	procs *processes
+	log   *slog.Logger
+
+	life     context.Context // cancelled when the agent stops: every job is killed
+	stop     context.CancelFunc
+	shutdown chan struct{} // closed by POST /v1/shutdown
+	once     sync.Once
+}
+
+// Serve runs the agent on cfg.Listen until ctx is done or, with ShutdownOnManage, a manage
+// token asks it to stop. Every command it started is dead when it returns.
+func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
+	ring, err := cfg.check()
+	if err != nil {
+		return err
+	}
+	cg, err := newCgroups(&cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	fs, err := newFiles(&cfg)
+	if err != nil {
+		return err
+	}
+	defer fs.close()
+	network, addr, _ := splitListen(cfg.Listen)
+	if network == "unix" {
+		if err := os.Remove(addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("agent: remove stale socket %s: %w", addr, err)
+		}
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return fmt.Errorf("%w: agent: listen %s: %v", sandbox.ErrRefused, cfg.Listen, err)
+	}
+	if network == "unix" {
+		defer os.Remove(addr)
+		// Only the agent's uid may connect: the code's uid must not reach its own agent's
+		// socket without a token anyway, but it should not even get to try.
+		if err := os.Chmod(addr, 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("agent: chmod socket: %w", err)
+		}
+	}
+	sp := newSpawner(&cfg)
+	if err := sp.start(hooks.PrepareSpawnThread); err != nil {
+		ln.Close()
+		return err
+	}
+	life, stop := context.WithCancel(context.Background())
+	s := &server{
+		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
+		life: life, stop: stop, shutdown: make(chan struct{}),
+	}
+	s.procs = newProcesses(s)
+	hs := &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return life },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	if hooks.Ready != nil {
+		hooks.Ready(ln.Addr().String())
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case <-s.shutdown:
+	case serveErr = <-served:
+	}
+	// Kill every job first so in-flight streams end with their terminal frames, then let the
+	// handlers finish writing them.
+	stop()
+	s.procs.killAll()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = hs.Shutdown(sctx)
+	cancel()
+	hs.Close()
+	if serveErr == nil {
+		<-served
+	}
+	s.procs.wait()
+	sp.close()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	mux.HandleFunc("POST /v1/shutdown", s.authed(token.Manage, s.shutdownHandler))
+	mux.HandleFunc("POST /v1/exec", s.authed(token.Execute, s.execHandler))
+	s.filesRoutes(mux)
+	s.processRoutes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("%w: no endpoint %s %s in protocol v%d", sandbox.ErrNotFound, r.Method, r.URL.Path, wire.ProtocolVersion))
+	})
+	return mux
+}
+
+func (s *server) features() map[string]bool {
+	return map[string]bool{
+		"exec":         true,
+		"stdin":        true,
+		"tty":          true,
+		"processes":    true,
+		"files":        true,
+		"shutdown":     s.cfg.ShutdownOnManage,
+		"oomDetection": s.cg.oomDetection(),
+	}
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sandbox.Health{
+		Version:         Version,
+		ProtocolVersion: wire.ProtocolVersion,
+		SandboxID:       s.cfg.SandboxID,
+		Features:        s.features(),
+		KillScope:       s.cg.kind,
+	})
+}
+
+// authed verifies the bearer token for class before h runs.
+func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		scheme, tok, _ := strings.Cut(auth, " ")
+		if auth == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-agent"`)
+			writeError(w, fmt.Errorf("%w: this call needs Authorization: Bearer <capability token of class %s>", sandbox.ErrUnauthenticated, class))
+			return
+		}
+		_, err := token.Verify(s.ring, strings.TrimSpace(tok), token.Expect{
+			Sandbox:    s.cfg.SandboxID,
+			Session:    s.cfg.SessionID,
+			Generation: s.cfg.Generation,
+			Class:      class,
+			Now:        time.Now(),
+		})
+		if err != nil {
+			var te *token.Error
+			if errors.As(err, &te) {
+				writeErrorReason(w, fmt.Errorf("%w: %v", sandbox.ErrForbidden, err), string(te.Reason))
+				return
+			}
+			s.log.Error("token verification could not run", "err", err)
+			writeError(w, fmt.Errorf("token verification failed: %v", err))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *server) shutdownHandler(w http.ResponseWriter, r *http.Request) {
+	if err := onlyQuery(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	if !s.cfg.ShutdownOnManage {
+		writeError(w, fmt.Errorf("%w: this agent was started without shutdownOnManage", sandbox.ErrUnsupported))
+		return
+	}
+	writeJSON(w, http.StatusAccepted, struct{}{})
+	s.once.Do(func() { close(s.shutdown) })
+}
+
+// onlyQuery refuses any query parameter not in allowed, naming it.
+func onlyQuery(r *http.Request, allowed ...string) error {
+	for k := range r.URL.Query() {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k
+		}
+		if !ok {
+			return fmt.Errorf("%w: query parameter %q is not known here (allowed: %s)", sandbox.ErrInvalid, k, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+// decodeJSON reads exactly one JSON object from body, refusing unknown fields and trailing data.
+func decodeJSON(body io.Reader, v any) error {
+	dec := json.NewDecoder(io.LimitReader(body, maxRequestHeader))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: request body has data after the JSON object", sandbox.ErrInvalid)
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into an invalid-request error that names the field.
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return err
+	case errors.As(err, &te):
+		return fmt.Errorf("%w: field %q: %s is not allowed, want %s", sandbox.ErrInvalid, te.Field, te.Value, te.Type)
+	case errors.As(err, &se):
+		return fmt.Errorf("%w: request body is not valid JSON at offset %d: %v", sandbox.ErrInvalid, se.Offset, err)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Errorf("%w: unknown field %s", sandbox.ErrInvalid, strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: request body ends before the JSON object does", sandbox.ErrInvalid)
+	}
+	return fmt.Errorf("%w: request body: %v", sandbox.ErrInvalid, err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) { writeErrorReason(w, err, "") }
+
+func writeErrorReason(w http.ResponseWriter, err error, reason string) {
+	code, status := wire.CodeOf(err)
+	writeJSON(w, status, wire.Error{Code: code, Reason: reason, Message: err.Error()})
+}

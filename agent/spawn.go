@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawnRequest is one fork/exec, executed on the spawner's locked thread.
+type spawnRequest struct {
+	argv0 string
+	argv  []string
+	env   []string
+	dir   string
+	files []*os.File // the child's fds 0, 1, 2
+	tty   bool       // files[0] is a pty slave that becomes the controlling terminal
+	group *execGroup
+	reply chan spawnReply
+}
+
+type spawnReply struct {
+	pid    int
+	pidfd  int // -1 when the kernel gave none
+	exited <-chan syscall.WaitStatus
+	err    error
+}
+
+// spawner forks every command from one OS thread and owns every wait of the process.
+//
+// One thread, because the runtime's per-thread filters (seccomp, landlock, no_new_privs) are
+// installed there by Hooks.PrepareSpawnThread and inherited by each child, while the agent's
+// other threads stay unfiltered; and because a v1 cgroup is entered per thread, so writing the
+// spawner's TID into an exec cgroup before fork makes the child start inside it (no window in
+// which it could fork outside).
+//
+// All waits, because os/exec's Wait and a PID-1 zombie reaper would otherwise race for the same
+// statuses: the reaper below is the only caller of wait4, and mu spans fork+register so a child
+// that exits at once is still dispatched to its waiter.
+type spawner struct {
+	cred    *syscall.Credential
+	homeV1  string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
+	reapAll bool   // PID 1: reap every child, dispatch the tracked ones
+
+	reqs chan *spawnRequest
+	stop chan struct{}
+	done sync.WaitGroup
+
+	mu      sync.Mutex
+	waiters map[int]chan syscall.WaitStatus
+	broken  error // the spawner thread could not leave an exec cgroup; no further spawns
+	sigs    chan os.Signal
+}
+
+func newSpawner(cfg *Config) *spawner {
+	s := &spawner{
+		reqs:    make(chan *spawnRequest),
+		stop:    make(chan struct{}),
+		waiters: map[int]chan syscall.WaitStatus{},
+		sigs:    make(chan os.Signal, 1),
+		reapAll: os.Getpid() == 1,
+	}
+	if !(cfg.AllowRootCode && cfg.CodeUID == 0 && cfg.CodeGID == 0) {
+		s.cred = &syscall.Credential{Uid: cfg.CodeUID, Gid: cfg.CodeGID, Groups: []uint32{}}
+	}
+	if cfg.CgroupV1Freezer != "" {
+		s.homeV1 = cfg.CgroupV1Freezer + "/tasks"
+	}
+	return s
+}
+
+// start runs the spawner thread and the reaper; it returns PrepareSpawnThread's error.
+func (s *spawner) start(prepare func() error) error {
+	signal.Notify(s.sigs, syscall.SIGCHLD)
+	ready := make(chan error, 1)
+	s.done.Add(2)
+	go s.loop(prepare, ready)
+	go s.reap()
+	if err := <-ready; err != nil {
+		close(s.stop)
+		s.done.Wait()
+		signal.Stop(s.sigs)
+		return err
+	}
+	return nil
+}
+
+// close stops the spawner thread and the reaper. Call it only after every tracked child has
+// been waited for.
+func (s *spawner) close() {
+	close(s.stop)
+	s.done.Wait()
+	signal.Stop(s.sigs)
+}
+
+func (s *spawner) loop(prepare func() error, ready chan<- error) {
+	defer s.done.Done()
+	// Never unlocked: when this goroutine returns the thread exits with it, taking its
+	// filters along instead of handing a filtered thread back to the scheduler.
+	runtime.LockOSThread()
+	if s.homeV1 != "" {
+		if err := writeTID(s.homeV1); err != nil {
+			ready <- fmt.Errorf("agent: move spawner thread into %s: %w", s.homeV1, err)
+			return
+		}
+	}
+	if prepare != nil {
+		if err := prepare(); err != nil {
+			ready <- fmt.Errorf("agent: prepare spawn thread: %w", err)
+			return
+		}
+	}
+	ready <- nil
+	for {
+		select {
+		case req := <-s.reqs:
+			req.reply <- s.spawn(req)
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// spawn forks one command; it runs on the locked thread.
+func (s *spawner) spawn(req *spawnRequest) spawnReply {
+	if s.broken != nil {
+		return spawnReply{err: s.broken}
+	}
+	fds := make([]uintptr, len(req.files))
+	for i, f := range req.files {
+		fds[i] = f.Fd()
+	}
+	pidfd := -1
+	sys := &syscall.SysProcAttr{
+		Setsid:     true,
+		Setctty:    req.tty,
+		Ctty:       0,
+		Credential: s.cred,
+		// A belt only: the kill that counts is the cgroup's.
+		Pdeathsig: syscall.SIGKILL,
+		PidFD:     &pidfd,
+	}
+	g := req.group
+	if g != nil && g.kind == scopeV2 {
+		sys.UseCgroupFD = true
+		sys.CgroupFD = g.fd
+	}
+	if g != nil && g.kind == scopeV1 {
+		if err := writeTID(g.dir + "/tasks"); err != nil {
+			return spawnReply{err: fmt.Errorf("enter exec cgroup %s: %w", g.dir, err)}
+		}
+	}
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(req.argv0, req.argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
+	var ch chan syscall.WaitStatus
+	if err == nil {
+		ch = make(chan syscall.WaitStatus, 1)
+		s.waiters[pid] = ch
+	}
+	s.mu.Unlock()
+	runtime.KeepAlive(req.files)
+	if g != nil && g.kind == scopeV1 {
+		if merr := writeTID(s.homeV1); merr != nil {
+			// Stuck inside an exec cgroup, the spawner would be frozen with it and keep it
+			// from being removed: refuse every further spawn rather than run half-confined.
+			s.broken = fmt.Errorf("agent: spawner thread could not leave exec cgroup %s: %w", g.dir, merr)
+			if err == nil {
+				// The child exists; its supervisor kills it like any other.
+				return spawnReply{pid: pid, pidfd: pidfd, exited: ch}
+			}
+			return spawnReply{err: s.broken}
+		}
+	}
+	if err != nil {
+		return spawnReply{err: err}
+	}
+	return spawnReply{pid: pid, pidfd: pidfd, exited: ch}
+}
+
+// run hands req to the spawner thread.
+func (s *spawner) run(req *spawnRequest) spawnReply {
+	req.reply = make(chan spawnReply, 1)
+	select {
+	case s.reqs <- req:
+	case <-s.stop:
+		return spawnReply{err: errors.New("agent is shutting down")}
+	}
+	return <-req.reply
+}
+
+// reap is the only caller of wait4 in the process.
+func (s *spawner) reap() {
+	defer s.done.Done()
+	for {
+		select {
+		case <-s.sigs:
+		case <-s.stop:
+			return
+		}
+		s.mu.Lock()
+		if s.reapAll {
+			s.reapAny()
+		} else {
+			s.reapTracked()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// reapAny collects every exited child (PID 1 inherits orphans) and dispatches tracked ones.
+func (s *spawner) reapAny() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		s.dispatch(pid, ws)
+	}
+}
+
+// reapTracked waits only for our own children, leaving any others to whoever started them.
+func (s *spawner) reapTracked() {
+	for pid := range s.waiters {
+		var ws syscall.WaitStatus
+		var got int
+		var err error
+		for {
+			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if got == pid {
+			s.dispatch(pid, ws)
+		} else if err == syscall.ECHILD {
+			// Someone else reaped it: report it as killed rather than leave the waiter hanging.
+			s.dispatch(pid, syscall.WaitStatus(syscall.SIGKILL))
+		}
+	}
+}
+
+func (s *spawner) dispatch(pid int, ws syscall.WaitStatus) {
+	if ch, ok := s.waiters[pid]; ok {
+		ch <- ws
+		delete(s.waiters, pid)
+	}
+}
+
+// writeTID writes the calling thread's id into a cgroup v1 tasks file.
+func writeTID(tasks string) error {
+	return writeFile(tasks, strconv.Itoa(unix.Gettid()))
+}
+
+func writeFile(name, s string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

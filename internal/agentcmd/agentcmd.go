@@ -1,0 +1,110 @@
+// Package agentcmd is the airlock-agent command line: serve, init and version, with no flag library.
+package agentcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+)
+
+const usage = `usage:
+  airlock-agent serve --config <file|->   run the agent with an agent.Config (JSON) from a file or stdin
+  airlock-agent init ...                  the local runtime's in-namespace first stage
+  airlock-agent version                   print the agent and protocol versions
+`
+
+// maxConfig bounds the config file: it is a few hundred bytes, anything near this is a mistake.
+const maxConfig = 1 << 20
+
+// Main runs the command and returns the process exit code.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], os.Stdin)
+	case "init":
+		return nsinit.Main(args[1:])
+	case "version":
+		if len(args) != 1 {
+			fmt.Fprint(os.Stderr, usage)
+			return 2
+		}
+		fmt.Printf("airlock-agent %s (protocol v%d)\n", agent.Version, wire.ProtocolVersion)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "airlock-agent: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+func serve(args []string, stdin io.Reader) int {
+	var src string
+	switch {
+	case len(args) == 2 && args[0] == "--config":
+		src = args[1]
+	case len(args) == 1 && len(args[0]) > len("--config=") && args[0][:len("--config=")] == "--config=":
+		src = args[0][len("--config="):]
+	default:
+		fmt.Fprintf(os.Stderr, "airlock-agent serve: want exactly --config <file|->\n%s", usage)
+		return 2
+	}
+	cfg, err := loadConfig(src, stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = agent.Serve(ctx, cfg, agent.Hooks{Ready: func(addr string) {
+		fmt.Fprintf(os.Stderr, "airlock-agent: listening on %s\n", addr)
+	}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// loadConfig reads an agent.Config, refusing unknown fields so a typo is an error, not a default.
+func loadConfig(src string, stdin io.Reader) (agent.Config, error) {
+	var r io.Reader = stdin
+	if src != "-" {
+		f, err := os.Open(src)
+		if err != nil {
+			return agent.Config{}, fmt.Errorf("config: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxConfig+1))
+	if err != nil {
+		return agent.Config{}, fmt.Errorf("config %s: %w", src, err)
+	}
+	if len(b) > maxConfig {
+		return agent.Config{}, fmt.Errorf("config %s: larger than %d bytes", src, maxConfig)
+	}
+	var cfg agent.Config
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return agent.Config{}, fmt.Errorf("config %s: %w", src, err)
+	}
+	if dec.More() {
+		return agent.Config{}, fmt.Errorf("config %s: data after the JSON object", src)
+	}
+	return cfg, nil
+}
