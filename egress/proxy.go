@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -271,16 +273,19 @@ func peekName(c net.Conn, limit int, deadline time.Time) (name string, consumed 
 		}
 		host = hello.ServerName
 	} else {
+		if first[0] < 'A' || first[0] > 'Z' {
+			// Not an HTTP method; refuse now rather than wait for a line that never comes.
+			return "", rc.buf, ReasonNotTLSOrHTTP
+		}
 		req, err := http.ReadRequest(bufio.NewReader(rc))
 		if err != nil {
 			return "", rc.buf, ReasonNotTLSOrHTTP
 		}
 		req.Body.Close()
 		host = req.Host
-		if req.URL != nil && req.URL.Host != "" {
-			if hh := req.Header.Get("Host"); hh != "" && !strings.EqualFold(hh, req.URL.Host) {
-				return "", rc.buf, ReasonAmbiguousHost
-			}
+		if hh := hostHeader(rc.buf); req.URL != nil && req.URL.Host != "" && hh != "" && !strings.EqualFold(hh, req.URL.Host) {
+			// Absolute-form target: servers should use it and ignore Host, but some do not.
+			return "", rc.buf, ReasonAmbiguousHost
 		}
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
@@ -300,6 +305,20 @@ func peekName(c net.Conn, limit int, deadline time.Time) (name string, consumed 
 		return name, rc.buf, ""
 	}
 	return host, rc.buf, ReasonIPLiteral
+}
+
+// hostHeader returns the Host header of the request head in b (http.ReadRequest hides it
+// when the request line carries an absolute URI); "" when absent.
+func hostHeader(b []byte) string {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b)))
+	if _, err := tp.ReadLine(); err != nil {
+		return ""
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil && len(h) == 0 {
+		return ""
+	}
+	return h.Get("Host")
 }
 
 // recordingConn keeps a copy of what is read (bounded by limit) and refuses every write, so
