@@ -178,19 +178,25 @@ func ParseProcCgroups(r io.Reader) (map[string]bool, error) {
 // ParseKernelConfig parses a kernel .config (plain text) into option → value ("y", "m", a
 // string or number); "# CONFIG_X is not set" lines map to "n".
 func ParseKernelConfig(r io.Reader) (map[string]string, error) {
+	return parseKernelConfig(r, nil)
+}
+
+// parseKernelConfig keeps only the options in want (all when want is nil): a distribution
+// config has thousands.
+func parseKernelConfig(r io.Reader, want map[string]bool) (map[string]string, error) {
 	out := map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		text := strings.TrimSpace(sc.Text())
 		if name, ok := strings.CutPrefix(text, "# "); ok {
-			if opt, ok := strings.CutSuffix(name, " is not set"); ok && strings.HasPrefix(opt, "CONFIG_") {
+			if opt, ok := strings.CutSuffix(name, " is not set"); ok && strings.HasPrefix(opt, "CONFIG_") && (want == nil || want[opt]) {
 				out[opt] = "n"
 			}
 			continue
 		}
 		k, v, ok := strings.Cut(text, "=")
-		if !ok || !strings.HasPrefix(k, "CONFIG_") {
+		if !ok || !strings.HasPrefix(k, "CONFIG_") || want != nil && !want[k] {
 			continue
 		}
 		out[k] = strings.Trim(v, `"`)
@@ -203,12 +209,16 @@ func ParseKernelConfig(r io.Reader) (map[string]string, error) {
 
 // ParseGzipKernelConfig parses /proc/config.gz.
 func ParseGzipKernelConfig(r io.Reader) (map[string]string, error) {
+	return parseGzipKernelConfig(r, nil)
+}
+
+func parseGzipKernelConfig(r io.Reader, want map[string]bool) (map[string]string, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, fmt.Errorf("kernel config: %w", err)
 	}
 	defer zr.Close()
-	return ParseKernelConfig(zr)
+	return parseKernelConfig(zr, want)
 }
 
 // ParseSwaps reports whether /proc/swaps lists any active swap area.

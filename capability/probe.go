@@ -329,18 +329,21 @@ func probeUserNS(fsys fs.FS, problem func(string, ...any)) UserNSFacts {
 	return u
 }
 
+// kernelOptions are the kernel config options the probe reads.
+var kernelOptions = map[string]bool{"CONFIG_VETH": true, "CONFIG_NF_TABLES": true, "CONFIG_CFS_BANDWIDTH": true}
+
 // readKernelConfig reads /proc/config.gz, else /boot/config-<release>; nil when neither.
 func readKernelConfig(fsys fs.FS, kernel string) map[string]string {
 	if f, err := fsys.Open("proc/config.gz"); err == nil {
 		defer f.Close()
-		if cfg, err := ParseGzipKernelConfig(f); err == nil {
+		if cfg, err := parseGzipKernelConfig(f, kernelOptions); err == nil {
 			return cfg
 		}
 	}
 	if kernel != "" {
 		if f, err := fsys.Open("boot/config-" + kernel); err == nil {
 			defer f.Close()
-			if cfg, err := ParseKernelConfig(f); err == nil {
+			if cfg, err := parseKernelConfig(f, kernelOptions); err == nil {
 				return cfg
 			}
 		}
