@@ -1,0 +1,513 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+)
+
+// cgroupRoot is where the host mounts its cgroup hierarchies.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// agentPidsHeadroom is how many more tasks than the declared maxProcesses the sandbox's pids
+// cgroup allows: the agent's own threads. On cgroup v1 code is held to maxProcesses in a child
+// cgroup of its own, so a fork bomb cannot starve the agent.
+const agentPidsHeadroom = 32
+
+// limits are a sandbox's resource ceilings, resolved from the declaration.
+type limits struct {
+	CPUMillis    int64
+	MemoryBytes  int64
+	MaxProcesses int64
+}
+
+// sandboxCgroup is one sandbox's cgroup, whichever the cgroup version.
+type sandboxCgroup interface {
+	// addProc moves a process (all its threads) into the cgroup.
+	addProc(pid int) error
+	// delegate hands the agent (uid/gid on the host) what it needs to create per-exec
+	// children and place its spawner thread; the limit files stay root's.
+	delegate(uid, gid int) error
+	// kill SIGKILLs every process in the cgroup and its children and waits until none is left.
+	kill(ctx context.Context) error
+	// procs lists every process in the cgroup and its children.
+	procs() ([]int, error)
+	// remove deletes the cgroup and every child, in every hierarchy.
+	remove() error
+	// dirs are the host directories this cgroup consists of (absent once removed).
+	dirs() []string
+}
+
+// cgroupDriver creates and finds sandbox cgroups under one parent (e.g. "/airlock").
+type cgroupDriver interface {
+	version() int
+	create(name string, l limits) (sandboxCgroup, error)
+	// load returns the cgroup if any of its directories exists, fs.ErrNotExist otherwise.
+	load(name string) (sandboxCgroup, error)
+	// list names the parent's children.
+	list() ([]string, error)
+}
+
+func newCgroupDriver(parent string) (cgroupDriver, error) {
+	switch cgroups.Mode() {
+	case cgroups.Unified:
+		return &v2Driver{parent: parent}, nil
+	case cgroups.Legacy, cgroups.Hybrid:
+		for _, c := range v1Controllers {
+			if _, err := os.Stat(filepath.Join(cgroupRoot, c)); err != nil {
+				return nil, fmt.Errorf("cgroup v1 controller %s is not mounted at %s: %w", c, filepath.Join(cgroupRoot, c), err)
+			}
+		}
+		return &v1Driver{parent: parent}, nil
+	}
+	return nil, errors.New("no cgroup hierarchy is mounted at " + cgroupRoot)
+}
+
+// --- cgroup v1 ---
+
+var v1Controllers = []string{"freezer", "pids", "cpu", "cpuacct", "memory"}
+
+func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+	return []cgroup1.Subsystem{
+		cgroup1.NewFreezer(cgroupRoot), cgroup1.NewPids(cgroupRoot), cgroup1.NewCpu(cgroupRoot),
+		cgroup1.NewCpuacct(cgroupRoot), cgroup1.NewMemory(cgroupRoot),
+	}, nil
+}
+
+func v1PidsOnly() ([]cgroup1.Subsystem, error) {
+	return []cgroup1.Subsystem{cgroup1.NewPids(cgroupRoot)}, nil
+}
+
+type v1Driver struct{ parent string }
+
+func (d *v1Driver) version() int { return 1 }
+
+func (d *v1Driver) path(name string) string { return path.Join("/", d.parent, name) }
+
+func (d *v1Driver) create(name string, l limits) (sandboxCgroup, error) {
+	p := d.path(name)
+	period := uint64(100000)
+	quota := l.CPUMillis * int64(period) / 1000
+	if quota < 1000 {
+		quota = 1000 // the kernel's minimum quota is 1ms
+	}
+	pidsMax := l.MaxProcesses + agentPidsHeadroom
+	res := &specs.LinuxResources{
+		CPU: &specs.LinuxCPU{Quota: &quota, Period: &period},
+		// memory+swap equal to memory: the sandbox cannot swap past its limit.
+		Memory: &specs.LinuxMemory{Limit: &l.MemoryBytes, Swap: &l.MemoryBytes},
+		Pids:   &specs.LinuxPids{Limit: &pidsMax},
+	}
+	cg, err := cgroup1.New(cgroup1.StaticPath(p), res, cgroup1.WithHierarchy(v1Hierarchy))
+	if err != nil {
+		c := &v1Cgroup{path: p}
+		_ = c.remove()
+		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
+	}
+	codeMax := l.MaxProcesses + 1 // the spawner thread itself lives there too
+	if _, err := cgroup1.New(cgroup1.StaticPath(path.Join(p, nsinit.CodePidsName)),
+		&specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &codeMax}}, cgroup1.WithHierarchy(v1PidsOnly)); err != nil {
+		c := &v1Cgroup{path: p, cg: cg}
+		_ = c.remove()
+		return nil, fmt.Errorf("create cgroup %s/%s: %w", p, nsinit.CodePidsName, err)
+	}
+	return &v1Cgroup{path: p, cg: cg}, nil
+}
+
+func (d *v1Driver) load(name string) (sandboxCgroup, error) {
+	c := &v1Cgroup{path: d.path(name)}
+	for _, dir := range c.dirs() {
+		if _, err := os.Stat(dir); err == nil {
+			if cg, err := cgroup1.Load(cgroup1.StaticPath(c.path), cgroup1.WithHierarchy(v1Hierarchy)); err == nil {
+				c.cg = cg
+			}
+			return c, nil
+		}
+	}
+	return nil, fs.ErrNotExist
+}
+
+func (d *v1Driver) list() ([]string, error) {
+	var names []string
+	for _, ctrl := range v1Controllers {
+		entries, err := os.ReadDir(filepath.Join(cgroupRoot, ctrl, d.parent))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.IsDir() && !slices.Contains(names, e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	return names, nil
+}
+
+type v1Cgroup struct {
+	path string
+	cg   cgroup1.Cgroup // nil when the cgroup is only partly there
+}
+
+func (c *v1Cgroup) dir(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, c.path) }
+
+func (c *v1Cgroup) dirs() []string {
+	var out []string
+	for _, ctrl := range v1Controllers {
+		out = append(out, c.dir(ctrl))
+	}
+	return out
+}
+
+func (c *v1Cgroup) addProc(pid int) error {
+	if c.cg == nil {
+		return errors.New("cgroup " + c.path + " is incomplete")
+	}
+	return c.cg.AddProc(uint64(pid))
+}
+
+func (c *v1Cgroup) delegate(uid, gid int) error {
+	chown := []string{
+		c.dir("freezer"), filepath.Join(c.dir("freezer"), "cgroup.procs"), filepath.Join(c.dir("freezer"), "tasks"),
+		c.dir("memory"), filepath.Join(c.dir("memory"), "cgroup.procs"), filepath.Join(c.dir("memory"), "tasks"),
+		filepath.Join(c.dir("pids"), nsinit.CodePidsName, "tasks"),
+		filepath.Join(c.dir("pids"), nsinit.CodePidsName, "cgroup.procs"),
+	}
+	for _, p := range chown {
+		if err := os.Chown(p, uid, gid); err != nil {
+			return fmt.Errorf("delegate cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *v1Cgroup) procs() ([]int, error) {
+	var pids []int
+	for _, ctrl := range v1Controllers {
+		err := filepath.WalkDir(c.dir(ctrl), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if !d.IsDir() {
+				return nil
+			}
+			got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			for _, pid := range got {
+				if !slices.Contains(pids, pid) {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pids, nil
+}
+
+func readPidFile(p string) ([]int, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a pid", p, f)
+		}
+		pids = append(pids, n)
+	}
+	return pids, nil
+}
+
+// setFreezer writes a v1 freezer state and waits (bounded) for it: the library's own Freeze
+// waits without limit, and a sandbox stuck in FREEZING must not hang Terminate.
+func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
+	f := filepath.Join(c.dir("freezer"), "freezer.state")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		if err := os.WriteFile(f, []byte(state), 0); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) == state {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s stayed %s, wanted %s", c.path, strings.TrimSpace(string(b)), state)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (c *v1Cgroup) kill(ctx context.Context) error {
+	for {
+		// Frozen, nothing can fork between listing and killing.
+		frozen := c.setFreezer(ctx, "FROZEN") == nil
+		pids, err := c.procs()
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("kill %d in cgroup %s: %w", pid, c.path, err)
+			}
+		}
+		if frozen {
+			// A frozen task only dies once thawed.
+			if err := c.setFreezer(ctx, "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if err := waitEmpty(ctx, c.procs); err == nil {
+			return nil
+		} else if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// waitEmpty polls until the cgroup has no process (killed tasks leave the cgroup when the
+// kernel has torn them down) or a second passes.
+func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
+	deadline := time.Now().Add(time.Second)
+	delay := 200 * time.Microsecond
+	for {
+		pids, err := procs()
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d processes still in the cgroup: %v", len(pids), pids)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d processes still in the cgroup: %w", len(pids), ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 20*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func (c *v1Cgroup) remove() error {
+	// Children first (the agent's per-exec cgroups, the code pids cgroup): the library
+	// deletes one level only.
+	var errs []error
+	for _, ctrl := range v1Controllers {
+		if err := rmdirTree(c.dir(ctrl)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmdirTree removes a cgroup directory and every child cgroup, deepest first. cgroupfs
+// directories go with rmdir; their files cannot be unlinked and vanish with them.
+func rmdirTree(root string) error {
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := rmdirRetry(dirs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rmdirRetry(p string) error {
+	delay := time.Millisecond
+	for i := 0; ; i++ {
+		err := unix.Rmdir(p)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		// EBUSY: a task that was just killed is still leaving.
+		if !errors.Is(err, unix.EBUSY) || i >= 10 {
+			return fmt.Errorf("remove cgroup %s: %w", p, err)
+		}
+		time.Sleep(delay)
+		delay *= 2
+	}
+}
+
+// --- cgroup v2 ---
+
+type v2Driver struct{ parent string }
+
+func (d *v2Driver) version() int { return 2 }
+
+func (d *v2Driver) path(name string) string { return path.Join("/", d.parent, name) }
+
+func (d *v2Driver) create(name string, l limits) (sandboxCgroup, error) {
+	p := d.path(name)
+	period := uint64(100000)
+	quota := l.CPUMillis * int64(period) / 1000
+	if quota < 1000 {
+		quota = 1000
+	}
+	zero := int64(0)
+	res := &cgroup2.Resources{
+		CPU: &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)},
+		// No swap: memory+swap equals memory.
+		Memory: &cgroup2.Memory{Max: &l.MemoryBytes, Swap: &zero},
+		Pids:   &cgroup2.Pids{Max: l.MaxProcesses + agentPidsHeadroom},
+	}
+	m, err := cgroup2.NewManager(cgroupRoot, p, res)
+	if err != nil {
+		_ = rmdirTree(filepath.Join(cgroupRoot, p))
+		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
+	}
+	return &v2Cgroup{path: p, m: m}, nil
+}
+
+func (d *v2Driver) load(name string) (sandboxCgroup, error) {
+	c := &v2Cgroup{path: d.path(name)}
+	if _, err := os.Stat(c.dirs()[0]); err != nil {
+		return nil, fs.ErrNotExist
+	}
+	if m, err := cgroup2.Load(c.path, cgroup2.WithMountpoint(cgroupRoot)); err == nil {
+		c.m = m
+	}
+	return c, nil
+}
+
+func (d *v2Driver) list() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(cgroupRoot, d.parent))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+type v2Cgroup struct {
+	path string
+	m    *cgroup2.Manager
+}
+
+func (c *v2Cgroup) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
+
+func (c *v2Cgroup) addProc(pid int) error {
+	if c.m == nil {
+		return errors.New("cgroup " + c.path + " is incomplete")
+	}
+	return c.m.AddProc(uint64(pid))
+}
+
+func (c *v2Cgroup) delegate(uid, gid int) error {
+	dir := c.dirs()[0]
+	for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, "cgroup.threads"), filepath.Join(dir, "cgroup.subtree_control")} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			return fmt.Errorf("delegate cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *v2Cgroup) procs() ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(c.dirs()[0], func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		pids = append(pids, got...)
+		return nil
+	})
+	return pids, err
+}
+
+func (c *v2Cgroup) kill(ctx context.Context) error {
+	if c.m != nil {
+		if err := c.m.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+	}
+	for {
+		pids, err := c.procs()
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if err := waitEmpty(ctx, c.procs); err == nil {
+			return nil
+		} else if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0]) }

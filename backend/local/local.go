@@ -1,0 +1,896 @@
+// Package local is the embedded runtime: sandboxes from namespaces, cgroups, seccomp and landlock, with no daemon.
+package local
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// Defaults.
+const (
+	DefaultStateDir      = "/run/airlock"
+	DefaultImageCacheDir = "/var/lib/airlock/images"
+	DefaultUIDBase       = 100000
+	// idRange is how many ids the sandbox's user namespace maps (0..65535).
+	idRange = 65536
+	// defaultCgroupParent is the cgroup the default state dir's sandboxes live under.
+	defaultCgroupParent = "airlock"
+	// tokenLifetime bounds each minted execute token; a fresh one is minted per request.
+	tokenLifetime = 60 * time.Second
+	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
+	startTimeout = 60 * time.Second
+	// maxSocketPath is sockaddr_un's limit (108 bytes with the NUL).
+	maxSocketPath = 107
+)
+
+// Options configure a local backend.
+type Options struct {
+	// StateDir holds one directory per session plus the master secret (default /run/airlock).
+	StateDir string
+	// AgentPath is the agent binary. Empty: $AIRLOCK_AGENT, "airlock-agent" next to this
+	// executable, "airlock-agent" on PATH, else this executable run as "__agent".
+	AgentPath string
+	// AgentArgs are arguments put before "init" (the "__agent" fallback sets it).
+	AgentArgs []string
+	// ImageCacheDir holds unpacked OCI images (default /var/lib/airlock/images).
+	ImageCacheDir string
+	// CgroupParent is the cgroup sandboxes are created under (default "airlock" for the
+	// default state dir, "airlock-<hash of the state dir>" otherwise, so that two state dirs
+	// never reap each other's sandboxes).
+	CgroupParent string
+	Logger       *slog.Logger
+	// UIDBase is the host uid (and gid) sandbox id 0 maps to; ids 0..65535 map to
+	// UIDBase..UIDBase+65535 (default 100000).
+	UIDBase int
+	// ImageProgress, if set, is called while an OCI image is unpacked.
+	ImageProgress func(done, total int64)
+}
+
+// Backend is the local runtime.
+type Backend struct {
+	opts      Options
+	log       *slog.Logger
+	agentPath string
+	agentArgs []string
+	master    []byte
+	cg        cgroupDriver
+	caps      capability.Set
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	closed   bool
+	stop     chan struct{} // closed by Close: adopted-session watchers stop
+	watchers sync.WaitGroup
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// session is a live sandbox this process knows.
+type session struct {
+	rec  record
+	dir  string
+	key  ed25519.PrivateKey
+	cmd  *exec.Cmd     // nil when adopted from another process
+	done chan struct{} // closed once init has exited (and, for our child, been reaped)
+
+	mu   sync.Mutex // serialises destroy
+	gone bool
+}
+
+// New returns a local backend over opts.StateDir, reconciling what a previous process left:
+// live sandboxes are adopted, broken ones reaped.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	if opts.StateDir == "" {
+		opts.StateDir = DefaultStateDir
+	}
+	sd, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.StateDir = filepath.Clean(sd)
+	if opts.ImageCacheDir == "" {
+		opts.ImageCacheDir = DefaultImageCacheDir
+	}
+	if opts.UIDBase == 0 {
+		opts.UIDBase = DefaultUIDBase
+	}
+	if opts.UIDBase < 1 || opts.UIDBase+idRange > 1<<32-1 {
+		return nil, fmt.Errorf("%w: uidBase %d: the range %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDBase, opts.UIDBase+idRange-1, uint32(1<<32-2))
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = cgroupParentFor(opts.StateDir)
+	}
+	if strings.Contains(opts.CgroupParent, "..") || path.IsAbs(opts.CgroupParent) {
+		return nil, fmt.Errorf("%w: cgroupParent %q must be a relative path without ..", sandbox.ErrInvalid, opts.CgroupParent)
+	}
+	if n := len(opts.StateDir) + len("/s-0123456789abcdef/run/agent.sock"); n > maxSocketPath {
+		return nil, fmt.Errorf("%w: stateDir %q is too long: the agent socket path would be %d bytes, at most %d fit a unix socket address", sandbox.ErrInvalid, opts.StateDir, n, maxSocketPath)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: the local runtime needs root (rootless mode is not implemented yet)", sandbox.ErrUnsupported)
+	}
+	b := &Backend{
+		opts:     opts,
+		log:      opts.Logger.With("backend", "local"),
+		sessions: map[string]*session{},
+		stop:     make(chan struct{}),
+	}
+	if b.agentPath, b.agentArgs, err = resolveAgent(opts.AgentPath, opts.AgentArgs); err != nil {
+		return nil, err
+	}
+	if b.cg, err = newCgroupDriver(opts.CgroupParent); err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	if err := prepareStateDir(opts.StateDir); err != nil {
+		return nil, err
+	}
+	release, err := flock(opts.StateDir, unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if b.master, err = loadMaster(opts.StateDir); err != nil {
+		return nil, err
+	}
+	b.caps = probeCapabilities(b.cg)
+	if err := b.reconcile(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close stops watching sessions; it does not terminate them (a later New adopts them).
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.stop)
+	}
+	b.mu.Unlock()
+	b.watchers.Wait()
+	return nil
+}
+
+func cgroupParentFor(stateDir string) string {
+	if stateDir == DefaultStateDir {
+		return defaultCgroupParent
+	}
+	return defaultCgroupParent + "-" + shortHash(stateDir)
+}
+
+// prepareStateDir creates the state dir 0711: the sandbox's mapped root must traverse it to
+// reach its own session directory, but may not list it. Every parent must be traversable too.
+func prepareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("state dir parent: %w", err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: state dir %s: its parent %s (mode %v) is not searchable by others; the sandbox's mapped root must reach its session directory", sandbox.ErrInvalid, dir, p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// resolveAgent finds the agent binary: the option, $AIRLOCK_AGENT, next to this executable,
+// on PATH, else this executable in "__agent" mode.
+func resolveAgent(opt string, args []string) (string, []string, error) {
+	check := func(p string) (string, error) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return "", err
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o001 == 0 {
+			return "", fmt.Errorf("%w: agent binary %s must be a regular file executable by others (mode %v): the sandbox's mapped root runs it", sandbox.ErrInvalid, abs, fi.Mode().Perm())
+		}
+		return abs, nil
+	}
+	if opt != "" {
+		p, err := check(opt)
+		return p, args, err
+	}
+	if env := os.Getenv("AIRLOCK_AGENT"); env != "" {
+		p, err := check(env)
+		if err != nil {
+			return "", nil, fmt.Errorf("$AIRLOCK_AGENT: %w", err)
+		}
+		return p, args, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	if p, err := check(filepath.Join(filepath.Dir(self), "airlock-agent")); err == nil {
+		return p, args, nil
+	}
+	if lp, err := exec.LookPath("airlock-agent"); err == nil {
+		if p, err := check(lp); err == nil {
+			return p, args, nil
+		}
+	}
+	p, err := check(self)
+	if err != nil {
+		return "", nil, err
+	}
+	return p, append([]string{"__agent"}, args...), nil
+}
+
+// Platform is local.
+func (b *Backend) Platform() capability.Platform { return capability.Local }
+
+// Capabilities reports what this backend enforces on this host.
+func (b *Backend) Capabilities(ctx context.Context) capability.Set { return b.caps }
+
+// resolved is a declaration turned into what the runtime needs.
+type resolved struct {
+	limits   limits
+	disk     int64
+	lifetime time.Duration
+	workdir  string
+	rootKind string
+	rootSrc  string
+	env      map[string]string
+}
+
+// deniedWorkdirs are paths the runtime mounts itself; a workdir there would shadow them.
+var deniedWorkdirs = []string{"/", "/proc", "/dev", "/sys", "/tmp", nsinit.AirlockDir, "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"}
+
+func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, error) {
+	bad := func(field, value, msg string) error {
+		return fmt.Errorf("%w: %s %q: %s", sandbox.ErrInvalid, field, value, msg)
+	}
+	if err := spec.ValidateID(decl.ID); err != nil {
+		return nil, err
+	}
+	switch decl.Runtime {
+	case "", spec.RuntimeNative:
+	case spec.RuntimeGVisor:
+		if _, err := exec.LookPath("runsc"); err != nil {
+			return nil, fmt.Errorf("%w: runtime gvisor needs runsc on PATH: go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237", sandbox.ErrUnsupported)
+		}
+		return nil, fmt.Errorf("%w: runtime gvisor is not implemented by the local backend yet", sandbox.ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
+	}
+	switch decl.Egress.Mode {
+	case "", spec.EgressDeny:
+	default:
+		return nil, fmt.Errorf("%w: egress mode %q is not implemented by the local backend yet (only deny)", sandbox.ErrUnsupported, decl.Egress.Mode)
+	}
+	if len(decl.PreviewPorts) > 0 {
+		return nil, fmt.Errorf("%w: previewPorts are not implemented by the local backend yet", sandbox.ErrUnsupported)
+	}
+	r := &resolved{}
+	var err error
+	if r.limits.CPUMillis, err = decl.Limits.CPUMillis(); err != nil {
+		return nil, fmt.Errorf("%w: limits.cpu: %v", sandbox.ErrInvalid, err)
+	}
+	if r.limits.MemoryBytes, err = decl.Limits.MemoryBytes(); err != nil {
+		return nil, fmt.Errorf("%w: limits.memory: %v", sandbox.ErrInvalid, err)
+	}
+	if r.disk, err = decl.Limits.DiskBytes(); err != nil {
+		return nil, fmt.Errorf("%w: limits.disk: %v", sandbox.ErrInvalid, err)
+	}
+	r.limits.MaxProcesses = decl.Limits.Processes()
+	switch {
+	case r.limits.CPUMillis < 10:
+		return nil, bad("limits.cpu", string(decl.Limits.CPU), "at least 10m")
+	case r.limits.MemoryBytes < spec.MinMemoryBytes:
+		return nil, bad("limits.memory", string(decl.Limits.Memory), "at least 1Mi")
+	case r.disk < spec.MinDiskBytes:
+		return nil, bad("limits.disk", string(decl.Limits.Disk), "at least 1Mi")
+	case r.limits.MaxProcesses < 1 || r.limits.MaxProcesses > idRange:
+		return nil, bad("limits.maxProcesses", fmt.Sprint(r.limits.MaxProcesses), fmt.Sprintf("must be 1..%d", idRange))
+	}
+	life := decl.Session.Lifetime()
+	if life < 1 {
+		return nil, bad("session.maxLifetimeSeconds", fmt.Sprint(life), "at least 1")
+	}
+	r.lifetime = time.Duration(life) * time.Second
+	r.workdir = decl.Workdir
+	if r.workdir == "" {
+		r.workdir = spec.DefaultWorkdir
+	}
+	if !path.IsAbs(r.workdir) || path.Clean(r.workdir) != r.workdir {
+		return nil, bad("workdir", r.workdir, "must be an absolute, clean path")
+	}
+	for _, d := range deniedWorkdirs {
+		if r.workdir == d || (d != "/" && strings.HasPrefix(r.workdir, d+"/")) {
+			return nil, bad("workdir", r.workdir, "is a directory the runtime owns ("+d+")")
+		}
+	}
+	var imageEnv []string
+	switch decl.Image.Kind() {
+	case spec.ImageHost:
+		r.rootKind = nsinit.RootHost
+	case spec.ImageDir:
+		d, err := filepath.Abs(decl.Image.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, bad("image.dir", decl.Image.Dir, "is not a directory")
+		}
+		r.rootKind, r.rootSrc = nsinit.RootDir, d
+	case spec.ImageOCILayout, spec.ImageTarball, spec.ImageRef:
+		dir, err := image.ResolveWith(ctx, decl.Image, b.opts.ImageCacheDir, image.ResolveOptions{
+			UIDBase: b.opts.UIDBase, IDCount: idRange, Progress: b.opts.ImageProgress, Logger: b.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.rootKind, r.rootSrc = nsinit.RootDir, dir
+		if entry, err := image.Inspect(dir); err == nil {
+			imageEnv = entry.Config.Env
+		}
+	case spec.ImageSnapshot:
+		return nil, fmt.Errorf("%w: image snapshots are not implemented by the local backend", sandbox.ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("%w: image: exactly one source must be set", sandbox.ErrInvalid)
+	}
+	r.env = map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": r.workdir,
+		"USER": nsinit.CodeUser,
+		"LANG": "C.UTF-8",
+	}
+	for _, kv := range imageEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			r.env[k] = v
+		}
+	}
+	for k, v := range decl.Env {
+		r.env[k] = v
+	}
+	return r, nil
+}
+
+// Create starts a sandbox and returns once its agent answers.
+func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	r, err := b.resolve(ctx, decl)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := DefaultSeccomp()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	// Shared: creates run side by side; a reconcile (exclusive) waits for them.
+	release, err := flock(b.opts.StateDir, unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	id, err := newSessionID()
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.start(ctx, id, decl, r, prog)
+	if err != nil {
+		// Everything the attempt made goes; an error here is worth more than the first one
+		// only if the sandbox could not be removed.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if derr := b.destroy(cctx, id, s); derr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, derr)
+		}
+		return nil, err
+	}
+	return s.public(), nil
+}
+
+// start creates the state dir and cgroup, starts init and waits until the agent answers.
+// On error the caller destroys what was made (s may be nil or partial).
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *SeccompProgram) (*session, error) {
+	dir := filepath.Join(b.opts.StateDir, id)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("session dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // umask
+		return nil, err
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(run, b.opts.UIDBase, b.opts.UIDBase); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {
+		return nil, err
+	}
+	cg, err := b.cg.create(id, r.limits)
+	if err != nil {
+		return nil, err
+	}
+	key, err := token.DeriveKey(b.master, id)
+	if err != nil {
+		return nil, err
+	}
+	ring, err := token.NewKeyRing(key.Public().(ed25519.PublicKey)).MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s := &session{
+		dir: dir, key: key, done: make(chan struct{}),
+		rec: record{
+			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
+			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
+		},
+	}
+	cfg := &nsinit.Config{
+		SessionDir: dir, Hostname: decl.ID, RootKind: r.rootKind, RootSource: r.rootSrc,
+		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
+		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
+		Agent: agent.Config{
+			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),
+			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+		},
+	}
+	st, err := b.spawn(ctx, s, cg, cfg)
+	if err != nil {
+		return s, err
+	}
+	s.rec.LandlockABI = st.LandlockABI
+	// Create returns only once the agent answers a request, not merely listens.
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := b.client(s)
+	h, err := c.Health(hctx)
+	c.Close()
+	if err != nil {
+		return s, fmt.Errorf("%w: agent of %s did not answer: %v", sandbox.ErrUnreachable, id, err)
+	}
+	if h.SandboxID != decl.ID {
+		return s, fmt.Errorf("%w: agent of %s answered for sandbox %q", sandbox.ErrUnreachable, id, h.SandboxID)
+	}
+	if err := writeRecord(dir, &s.rec); err != nil {
+		return s, err
+	}
+	b.mu.Lock()
+	b.sessions[id] = s
+	b.mu.Unlock()
+	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI)
+	return s, nil
+}
+
+// spawn starts init in its namespaces, blocked until it is inside its cgroup, sends it the
+// config and waits for its status line.
+func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config) (*nsinit.Status, error) {
+	self, err := os.Open(b.agentPath)
+	if err != nil {
+		return nil, fmt.Errorf("agent binary: %w", err)
+	}
+	defer self.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer stR.Close()
+	defer stW.Close()
+	logf, err := os.OpenFile(filepath.Join(s.dir, initLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: b.opts.UIDBase, Size: idRange}}
+	cmd := &exec.Cmd{
+		// The binary by descriptor: its directory need not be searchable by the mapped ids.
+		Path:   fmt.Sprintf("/proc/self/fd/%d", nsinit.FDSelf),
+		Args:   append(append([]string{"airlock-agent"}, b.agentArgs...), "init"),
+		Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOTRACEBACK=single"},
+		Dir:    "/",
+		Stdout: logf,
+		Stderr: logf,
+		// Order fixes the fd numbers: 3 self, 4 config, 5 status.
+		ExtraFiles: []*os.File{self, cfgR, stW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings:                ids,
+			GidMappings:                ids,
+			GidMappingsEnableSetgroups: true,
+			// Root of the new user namespace, or it has no capabilities there for mounts.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:     true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	s.cmd = cmd
+	s.rec.InitPID = cmd.Process.Pid
+	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("read init start time: %w", err)
+	}
+	b.watchChild(s)
+	cfgR.Close()
+	stW.Close()
+	if err := cg.addProc(cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("move init into its cgroup: %w", err)
+	}
+	if err := cg.delegate(b.opts.UIDBase, b.opts.UIDBase); err != nil {
+		return nil, err
+	}
+	enc, err := cfg.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cfgW.Write(enc); err != nil {
+		return nil, fmt.Errorf("send config to init: %w", err)
+	}
+	cfgW.Close()
+	type result struct {
+		st  nsinit.Status
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		line, err := bufio.NewReader(stR).ReadBytes('\n')
+		var st nsinit.Status
+		if len(line) > 0 {
+			err = json.Unmarshal(line, &st)
+		} else if err != nil {
+			err = fmt.Errorf("init exited without a status (%v)", err)
+		}
+		ch <- result{st, err}
+	}()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	select {
+	case <-ctx.Done():
+		stR.Close() // the reader goroutine ends; init, if still alive, is killed by destroy
+		return nil, fmt.Errorf("%w: sandbox did not start: %v", sandbox.ErrDeadlineExceeded, ctx.Err())
+	case r := <-ch:
+		if r.err != nil || !r.st.Ready {
+			msg := r.st.Error
+			if r.err != nil {
+				msg = r.err.Error()
+			}
+			return nil, fmt.Errorf("sandbox init failed: %s%s", msg, b.logTail(s.dir))
+		}
+		return &r.st, nil
+	}
+}
+
+// logTail returns the end of init's log, for errors.
+func (b *Backend) logTail(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, initLog))
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	if len(data) > 2048 {
+		data = data[len(data)-2048:]
+	}
+	return "\ninit log:\n" + strings.TrimSpace(string(data))
+}
+
+// watchChild reaps our own init when it exits, then removes the sandbox's remains unless a
+// Terminate is already doing so.
+func (b *Backend) watchChild(s *session) {
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+		b.reapExited(s)
+	}()
+}
+
+// watchAdopted does the same for an init another process started: a pidfd becomes readable
+// when the process exits.
+func (b *Backend) watchAdopted(s *session, pidfd int) {
+	b.watchers.Add(1)
+	go func() {
+		defer b.watchers.Done()
+		defer unix.Close(pidfd)
+		stopR, stopW, err := os.Pipe()
+		if err != nil {
+			return
+		}
+		defer stopR.Close()
+		go func() {
+			<-b.stop
+			stopW.Close()
+		}()
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(stopR.Fd()), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, -1)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || fds[1].Revents != 0 {
+				return
+			}
+			if fds[0].Revents != 0 {
+				break
+			}
+		}
+		close(s.done)
+		b.reapExited(s)
+	}()
+}
+
+func (b *Backend) reapExited(s *session) {
+	s.mu.Lock()
+	gone := s.gone
+	s.mu.Unlock()
+	if gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.destroy(ctx, s.rec.ID, s); err != nil {
+		b.log.Error("reap exited sandbox", "session", s.rec.ID, "err", err)
+	}
+}
+
+func (s *session) public() *sandbox.Session {
+	state := sandbox.StateRunning
+	select {
+	case <-s.done:
+		state = sandbox.StateTerminated
+	default:
+	}
+	return &sandbox.Session{
+		ID: s.rec.ID, SandboxID: s.rec.SandboxID, Platform: string(capability.Local), State: state,
+		Generation: s.rec.Generation, CreatedAt: s.rec.CreatedAt, ExpiresAt: s.rec.ExpiresAt,
+		Labels: s.rec.Spec.Labels, Spec: s.rec.Spec,
+	}
+}
+
+func (s *session) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lookup finds a live session: one this process knows, or one another process created in the
+// same state dir (adopted on first use).
+func (b *Backend) lookup(ctx context.Context, id string) (*session, error) {
+	if err := checkSessionID(id); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	s := b.sessions[id]
+	b.mu.Unlock()
+	if s != nil {
+		if s.exited() {
+			return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, id)
+		}
+		return s, nil
+	}
+	dir := filepath.Join(b.opts.StateDir, id)
+	rec, err := readRecord(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: session %s", sandbox.ErrNotFound, id)
+	}
+	s, err = b.adopt(ctx, dir, rec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: session %s: %v", sandbox.ErrNotFound, id, err)
+	}
+	return s, nil
+}
+
+// Get returns a live session.
+func (b *Backend) Get(ctx context.Context, sessionID string) (*sandbox.Session, error) {
+	s, err := b.lookup(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return s.public(), nil
+}
+
+// List returns every live session in the state dir.
+func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
+	entries, err := os.ReadDir(b.opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*sandbox.Session
+	for _, e := range entries {
+		if !e.IsDir() || checkSessionID(e.Name()) != nil {
+			continue
+		}
+		s, err := b.lookup(ctx, e.Name())
+		if err != nil {
+			continue // being created, or gone
+		}
+		out = append(out, s.public())
+	}
+	slices.SortFunc(out, func(a, c *sandbox.Session) int { return a.CreatedAt.Compare(c.CreatedAt) })
+	return out, nil
+}
+
+// Connect returns an agent client whose every request carries a freshly minted execute token.
+func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent, error) {
+	s, err := b.lookup(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return b.client(s), nil
+}
+
+func (b *Backend) client(s *session) *client.Client {
+	rec := s.rec
+	key := s.key
+	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), func() string {
+		now := time.Now()
+		tok, err := token.Mint(key, token.Claims{
+			Sandbox: rec.SandboxID, Session: rec.ID, Generation: rec.Generation, Class: token.Execute,
+			IssuedAt: now.Unix(), Expiry: now.Add(tokenLifetime).Unix(),
+		})
+		if err != nil {
+			return "" // the agent refuses an empty token; Mint fails only on a bad key
+		}
+		return tok
+	})
+}
+
+// Terminate destroys the sandbox and everything it made, succeeding only once it is gone.
+func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
+	if err := checkSessionID(sessionID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	s := b.sessions[sessionID]
+	b.mu.Unlock()
+	return b.destroy(ctx, sessionID, s)
+}
+
+// destroy kills the sandbox's cgroup, waits for init to be gone, removes the cgroups and the
+// state dir, and confirms all of it. s may be nil (a session this process does not know).
+func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
+	if s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.gone {
+			return nil
+		}
+	}
+	dir := filepath.Join(b.opts.StateDir, id)
+	var rec *record
+	if s != nil {
+		rec = &s.rec
+	} else if r, err := readRecord(dir); err == nil {
+		rec = r
+	}
+	cg, err := b.cg.load(id)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+	}
+	if cg != nil {
+		if err := cg.kill(ctx); err != nil {
+			return fmt.Errorf("%w: terminate %s: kill: %v", sandbox.ErrOutcomeUnknown, id, err)
+		}
+	}
+	// Init is in the cgroup, so it is dead; reap it if it is our child.
+	if rec != nil && rec.InitPID > 0 {
+		if s != nil && s.cmd != nil {
+			select {
+			case <-s.done:
+			case <-ctx.Done():
+				return fmt.Errorf("%w: terminate %s: init %d not reaped: %v", sandbox.ErrOutcomeUnknown, id, rec.InitPID, ctx.Err())
+			}
+		} else if alive(rec.InitPID, rec.InitStart) {
+			// Not in the cgroup (an incomplete create) or not our child: kill it directly;
+			// its parent (or init) reaps it.
+			_ = unix.Kill(rec.InitPID, unix.SIGKILL)
+			if err := waitGone(ctx, rec.InitPID, rec.InitStart); err != nil {
+				return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+			}
+		}
+	}
+	if cg != nil {
+		if err := cg.remove(); err != nil {
+			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+		}
+		for _, d := range cg.dirs() {
+			if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%w: terminate %s: cgroup %s still exists", sandbox.ErrOutcomeUnknown, id, d)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("%w: terminate %s: remove state: %v", sandbox.ErrOutcomeUnknown, id, err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: terminate %s: state dir %s still exists", sandbox.ErrOutcomeUnknown, id, dir)
+	}
+	if s != nil {
+		s.gone = true
+		b.mu.Lock()
+		if b.sessions[id] == s {
+			delete(b.sessions, id)
+		}
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+// waitGone waits until pid is no longer the process that started at start.
+func waitGone(ctx context.Context, pid int, start uint64) error {
+	for delay := 100 * time.Microsecond; alive(pid, start); {
+		// A zombie whose parent is gone is reaped by init soon; one whose parent lives is
+		// that parent's to reap, and counts as dead for the sandbox (it holds nothing).
+		if st, err := procState(pid); err == nil && st == 'Z' {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 10*time.Millisecond {
+			delay *= 2
+		}
+	}
+	return nil
+}
+
+// procState returns the state letter of /proc/<pid>/stat.
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, errors.New("malformed stat")
+	}
+	return b[i+2], nil
+}

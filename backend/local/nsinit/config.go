@@ -1,0 +1,103 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent"
+)
+
+// File descriptors the host passes to the init stage (exec.Cmd.ExtraFiles order).
+const (
+	// FDSelf is the agent binary itself: the host execs /proc/self/fd/3 so that the binary's
+	// directory need not be reachable by the sandbox's mapped uids.
+	FDSelf = 3
+	// FDConfig is the read end of the config pipe: the host writes Config as JSON once the
+	// child is inside its cgroups, then closes it.
+	FDConfig = 4
+	// FDStatus is the write end of the status pipe: one JSON Status line, then closed.
+	FDStatus = 5
+)
+
+// Root kinds.
+const (
+	RootHost = "host" // a minimal root assembled from the host's /usr, /lib, /bin and chosen /etc files
+	RootDir  = "dir"  // a directory (or unpacked OCI image) as the read-only lower layer
+)
+
+// Sandbox paths the runtime owns.
+const (
+	AirlockDir   = "/.airlock"
+	RunDir       = "/.airlock/run"
+	AgentSocket  = "/.airlock/run/agent.sock"
+	RWDir        = "/.airlock/rw"
+	CgroupDir    = "/.airlock/cgroup"
+	FreezerDir   = "/.airlock/cgroup/freezer"
+	MemoryDir    = "/.airlock/cgroup/memory"
+	PidsDir      = "/.airlock/cgroup/pids"
+	UnifiedDir   = "/.airlock/cgroup/unified"
+	CodePidsName = "code" // the v1 pids child cgroup the spawner thread (and so all code) lives in
+)
+
+// Config is everything the init stage needs; the host sends it as JSON on FDConfig.
+type Config struct {
+	// SessionDir is the host path of the session's state directory: SessionDir/root is the
+	// mount point of the new root and SessionDir/run is bound at /.airlock/run.
+	SessionDir string `json:"sessionDir"`
+	Hostname   string `json:"hostname"`
+	RootKind   string `json:"rootKind"`
+	// RootSource is the host directory of a RootDir root.
+	RootSource string `json:"rootSource,omitempty"`
+	// DiskBytes sizes the tmpfs that holds the workdir and /tmp.
+	DiskBytes int64  `json:"diskBytes"`
+	Workdir   string `json:"workdir"`
+	// CgroupVersion is 1 or 2: which hierarchies to mount for the agent's per-exec cgroups.
+	CgroupVersion int `json:"cgroupVersion"`
+	// Deadline is the end of the sandbox's life: init (PID 1) exits then and the kernel kills
+	// every process in the pid namespace.
+	Deadline time.Time `json:"deadline"`
+	// Seccomp is the compiled BPF program (struct sock_filter array, native endianness).
+	Seccomp []byte `json:"seccomp"`
+	// Agent is the agent's configuration; the listen address and paths are filled in here.
+	Agent agent.Config `json:"agent"`
+}
+
+// Status is what init reports on FDStatus: ready, or the error that stopped it.
+type Status struct {
+	Ready bool   `json:"ready,omitempty"`
+	Error string `json:"error,omitempty"`
+	// LandlockABI is the Landlock ABI version the spawner thread was restricted with (0: none).
+	LandlockABI int `json:"landlockAbi,omitempty"`
+}
+
+func (c *Config) check() error {
+	switch c.RootKind {
+	case RootHost:
+	case RootDir:
+		if c.RootSource == "" {
+			return fmt.Errorf("rootSource is empty for a %q root", c.RootKind)
+		}
+	default:
+		return fmt.Errorf("rootKind %q is not %q or %q", c.RootKind, RootHost, RootDir)
+	}
+	if c.SessionDir == "" || c.Workdir == "" || c.Workdir[0] != '/' {
+		return fmt.Errorf("sessionDir %q / workdir %q must be absolute paths", c.SessionDir, c.Workdir)
+	}
+	if c.DiskBytes <= 0 {
+		return fmt.Errorf("diskBytes %d must be positive", c.DiskBytes)
+	}
+	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
+		return fmt.Errorf("cgroupVersion %d is not 1 or 2", c.CgroupVersion)
+	}
+	if len(c.Seccomp) == 0 || len(c.Seccomp)%8 != 0 {
+		return fmt.Errorf("seccomp program is %d bytes, want a non-empty multiple of 8", len(c.Seccomp))
+	}
+	if c.Deadline.IsZero() {
+		return fmt.Errorf("deadline is not set")
+	}
+	return nil
+}
+
+// Encode is the wire form of c.
+func (c *Config) Encode() ([]byte, error) { return json.Marshal(c) }

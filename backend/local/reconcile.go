@@ -1,0 +1,154 @@
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// reconcile adopts every live sandbox in the state dir and reaps every broken one, then every
+// cgroup under this backend's parent that has no state dir. It runs under the exclusive lock.
+func (b *Backend) reconcile(ctx context.Context) error {
+	entries, err := os.ReadDir(b.opts.StateDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	known := map[string]bool{}
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || checkSessionID(id) != nil {
+			continue
+		}
+		known[id] = true
+		dir := filepath.Join(b.opts.StateDir, id)
+		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) {
+			if _, err := b.adopt(ctx, dir, rec); err == nil {
+				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
+				continue
+			} else {
+				b.log.Warn("sandbox does not answer; reaping it", "session", id, "err", err)
+			}
+		}
+		if err := b.destroy(ctx, id, nil); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.log.Info("reaped broken sandbox", "session", id)
+		}
+	}
+	names, err := b.cg.list()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, id := range names {
+		if known[id] || checkSessionID(id) != nil {
+			continue
+		}
+		if err := b.destroy(ctx, id, nil); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.log.Info("reaped orphan cgroup", "session", id)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("reconcile %s: %w", b.opts.StateDir, errors.Join(errs...))
+	}
+	return nil
+}
+
+// adopt takes over a live sandbox another process created: its agent must answer.
+func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session, error) {
+	b.mu.Lock()
+	if s := b.sessions[rec.ID]; s != nil {
+		b.mu.Unlock()
+		return s, nil
+	}
+	b.mu.Unlock()
+	pidfd, err := unix.PidfdOpen(rec.InitPID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("init %d: %w", rec.InitPID, err)
+	}
+	// Checked after opening the pidfd: the fd now pins this very process.
+	if !alive(rec.InitPID, rec.InitStart) {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("init %d is gone", rec.InitPID)
+	}
+	key, err := token.DeriveKey(b.master, rec.ID)
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, err
+	}
+	s := &session{rec: *rec, dir: dir, key: key, done: make(chan struct{})}
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c := b.client(s)
+	h, err := c.Health(hctx)
+	c.Close()
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, err
+	}
+	if h.SandboxID != rec.SandboxID {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("agent answered for sandbox %q, want %q", h.SandboxID, rec.SandboxID)
+	}
+	b.mu.Lock()
+	if prev := b.sessions[rec.ID]; prev != nil {
+		b.mu.Unlock()
+		unix.Close(pidfd)
+		return prev, nil
+	}
+	b.sessions[rec.ID] = s
+	b.mu.Unlock()
+	b.watchAdopted(s, pidfd)
+	return s, nil
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:6])
+}
+
+// probeCapabilities is what this backend enforces here.
+func probeCapabilities(cg cgroupDriver) capability.Set {
+	set := capability.Set{Platform: capability.Local, Entries: map[capability.Name]capability.Status{},
+		Bounds: capability.Bounds{MaxProcesses: idRange}}
+	no := func(n capability.Name, why string) { set.Entries[n] = capability.Status{Reason: why} }
+	yes := func(n ...capability.Name) {
+		for _, x := range n {
+			set.Entries[x] = capability.Status{Supported: true}
+		}
+	}
+	for _, n := range capability.Names {
+		no(n, "not implemented by the local backend yet")
+	}
+	yes(capability.Files, capability.Reconnect, capability.EgressDeny, capability.SessionLifetime,
+		capability.Env, capability.Stdin, capability.PTY, capability.BackgroundProcesses,
+		capability.Labels, capability.Workdir, capability.ImageHost, capability.ImageDir,
+		capability.ImageOCI, capability.ImageRef, capability.DiskLimit)
+	if cg != nil {
+		yes(capability.EnforcedLimits, capability.ProcessLimit)
+	} else {
+		no(capability.EnforcedLimits, "no usable cgroup hierarchy")
+		no(capability.ProcessLimit, "no usable cgroup hierarchy")
+	}
+	no(capability.IdleTimeout, "not enforced by the local backend yet")
+	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
+	if _, err := exec.LookPath("runsc"); err != nil {
+		no(capability.GVisor, "runsc is not on PATH: go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237")
+	} else {
+		no(capability.GVisor, "runsc is installed but the local backend does not drive it yet")
+	}
+	return set
+}

@@ -1,0 +1,189 @@
+package local
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// record is session.json: what a later process needs to find, reach and reap a sandbox.
+type record struct {
+	ID        string `json:"id"`
+	SandboxID string `json:"sandboxId"`
+	// InitPID is the sandbox's PID 1 as the host sees it; InitStart its start time (clock
+	// ticks since boot, /proc/<pid>/stat field 22), so a reused pid is never mistaken for it.
+	InitPID       int          `json:"initPid"`
+	InitStart     uint64       `json:"initStart"`
+	Cgroup        string       `json:"cgroup"`
+	CgroupVersion int          `json:"cgroupVersion"`
+	Generation    uint64       `json:"generation"`
+	CreatedAt     time.Time    `json:"createdAt"`
+	ExpiresAt     time.Time    `json:"expiresAt"`
+	Spec          spec.Sandbox `json:"spec"`
+	LandlockABI   int          `json:"landlockAbi"`
+}
+
+const (
+	recordFile = "session.json"
+	masterFile = "master.key"
+	lockFile   = ".lock"
+	initLog    = "init.log"
+)
+
+var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)
+
+func newSessionID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "s-" + hex.EncodeToString(b[:]), nil
+}
+
+func checkSessionID(id string) error {
+	if !sessionIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
+	}
+	return nil
+}
+
+func writeRecord(dir string, r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, recordFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, recordFile))
+}
+
+func readRecord(dir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, recordFile), err)
+	}
+	return &r, nil
+}
+
+// parseStartTime returns field 22 (starttime) of a /proc/<pid>/stat line. The command name
+// (field 2) is in parentheses and may itself hold spaces and parentheses: fields are counted
+// after its last ')'.
+func parseStartTime(r io.Reader) (uint64, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, errors.New("stat: no ')' after the command name")
+	}
+	fields := strings.Fields(line[i+1:])
+	// fields[0] is field 3 (state): starttime, field 22, is fields[19].
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 20", len(fields))
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// startTime reads pid's start time; fs.ErrNotExist when the process is gone.
+func startTime(pid int) (uint64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return parseStartTime(f)
+}
+
+// alive reports whether pid is still the process that started at start. A zombie still
+// counts: it is not yet reaped and its pid not yet reusable.
+func alive(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	got, err := startTime(pid)
+	return err == nil && got == start
+}
+
+// loadMaster reads the state dir's master secret, creating it (0600) on first use.
+func loadMaster(stateDir string) ([]byte, error) {
+	p := filepath.Join(stateDir, masterFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if _, err := f.Write(key); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Close(); err != nil {
+			return nil, err
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("master secret %s: %w", p, err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sandbox.ErrRefused, p, fi.Mode().Perm())
+	}
+	key, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sandbox.ErrInvalid, p, len(key))
+	}
+	return key, nil
+}
+
+// flock takes the state dir's lock: exclusive for reconciling, shared while creating, so a
+// reconcile never reaps a sandbox that is still being created.
+func flock(stateDir string, how int) (release func(), err error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
