@@ -1,0 +1,493 @@
+// Package runcode runs one snippet of code in a fresh, disposable sandbox: the run_code semantics shared by the CLI and MCP.
+package runcode
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Language is a canonical language name.
+type Language string
+
+const (
+	Python Language = "python"
+	Node   Language = "node"
+	Bash   Language = "bash"
+)
+
+// Limits of one run.
+const (
+	DefaultTimeoutSeconds = 30
+	MaxTimeoutSeconds     = 300
+	// MaxCodeBytes bounds the code itself; larger programs belong in Files.
+	MaxCodeBytes = 1 << 20
+	// DefaultOutputBytes caps each of stdout and stderr.
+	DefaultOutputBytes = 1 << 20
+	// The sandbox a run gets.
+	DefaultMemory       = "512Mi"
+	DefaultCPU          = "1"
+	DefaultMaxProcesses = 256
+	// lifetimeMargin is how long a sandbox may outlive its exec's deadline before the
+	// backend's own lifetime bound reaps it, should this process die before terminating it.
+	lifetimeMargin = 60
+	// terminateTimeout bounds the cleanup that runs even after the caller's ctx ended.
+	terminateTimeout = 30 * time.Second
+)
+
+// runtime is how one language is run: the file the code goes into and the command.
+type runtime struct {
+	file string
+	argv []string
+}
+
+var runtimes = map[Language]runtime{
+	Python: {file: "main.py", argv: []string{"python3", "main.py"}},
+	Node:   {file: "main.js", argv: []string{"node", "main.js"}},
+	Bash:   {file: "main.sh", argv: []string{"bash", "main.sh"}},
+}
+
+// aliases maps every accepted (lower-case) name to its language, canonical names included.
+var aliases = map[string]Language{
+	"python": Python, "py": Python, "python3": Python,
+	"node": Node, "js": Node, "javascript": Node,
+	"bash": Bash, "sh": Bash, "shell": Bash,
+}
+
+// Languages lists the canonical names.
+func Languages() []Language { return []Language{Python, Node, Bash} }
+
+// LanguageNames lists every accepted name, aliases included, canonical ones first, for a
+// schema enum or a flag's help.
+func LanguageNames() []string {
+	names := []string{string(Python), string(Node), string(Bash)}
+	var rest []string
+	for a := range aliases {
+		if !slices.Contains(names, a) {
+			rest = append(rest, a)
+		}
+	}
+	sort.Strings(rest)
+	return append(names, rest...)
+}
+
+// ParseLanguage returns the language s names, case-insensitively, or an error listing
+// the allowed names.
+func ParseLanguage(s string) (Language, error) {
+	if l, ok := aliases[strings.ToLower(strings.TrimSpace(s))]; ok {
+		return l, nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("%w: language is empty: allowed are %s", sandbox.ErrInvalid, strings.Join(LanguageNames(), ", "))
+	}
+	return "", fmt.Errorf("%w: language %q is not supported: allowed are %s", sandbox.ErrInvalid, s, strings.Join(LanguageNames(), ", "))
+}
+
+// Request is one run.
+type Request struct {
+	// Language is python, node or bash, or an alias (py, python3, js, javascript, sh, shell).
+	Language string `json:"language"`
+	// Code is the program text.
+	Code string `json:"code"`
+	// TimeoutSeconds is 1..300; 0 means 30.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Network allows connections to the public internet (egress mode allow); off by default.
+	Network bool `json:"network,omitempty"`
+	// Stdin is fed to the program; empty means stdin is closed.
+	Stdin string `json:"stdin,omitempty"`
+	// Files are written before the program starts: relative paths are below the working
+	// directory, absolute ones are where they say.
+	Files map[string][]byte `json:"-"`
+}
+
+// Normalize checks req and returns it with the language canonical and the timeout defaulted.
+func Normalize(req Request) (Request, error) {
+	l, err := ParseLanguage(req.Language)
+	if err != nil {
+		return req, err
+	}
+	req.Language = string(l)
+	if strings.TrimSpace(req.Code) == "" {
+		return req, fmt.Errorf("%w: code is empty: give the program to run", sandbox.ErrInvalid)
+	}
+	if len(req.Code) > MaxCodeBytes {
+		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: put large programs in files", sandbox.ErrInvalid, len(req.Code), MaxCodeBytes)
+	}
+	switch {
+	case req.TimeoutSeconds == 0:
+		req.TimeoutSeconds = DefaultTimeoutSeconds
+	case req.TimeoutSeconds < 0:
+		return req, fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, req.TimeoutSeconds)
+	case req.TimeoutSeconds > MaxTimeoutSeconds:
+		return req, fmt.Errorf("%w: timeout_seconds %d is over the cap of %d seconds", sandbox.ErrInvalid, req.TimeoutSeconds, MaxTimeoutSeconds)
+	}
+	codeFile := runtimes[l].file
+	for p := range req.Files {
+		if err := checkFilePath(p); err != nil {
+			return req, err
+		}
+		if path.Clean(p) == codeFile {
+			return req, fmt.Errorf("%w: file %q would overwrite the code itself (%s): give it another name", sandbox.ErrInvalid, p, codeFile)
+		}
+	}
+	return req, nil
+}
+
+func checkFilePath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: a file path is empty", sandbox.ErrInvalid)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w: file path %q contains a NUL byte", sandbox.ErrInvalid, p)
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return fmt.Errorf("%w: file path %q contains '..': give the path without it", sandbox.ErrInvalid, p)
+	case path.Clean(p) == "." || path.Clean(p) == "/":
+		return fmt.Errorf("%w: file path %q names a directory, not a file", sandbox.ErrInvalid, p)
+	}
+	return nil
+}
+
+// Options are how the caller runs code, beyond the request itself.
+type Options struct {
+	// Image is the root filesystem; zero means the host image.
+	Image spec.Image
+	// Stdout and Stderr, when set, receive output live as it is produced, in addition to
+	// what Result captures (at most MaxOutputBytes each).
+	Stdout, Stderr io.Writer
+	// Stdin, when set, is fed to the program instead of Request.Stdin.
+	Stdin io.Reader
+	// MaxOutputBytes caps each stream; 0 means DefaultOutputBytes.
+	MaxOutputBytes int64
+	// Labels are added to the sandbox's labels.
+	Labels map[string]string
+	Logger *slog.Logger
+}
+
+// Result is what one run produced.
+type Result struct {
+	Language string `json:"language"`
+	// ExitCode is the program's exit status; a program killed by a signal reports 128+signal,
+	// as a shell does.
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	// TimedOut: the program ran past its timeout and was killed with everything it started.
+	TimedOut bool `json:"timed_out"`
+	// OOMKilled: the program was killed for exceeding the memory limit.
+	OOMKilled bool `json:"oom_killed"`
+	// Truncated: stdout or stderr went over the cap and the rest was dropped.
+	Truncated      bool   `json:"truncated"`
+	DurationMs     int64  `json:"duration_ms"`
+	TimeoutSeconds int    `json:"timeout_seconds"`
+	SandboxID      string `json:"sandbox_id"`
+	// Memory is the memory limit the program ran under, for the OOM message.
+	Memory string `json:"memory"`
+	// OutputCapBytes is the per-stream cap, for the truncation message.
+	OutputCapBytes int64 `json:"output_cap_bytes"`
+}
+
+// Text renders the result for a person or a model: "Exit code: N", notes on a timeout,
+// OOM kill or truncation, then the non-empty output sections.
+func (r Result) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Exit code: %d\n", r.ExitCode)
+	if r.TimedOut {
+		fmt.Fprintf(&b, "Timed out after %ds: the program and everything it started were killed\n", r.TimeoutSeconds)
+	}
+	if r.OOMKilled {
+		fmt.Fprintf(&b, "Killed: out of memory (limit %s)\n", r.Memory)
+	} else if r.Signal != "" && !r.TimedOut {
+		fmt.Fprintf(&b, "Killed by signal %s\n", r.Signal)
+	}
+	if r.Truncated {
+		fmt.Fprintf(&b, "Output truncated: each stream is capped at %d bytes\n", r.OutputCapBytes)
+	}
+	section := func(name, s string) {
+		if s == "" {
+			return
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s", name, s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	section("stdout", r.Stdout)
+	section("stderr", r.Stderr)
+	return b.String()
+}
+
+// ExitStatus is the status a command-line tool exits with for this result: 124 on a
+// timeout (as coreutils timeout), 137 on an OOM kill, else the program's exit code.
+func (r Result) ExitStatus() int {
+	switch {
+	case r.TimedOut:
+		return 124
+	case r.OOMKilled:
+		return 137
+	case r.ExitCode < 0 || r.ExitCode > 255:
+		return 1
+	}
+	return r.ExitCode
+}
+
+// Declaration is the sandbox a run of req gets: the run_code defaults, egress allow only
+// when req.Network, and a lifetime just past the timeout so that a sandbox this process
+// failed to terminate still ends. req must be normalized.
+func Declaration(req Request, opts Options) spec.Sandbox {
+	img := opts.Image
+	if img == (spec.Image{}) {
+		img = spec.Image{Host: true}
+	}
+	egress := spec.EgressDeny
+	if req.Network {
+		egress = spec.EgressAllow
+	}
+	procs := int64(DefaultMaxProcesses)
+	life := int64(req.TimeoutSeconds + lifetimeMargin)
+	noReconnect := false
+	labels := map[string]string{"airlock.dev/purpose": "run-code", "airlock.dev/language": req.Language}
+	for k, v := range opts.Labels {
+		labels[k] = v
+	}
+	return spec.Sandbox{
+		ID:      "run-" + randomHex(6),
+		Image:   img,
+		Limits:  spec.Limits{CPU: DefaultCPU, Memory: DefaultMemory, MaxProcesses: &procs},
+		Egress:  spec.Egress{Mode: egress},
+		Session: spec.Session{MaxLifetimeSeconds: &life, Reconnect: &noReconnect},
+		Labels:  labels,
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// RefusedError is a run the backend cannot enforce as asked; it unwraps to
+// sandbox.ErrRefused and to each *plan.Refusal.
+type RefusedError struct {
+	Platform capability.Platform
+	Network  bool
+	Refusals []*plan.Refusal
+	Set      capability.Set
+}
+
+func (e *RefusedError) Error() string {
+	var lines []string
+	for _, r := range e.Refusals {
+		if r.Capability == capability.PublicOnlyEgress && e.Network {
+			why := e.Set.Entries[r.Capability].Reason
+			if why == "" {
+				why = r.Message
+			}
+			lines = append(lines, fmt.Sprintf("network: true needs egress \"allow\" (public internet only), which is not available on this host (%s): %s (capability %s is unsupported); run with network off",
+				e.Platform, why, r.Capability))
+			continue
+		}
+		lines = append(lines, r.Error())
+	}
+	return "refused: " + strings.Join(lines, "; ")
+}
+
+func (e *RefusedError) Unwrap() []error {
+	errs := []error{sandbox.ErrRefused}
+	for _, r := range e.Refusals {
+		errs = append(errs, r)
+	}
+	return errs
+}
+
+// Check refuses, before anything is created, a declaration the backend cannot enforce.
+func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, network bool) error {
+	set := backend.Capabilities(ctx)
+	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, backend.Platform(), set)
+	if !res.Refused() {
+		return nil
+	}
+	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: res.Refusals, Set: set}
+}
+
+// Run runs req in a fresh sandbox on backend and always terminates that sandbox, even when
+// ctx is cancelled. An error means the run could not happen or its outcome is unknown; a
+// program that failed, timed out or was killed is a Result with no error.
+func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options) (res Result, err error) {
+	req, err = Normalize(req)
+	if err != nil {
+		return Result{}, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	capBytes := opts.MaxOutputBytes
+	if capBytes <= 0 {
+		capBytes = DefaultOutputBytes
+	}
+	decl := Declaration(req, opts)
+	if err := Check(ctx, backend, decl, req.Network); err != nil {
+		return Result{}, err
+	}
+	decl.ApplyDefaults()
+
+	sess, err := backend.Create(ctx, decl)
+	if err != nil {
+		return Result{}, fmt.Errorf("creating the sandbox: %w", err)
+	}
+	defer func() {
+		// The sandbox goes whatever happened, with a context of its own: a cancelled
+		// caller must not leave it behind.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
+		defer cancel()
+		if terr := backend.Terminate(tctx, sess.ID); terr != nil {
+			log.Error("run_code: terminating the sandbox failed", "session", sess.ID, "err", terr)
+			err = errors.Join(err, fmt.Errorf("terminating sandbox %s: %w", sess.ID, terr))
+		}
+	}()
+
+	agent, err := backend.Connect(ctx, sess.ID)
+	if err != nil {
+		return Result{}, fmt.Errorf("connecting to the sandbox: %w", err)
+	}
+	defer agent.Close()
+
+	workdir := decl.Workdir
+	rt := runtimes[Language(req.Language)]
+	if err := writeFiles(ctx, agent, workdir, req.Files); err != nil {
+		return Result{}, err
+	}
+	if err := agent.WriteFile(ctx, path.Join(workdir, rt.file), strings.NewReader(req.Code), 0o644); err != nil {
+		return Result{}, fmt.Errorf("writing the code to %s: %w", path.Join(workdir, rt.file), err)
+	}
+
+	stdin := opts.Stdin
+	if stdin == nil && req.Stdin != "" {
+		stdin = strings.NewReader(req.Stdin)
+	}
+	outBuf := &capped{max: capBytes}
+	errBuf := &capped{max: capBytes}
+	var stdout, stderr io.Writer = outBuf, errBuf
+	if opts.Stdout != nil {
+		stdout = io.MultiWriter(outBuf, opts.Stdout)
+	}
+	if opts.Stderr != nil {
+		stderr = io.MultiWriter(errBuf, opts.Stderr)
+	}
+	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	ex, err := agent.Exec(ctx, sandbox.ExecRequest{
+		Argv:      rt.argv,
+		Cwd:       workdir,
+		Timeout:   timeout,
+		Stdin:     stdin,
+		MaxStdout: capBytes,
+		MaxStderr: capBytes,
+	}, stdout, stderr)
+	if err != nil {
+		return Result{}, fmt.Errorf("running the code: %w", err)
+	}
+	res = Result{
+		Language:       req.Language,
+		ExitCode:       ex.ExitCode,
+		Signal:         ex.Signal,
+		Stdout:         outBuf.String(),
+		Stderr:         errBuf.String(),
+		TimedOut:       ex.TimedOut,
+		OOMKilled:      ex.OOMKilled,
+		Truncated:      ex.Truncated || outBuf.over || errBuf.over,
+		DurationMs:     ex.Duration.Milliseconds(),
+		TimeoutSeconds: req.TimeoutSeconds,
+		SandboxID:      decl.ID,
+		Memory:         string(decl.Limits.Memory),
+		OutputCapBytes: capBytes,
+	}
+	if res.ExitCode < 0 && res.Signal != "" {
+		if n := unix.SignalNum(res.Signal); n != 0 {
+			res.ExitCode = 128 + int(n)
+		}
+	}
+	return res, nil
+}
+
+// writeFiles writes files in a stable order, creating parent directories.
+func writeFiles(ctx context.Context, agent sandbox.Agent, workdir string, files map[string][]byte) error {
+	names := make([]string, 0, len(files))
+	for p := range files {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	made := map[string]bool{workdir: true}
+	for _, p := range names {
+		abs := p
+		if !path.IsAbs(abs) {
+			abs = path.Join(workdir, p)
+		}
+		abs = path.Clean(abs)
+		if dir := path.Dir(abs); !made[dir] {
+			if err := agent.Mkdir(ctx, dir, 0o755); err != nil {
+				return fmt.Errorf("creating directory %s for file %q: %w", dir, p, err)
+			}
+			made[dir] = true
+		}
+		if err := agent.WriteFile(ctx, abs, bytes.NewReader(files[p]), 0o644); err != nil {
+			return fmt.Errorf("writing file %q to %s: %w", p, abs, err)
+		}
+	}
+	return nil
+}
+
+// capped keeps at most max bytes, cut back to whole UTF-8 characters when read, and
+// remembers whether more came.
+type capped struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - int64(c.buf.Len())
+	if int64(len(p)) > room {
+		c.over = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	b := c.buf.Bytes()
+	if c.over {
+		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
+		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i]
+				}
+				break
+			}
+		}
+	}
+	return string(b)
+}
