@@ -48,8 +48,8 @@ type ent struct {
 var testMtime = time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
 
 // f, d, sym and hard build entries concisely.
-func f(name, body string) ent   { return ent{name: name, body: body} }
-func d(name string) ent         { return ent{name: name, typ: tar.TypeDir} }
+func f(name, body string) ent     { return ent{name: name, body: body} }
+func d(name string) ent           { return ent{name: name, typ: tar.TypeDir} }
 func sym(name, target string) ent { return ent{name: name, typ: tar.TypeSymlink, link: target} }
 func hard(name, target string) ent {
 	return ent{name: name, typ: tar.TypeLink, link: target}
