@@ -1,0 +1,141 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// TestTokenRefusals: every call but health needs a valid token for this sandbox, session,
+// generation and class; each refusal names its reason.
+func TestTokenRefusals(t *testing.T) {
+	h := newHarness(t).start()
+	_, otherKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := token.Mint(otherKey, token.Claims{Sandbox: h.cfg.SandboxID, Session: h.cfg.SessionID, Generation: h.cfg.Generation, Class: token.Execute, Expiry: time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := h.token(token.Execute, nil)
+	// One character in the middle of the signature changed (every bit there is significant).
+	i := strings.IndexByte(good, '.') + 20
+	flip := byte('A')
+	if good[i] == 'A' {
+		flip = 'B'
+	}
+	tampered := good[:i] + string(flip) + good[i+1:]
+	tests := []struct {
+		name   string
+		header string // full Authorization header; "" sends none
+		status int
+		reason string
+	}{
+		{"missing", "", 401, ""},
+		{"wrong scheme", "Basic " + good, 401, ""},
+		{"empty bearer", "Bearer ", 401, ""},
+		{"garbage", "Bearer not-a-token", 403, string(token.ReasonMalformed)},
+		{"key not in ring", "Bearer " + foreign, 403, string(token.ReasonBadSignature)},
+		{"tampered signature", "Bearer " + tampered, 403, string(token.ReasonBadSignature)},
+		{"wrong sandbox", "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Sandbox = "other" }), 403, string(token.ReasonWrongSandbox)},
+		{"wrong session", "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Session = "other" }), 403, string(token.ReasonWrongSession)},
+		{"older generation", "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Generation-- }), 403, string(token.ReasonStaleGeneration)},
+		{"newer generation", "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Generation++ }), 403, string(token.ReasonStaleGeneration)},
+		{"expired", "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Expiry = time.Now().Add(-time.Minute).Unix() }), 403, string(token.ReasonExpired)},
+		{"manage token for execute calls", "Bearer " + h.token(token.Manage, nil), 403, string(token.ReasonWrongClass)},
+	}
+	calls := []struct{ method, path, body string }{
+		{"POST", "/v1/exec", `{"argv":["true"],"timeoutMs":1000}`},
+		{"GET", "/v1/files?path=/", ""},
+		{"PUT", "/v1/files?path=/x", "data"},
+		{"GET", "/v1/files/list?path=/", ""},
+		{"GET", "/v1/files/stat?path=/", ""},
+		{"POST", "/v1/files/mkdir", `{"path":"/d"}`},
+		{"POST", "/v1/files/remove", `{"path":"/d"}`},
+		{"POST", "/v1/files/rename", `{"from":"/a","to":"/b"}`},
+		{"GET", "/v1/processes", ""},
+		{"POST", "/v1/processes", `{"argv":["true"],"timeoutMs":1000}`},
+	}
+	for _, tc := range tests {
+		for _, call := range calls {
+			t.Run(tc.name+" "+call.method+" "+call.path, func(t *testing.T) {
+				status, body := h.rawHeader(call.method, call.path, tc.header, strings.NewReader(call.body))
+				var we wire.Error
+				if err := json.Unmarshal(body, &we); err != nil {
+					t.Fatalf("status %d, body %q is not an error object", status, body)
+				}
+				if status != tc.status || we.Reason != tc.reason {
+					t.Errorf("status %d reason %q (%s), want %d %q", status, we.Reason, body, tc.status, tc.reason)
+				}
+				wantCode := map[int]string{401: "unauthenticated", 403: "forbidden"}[tc.status]
+				if we.Code != wantCode {
+					t.Errorf("code %q, want %q", we.Code, wantCode)
+				}
+			})
+		}
+	}
+	// Nothing refused above may have acted.
+	if _, err := h.cl.Stat(context.Background(), "/x"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a refused PUT wrote /x: stat error %v", err)
+	}
+	if _, err := h.cl.Stat(context.Background(), "/d"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a refused mkdir made /d: stat error %v", err)
+	}
+}
+
+// TestTokenRefusalsThroughClient: the client maps refusals back to sandbox classes.
+func TestTokenRefusalsThroughClient(t *testing.T) {
+	h := newHarness(t).start()
+	ctx := context.Background()
+	_, err := h.clientWith("").Stat(ctx, "/")
+	if !errors.Is(err, sandbox.ErrUnauthenticated) {
+		t.Errorf("no token: %v, want ErrUnauthenticated", err)
+	}
+	expired := h.clientWith(h.token(token.Execute, func(c *token.Claims) { c.Expiry = time.Now().Add(-time.Minute).Unix() }))
+	_, err = expired.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second}, nil, nil)
+	var ce *client.Error
+	if !errors.Is(err, sandbox.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != string(token.ReasonExpired) {
+		t.Errorf("expired token: %v, want ErrForbidden with reason expired", err)
+	}
+}
+
+func TestShutdownNeedsManage(t *testing.T) {
+	h := newHarness(t).start()
+	ctx := context.Background()
+	err := h.cl.Shutdown(ctx) // execute token
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Reason != string(token.ReasonWrongClass) {
+		t.Fatalf("shutdown with execute token: %v, want wrongClass", err)
+	}
+	if _, err := h.cl.Health(ctx); err != nil {
+		t.Fatalf("agent stopped after a refused shutdown: %v", err)
+	}
+	if err := h.clientWith(h.token(token.Manage, nil)).Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	if code := h.proc.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("agent exit code %d after shutdown", code)
+	}
+}
+
+func TestShutdownDisabled(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.ShutdownOnManage = false
+	h.start()
+	err := h.clientWith(h.token(token.Manage, nil)).Shutdown(context.Background())
+	if !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("shutdown on an agent without shutdownOnManage: %v, want ErrUnsupported", err)
+	}
+}

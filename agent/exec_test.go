@@ -1,0 +1,276 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+func TestHealth(t *testing.T) {
+	h := newHarness(t).start()
+	noToken := h.clientWith("")
+	got, err := noToken.Health(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ProtocolVersion != 1 || got.SandboxID != h.cfg.SandboxID || got.KillScope != "process-group" || got.Version == "" {
+		t.Errorf("health = %+v", got)
+	}
+	for _, f := range []string{"exec", "stdin", "tty", "processes", "files", "shutdown"} {
+		if !got.Features[f] {
+			t.Errorf("feature %s not reported: %v", f, got.Features)
+		}
+	}
+}
+
+func run(t *testing.T, cl *client.Client, req sandbox.ExecRequest) (string, string, sandbox.ExecResult) {
+	t.Helper()
+	if req.Timeout == 0 {
+		req.Timeout = time.Minute
+	}
+	var out, errb bytes.Buffer
+	res, err := cl.Exec(context.Background(), req, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %v %q: %v", req.Argv, req.Shell, err)
+	}
+	return out.String(), errb.String(), res
+}
+
+func TestExecBasics(t *testing.T) {
+	h := newHarness(t).start()
+	work := filepath.Join(h.dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                string
+		req                 sandbox.ExecRequest
+		stdout, stderr, sig string
+		code                int
+	}{
+		{name: "argv", req: sandbox.ExecRequest{Argv: []string{"echo", "hello", "world"}}, stdout: "hello world\n"},
+		{name: "shell", req: sandbox.ExecRequest{Shell: "echo out; echo err >&2; exit 3"}, stdout: "out\n", stderr: "err\n", code: 3},
+		{name: "exit code", req: sandbox.ExecRequest{Argv: []string{"false"}}, code: 1},
+		{name: "signal", req: sandbox.ExecRequest{Shell: "kill -TERM $$"}, code: -1, sig: "SIGTERM"},
+		{name: "env overrides base and is added", req: sandbox.ExecRequest{Shell: `echo "$LANG $BASE_ONLY $EXTRA"`, Env: map[string]string{"LANG": "C", "EXTRA": "x y"}}, stdout: "C base x y\n"},
+		{name: "env is exactly base plus request", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"A": "1"}}, stdout: "A=1\nBASE_ONLY=base\nLANG=C.UTF-8\nPATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"},
+		{name: "cwd", req: sandbox.ExecRequest{Argv: []string{"pwd"}, Cwd: work}, stdout: work + "\n"},
+		{name: "default workdir", req: sandbox.ExecRequest{Argv: []string{"pwd"}}, stdout: "/\n"},
+		{name: "stdin", req: sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("from stdin\n")}, stdout: "from stdin\n"},
+		{name: "no stdin is empty", req: sandbox.ExecRequest{Argv: []string{"cat"}}, stdout: ""},
+		{name: "absolute argv0", req: sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $0"}}, stdout: "/bin/sh\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, res := run(t, h.cl, tc.req)
+			if out != tc.stdout || errs != tc.stderr || res.ExitCode != tc.code || res.Signal != tc.sig || res.TimedOut || res.Truncated {
+				t.Errorf("got stdout %q stderr %q result %+v; want %q %q code %d signal %q", out, errs, res, tc.stdout, tc.stderr, tc.code, tc.sig)
+			}
+		})
+	}
+}
+
+func TestExecLargeStdinAndOutput(t *testing.T) {
+	h := newHarness(t).start()
+	in := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	out, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in)})
+	if out != string(in) || res.ExitCode != 0 {
+		t.Fatalf("cat of 1 MiB: got %d bytes, result %+v", len(out), res)
+	}
+}
+
+// TestExecStreamingOrder proves frames are forwarded as produced and in production order across
+// both streams: the command waits on stdin after each write, and the test answers only once
+// it has seen that write's frame.
+func TestExecStreamingOrder(t *testing.T) {
+	h := newHarness(t).start()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	script := `for i in 1 2 3 4 5; do echo out$i; read x; echo err$i >&2; read x; done; echo end`
+	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Shell: script, Stdin: pr, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	var last uint64
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Result != nil {
+			if ev.Result.ExitCode != 0 {
+				t.Fatalf("result %+v", ev.Result)
+			}
+			break
+		}
+		if ev.Output.Seq <= last {
+			t.Fatalf("seq %d after %d", ev.Output.Seq, last)
+		}
+		last = ev.Output.Seq
+		line := string(ev.Output.Stream) + ":" + strings.TrimSpace(string(ev.Output.Data))
+		got = append(got, line)
+		if !strings.HasSuffix(line, "end") {
+			if _, err := pw.Write([]byte("go\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var want []string
+	for i := 1; i <= 5; i++ {
+		want = append(want, fmt.Sprintf("stdout:out%d", i), fmt.Sprintf("stderr:err%d", i))
+	}
+	want = append(want, "stdout:end")
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("frames\n got %v\nwant %v", got, want)
+	}
+	if _, err := s.Next(); err != io.EOF {
+		t.Errorf("Next after terminal = %v, want io.EOF", err)
+	}
+}
+
+func TestExecOutputCaps(t *testing.T) {
+	h := newHarness(t).start()
+	// 1 MiB each way, far past the caps: the command must still finish (the agent keeps
+	// draining past the cap) and report truncation.
+	out, errs, res := run(t, h.cl, sandbox.ExecRequest{
+		Shell:     "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2; echo done > " + filepath.Join(h.dir, "done"),
+		MaxStdout: 1000, MaxStderr: 10,
+	})
+	if len(out) != 1000 || len(errs) != 10 || !res.Truncated || res.ExitCode != 0 {
+		t.Errorf("got %d/%d bytes, result %+v; want 1000/10 truncated exit 0", len(out), len(errs), res)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "done")); err != nil {
+		t.Errorf("command did not run to completion past the cap: %v", err)
+	}
+	out, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "printf 12345", MaxStdout: 5})
+	if out != "12345" || res.Truncated {
+		t.Errorf("output exactly at the cap: %q %+v, want untruncated", out, res)
+	}
+}
+
+// TestExecDeadlineKillsGroup: a deadline kills the command and its (non-setsid) children and
+// the terminal frame says timedOut. (The setsid/double-fork case needs a cgroup: see
+// TestCgroupKill.)
+func TestExecDeadlineKillsGroup(t *testing.T) {
+	h := newHarness(t).start()
+	pidFile := filepath.Join(h.dir, "pid")
+	out, _, res := run(t, h.cl, sandbox.ExecRequest{
+		Shell:   "sleep 1000 & echo $! > " + pidFile + "; wait",
+		Timeout: 1500 * time.Millisecond,
+	})
+	if !res.TimedOut || res.Signal != "SIGKILL" || res.ExitCode != -1 {
+		t.Fatalf("result %+v (stdout %q), want timedOut by SIGKILL", res, out)
+	}
+	pid := readPid(t, pidFile)
+	eventually(t, "background child killed", func() bool { return !alive(pid) })
+}
+
+func readPid(t testing.TB, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestExecDisconnectKills: a caller that goes away takes its command with it, whether or not
+// it was still sending stdin.
+func TestExecDisconnectKills(t *testing.T) {
+	h := newHarness(t).start()
+	for _, withStdin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stdin=%v", withStdin), func(t *testing.T) {
+			req := sandbox.ExecRequest{Shell: "sleep 1000 & echo $!; wait", Timeout: time.Hour}
+			if withStdin {
+				pr, pw := io.Pipe()
+				defer pw.Close()
+				req.Stdin = pr
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := h.cl.ExecStream(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := s.Next()
+			if err != nil || ev.Output == nil {
+				t.Fatalf("first event %+v %v", ev, err)
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(ev.Output.Data)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !alive(pid) {
+				t.Fatalf("child %d not running before the disconnect", pid)
+			}
+			cancel()
+			s.Close()
+			eventually(t, "child killed after disconnect", func() bool { return !alive(pid) })
+		})
+	}
+}
+
+func TestExecRefusals(t *testing.T) {
+	h := newHarness(t).start()
+	tests := []struct {
+		name  string
+		body  string
+		class error
+		field string
+	}{
+		{"unknown field", `{"argv":["true"],"timeoutMs":1000,"bogus":1}`, sandbox.ErrInvalid, "bogus"},
+		{"no deadline", `{"argv":["true"]}`, sandbox.ErrInvalid, "timeoutMs"},
+		{"negative deadline", `{"argv":["true"],"timeoutMs":-5}`, sandbox.ErrInvalid, "timeoutMs"},
+		{"deadline above max", `{"argv":["true"],"timeoutMs":3600001}`, sandbox.ErrInvalid, "timeoutMs"},
+		{"argv and shell", `{"argv":["true"],"shell":"true","timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
+		{"no command", `{"timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
+		{"bad env name", `{"argv":["true"],"timeoutMs":1000,"env":{"A=B":"x"}}`, sandbox.ErrInvalid, "env"},
+		{"NUL in env value", `{"argv":["true"],"timeoutMs":1000,"env":{"A":"x\u0000y"}}`, sandbox.ErrInvalid, "env"},
+		{"relative cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"tmp"}`, sandbox.ErrInvalid, "cwd"},
+		{"missing cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"/no/such/dir"}`, sandbox.ErrNotFound, "cwd"},
+		{"unknown executable", `{"argv":["no-such-command-xyz"],"timeoutMs":1000}`, sandbox.ErrNotFound, "argv[0]"},
+		{"negative cap", `{"argv":["true"],"timeoutMs":1000,"maxStdout":-1}`, sandbox.ErrInvalid, "maxStdout"},
+		{"rows without tty", `{"argv":["true"],"timeoutMs":1000,"rows":5}`, sandbox.ErrInvalid, "rows"},
+		{"wrong type", `{"argv":"true","timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
+		{"body after header without stdin", `{"argv":["true"],"timeoutMs":1000}xyz`, sandbox.ErrInvalid, "stdin"},
+		{"not JSON", `argv=true`, sandbox.ErrInvalid, "JSON"},
+	}
+	tok := h.token("execute", nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := h.raw("POST", "/v1/exec", tok, strings.NewReader(tc.body))
+			if status != 400 && status != 404 {
+				t.Fatalf("status %d body %s", status, body)
+			}
+			if !strings.Contains(string(body), tc.field) {
+				t.Errorf("error %s does not name %s", body, tc.field)
+			}
+		})
+	}
+	// The same through the client: classes survive the wire.
+	_, err := h.cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"no-such-command-xyz"}, Timeout: time.Second}, nil, nil)
+	if !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("unknown executable: %v, want ErrNotFound", err)
+	}
+	_, err = h.cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 2 * time.Hour}, nil, nil)
+	if !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("deadline above max: %v, want ErrInvalid", err)
+	}
+}
