@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -37,10 +39,29 @@ func (q *Quantity) UnmarshalJSON(data []byte) error {
 	return fmt.Errorf("%w: quantity must be a string such as \"512Mi\" or a number, got %s", ErrInvalid, data)
 }
 
-// Parse reads the quantity with the Kubernetes grammar.
+// Bounds on a quantity's text, checked before any arithmetic: resource.Quantity compares values
+// with big-number arithmetic whose cost grows with the exponent, so "1e999999999" would stall a
+// caller for minutes. No sensible limit needs more.
+const (
+	maxQuantityLength   = 64
+	maxQuantityExponent = 30
+)
+
+var quantityExponentRE = regexp.MustCompile(`[eE]([-+]?[0-9]+)$`)
+
+// Parse reads the quantity with the Kubernetes grammar. Quantities longer than 64 characters
+// or with a decimal exponent beyond ±30 are refused.
 func (q Quantity) Parse() (resource.Quantity, error) {
 	if q == "" {
 		return resource.Quantity{}, fmt.Errorf("%w: empty quantity", ErrInvalid)
+	}
+	if len(q) > maxQuantityLength {
+		return resource.Quantity{}, fmt.Errorf("%w: quantity is longer than %d characters", ErrInvalid, maxQuantityLength)
+	}
+	if m := quantityExponentRE.FindStringSubmatch(string(q)); m != nil {
+		if e, err := strconv.Atoi(m[1]); err != nil || e > maxQuantityExponent || e < -maxQuantityExponent {
+			return resource.Quantity{}, fmt.Errorf("%w: quantity %q: the exponent is beyond ±%d", ErrInvalid, string(q), maxQuantityExponent)
+		}
 	}
 	rq, err := resource.ParseQuantity(string(q))
 	if err != nil {

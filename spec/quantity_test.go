@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,24 @@ func TestLimitsHelpers(t *testing.T) {
 	disk, _ := l.DiskBytes()
 	if m != 250 || mem != 64<<20 || disk != 2<<30 || l.Processes() != 7 {
 		t.Errorf("got %d %d %d %d", m, mem, disk, l.Processes())
+	}
+}
+
+// TestQuantityHugeExponentRefused guards against a stall: resource.Quantity arithmetic on
+// "1e999999999" takes minutes, so such text must be refused before it is compared.
+func TestQuantityHugeExponentRefused(t *testing.T) {
+	for _, q := range []Quantity{"1e999999999", "1E-999999999", "1e31", "1e-31", "1e99999999999999999999", Quantity("1" + strings.Repeat("0", 64))} {
+		if _, err := q.Parse(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q.Parse() = %v, want ErrInvalid", q, err)
+		}
+		s := Sandbox{ID: "a", Image: Image{Host: true}, Limits: Limits{CPU: q, Memory: q, Disk: q}}
+		if got := summarize(s.Validate("")); len(got) != 3 || !strings.HasSuffix(got[0], RuleQuantitySyntax) {
+			t.Errorf("validate %q: %v", q, got)
+		}
+	}
+	for _, q := range []Quantity{"1e30", "5e-3", "1E", "2Ei"} {
+		if _, err := q.Parse(); err != nil {
+			t.Errorf("%q.Parse() = %v", q, err)
+		}
 	}
 }
