@@ -1,6 +1,10 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/airlock-sandbox/airlock/spec"
+)
 
 // Error classes. Wrap them with %w; each wire maps them to codes in one place.
 var (
@@ -10,7 +14,7 @@ var (
 	ErrDeadlineExceeded = errors.New("deadline exceeded")
 	ErrOutcomeUnknown   = errors.New("outcome unknown")
 	ErrUnreachable      = errors.New("unreachable")
-	ErrInvalid          = errors.New("invalid")
+	ErrInvalid          = spec.ErrInvalid // one class for a bad declaration and a bad request
 	ErrUnauthenticated  = errors.New("unauthenticated")
 	ErrForbidden        = errors.New("forbidden")
 	ErrConflict         = errors.New("conflict")
