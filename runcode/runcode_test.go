@@ -1,0 +1,394 @@
+package runcode
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name    string
+		req     Request
+		lang    string
+		timeout int
+		errHas  []string // all must appear; nil means no error
+	}{
+		{name: "python", req: Request{Language: "python", Code: "print(1)"}, lang: "python", timeout: 30},
+		{name: "py alias", req: Request{Language: "py", Code: "x"}, lang: "python", timeout: 30},
+		{name: "python3 alias upper", req: Request{Language: "PYTHON3", Code: "x"}, lang: "python", timeout: 30},
+		{name: "js alias", req: Request{Language: "js", Code: "x"}, lang: "node", timeout: 30},
+		{name: "javascript mixed case", req: Request{Language: "JavaScript", Code: "x"}, lang: "node", timeout: 30},
+		{name: "node", req: Request{Language: "node", Code: "x"}, lang: "node", timeout: 30},
+		{name: "sh alias", req: Request{Language: "sh", Code: "x"}, lang: "bash", timeout: 30},
+		{name: "shell alias padded", req: Request{Language: " shell ", Code: "x"}, lang: "bash", timeout: 30},
+		{name: "bash", req: Request{Language: "bash", Code: "x"}, lang: "bash", timeout: 30},
+		{name: "timeout kept", req: Request{Language: "bash", Code: "x", TimeoutSeconds: 7}, lang: "bash", timeout: 7},
+		{name: "timeout min", req: Request{Language: "bash", Code: "x", TimeoutSeconds: 1}, lang: "bash", timeout: 1},
+		{name: "timeout cap", req: Request{Language: "bash", Code: "x", TimeoutSeconds: 300}, lang: "bash", timeout: 300},
+		{name: "unknown language", req: Request{Language: "ruby", Code: "x"},
+			errHas: []string{`"ruby"`, "python", "node", "bash", "py", "python3", "js", "javascript", "sh", "shell"}},
+		{name: "empty language", req: Request{Code: "x"}, errHas: []string{"language is empty", "python"}},
+		{name: "empty code", req: Request{Language: "python"}, errHas: []string{"code is empty"}},
+		{name: "blank code", req: Request{Language: "python", Code: " \n\t"}, errHas: []string{"code is empty"}},
+		{name: "over-cap timeout", req: Request{Language: "python", Code: "x", TimeoutSeconds: 301},
+			errHas: []string{"timeout_seconds 301", "cap of 300 seconds"}},
+		{name: "negative timeout", req: Request{Language: "python", Code: "x", TimeoutSeconds: -1},
+			errHas: []string{"timeout_seconds -1", "at least 1"}},
+		{name: "huge code", req: Request{Language: "python", Code: strings.Repeat("#", MaxCodeBytes+1)},
+			errHas: []string{"over the cap of 1048576 bytes"}},
+		{name: "file with dotdot", req: Request{Language: "python", Code: "x", Files: map[string][]byte{"../etc/x": nil}},
+			errHas: []string{`"../etc/x"`, "'..'"}},
+		{name: "file empty path", req: Request{Language: "python", Code: "x", Files: map[string][]byte{"": nil}},
+			errHas: []string{"file path is empty"}},
+		{name: "file overwriting code", req: Request{Language: "py", Code: "x", Files: map[string][]byte{"./main.py": nil}},
+			errHas: []string{"overwrite the code", "main.py"}},
+		{name: "file ok", req: Request{Language: "py", Code: "x", Files: map[string][]byte{"data/in.txt": nil, "/tmp/x": nil}},
+			lang: "python", timeout: 30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Normalize(tt.req)
+			if tt.errHas != nil {
+				if err == nil {
+					t.Fatalf("Normalize(%+v) succeeded, want error containing %q", tt.req, tt.errHas)
+				}
+				if !errors.Is(err, sandbox.ErrInvalid) {
+					t.Errorf("error %v does not wrap sandbox.ErrInvalid", err)
+				}
+				for _, s := range tt.errHas {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Normalize: %v", err)
+			}
+			if got.Language != tt.lang || got.TimeoutSeconds != tt.timeout {
+				t.Errorf("got language %q timeout %d, want %q %d", got.Language, got.TimeoutSeconds, tt.lang, tt.timeout)
+			}
+			if got.Code != tt.req.Code {
+				t.Errorf("code changed")
+			}
+		})
+	}
+}
+
+func TestLanguageNames(t *testing.T) {
+	got := strings.Join(LanguageNames(), ",")
+	want := "python,node,bash,javascript,js,py,python3,sh,shell"
+	if got != want {
+		t.Fatalf("LanguageNames() = %s, want %s", got, want)
+	}
+	for _, n := range LanguageNames() {
+		if _, err := ParseLanguage(n); err != nil {
+			t.Errorf("listed name %q does not parse: %v", n, err)
+		}
+	}
+}
+
+func TestResultText(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Result
+		want string
+	}{
+		{name: "both streams", r: Result{ExitCode: 0, Stdout: "hi\n", Stderr: "warn\n"},
+			want: "Exit code: 0\n--- stdout ---\nhi\n--- stderr ---\nwarn\n"},
+		{name: "no output", r: Result{ExitCode: 3}, want: "Exit code: 3\n"},
+		{name: "stdout only, no trailing newline", r: Result{ExitCode: 0, Stdout: "4"},
+			want: "Exit code: 0\n--- stdout ---\n4\n"},
+		{name: "stderr only", r: Result{ExitCode: 1, Stderr: "boom\n"},
+			want: "Exit code: 1\n--- stderr ---\nboom\n"},
+		{name: "timeout", r: Result{ExitCode: 137, Signal: "SIGKILL", TimedOut: true, TimeoutSeconds: 30, Stdout: "started\n"},
+			want: "Exit code: 137\nTimed out after 30s: the program and everything it started were killed\n--- stdout ---\nstarted\n"},
+		{name: "oom", r: Result{ExitCode: 137, Signal: "SIGKILL", OOMKilled: true, Memory: "512Mi"},
+			want: "Exit code: 137\nKilled: out of memory (limit 512Mi)\n"},
+		{name: "signal", r: Result{ExitCode: 143, Signal: "SIGTERM"},
+			want: "Exit code: 143\nKilled by signal SIGTERM\n"},
+		{name: "truncated", r: Result{ExitCode: 0, Truncated: true, OutputCapBytes: 10, Stdout: "0123456789"},
+			want: "Exit code: 0\nOutput truncated: each stream is capped at 10 bytes\n--- stdout ---\n0123456789\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.r.Text(); got != tt.want {
+				t.Errorf("Text() =\n%q\nwant\n%q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		r    Result
+		want int
+	}{
+		{Result{ExitCode: 0}, 0},
+		{Result{ExitCode: 3}, 3},
+		{Result{ExitCode: 137, TimedOut: true}, 124},
+		{Result{ExitCode: 137, OOMKilled: true}, 137},
+		{Result{ExitCode: -1}, 1},
+	}
+	for _, tt := range tests {
+		if got := tt.r.ExitStatus(); got != tt.want {
+			t.Errorf("%+v.ExitStatus() = %d, want %d", tt.r, got, tt.want)
+		}
+	}
+}
+
+func TestCapped(t *testing.T) {
+	c := &capped{max: 5}
+	for _, p := range []string{"ab", "cd", "é!"} { // é is two bytes: the cap splits it
+		if n, err := c.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v: a cap must never fail the writer", p, n, err)
+		}
+	}
+	if !c.over {
+		t.Fatal("over not set past the cap")
+	}
+	if got := c.String(); got != "abcd" {
+		t.Fatalf("String() = %q, want the partial é dropped: %q", got, "abcd")
+	}
+	d := &capped{max: 10}
+	d.Write([]byte("héllo"))
+	if d.over || d.String() != "héllo" {
+		t.Fatalf("under the cap: %q over=%v", d.String(), d.over)
+	}
+}
+
+func TestDeclaration(t *testing.T) {
+	req, err := Normalize(Request{Language: "py", Code: "x", TimeoutSeconds: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Declaration(req, Options{})
+	if !d.Image.Host || d.Limits.Memory != "512Mi" || d.Limits.CPU != "1" || *d.Limits.MaxProcesses != 256 {
+		t.Errorf("defaults: %+v", d)
+	}
+	if d.Egress.Mode != spec.EgressDeny {
+		t.Errorf("network off: egress %q, want deny", d.Egress.Mode)
+	}
+	if *d.Session.MaxLifetimeSeconds != 10+lifetimeMargin {
+		t.Errorf("lifetime %d", *d.Session.MaxLifetimeSeconds)
+	}
+	if errs := d.Validate(""); len(errs) != 0 {
+		t.Errorf("declaration does not validate: %v", errs)
+	}
+	req.Network = true
+	if m := Declaration(req, Options{}).Egress.Mode; m != spec.EgressAllow {
+		t.Errorf("network on: egress %q, want allow", m)
+	}
+	img := spec.Image{Dir: "/srv/rootfs"}
+	if got := Declaration(req, Options{Image: img}).Image; got != img {
+		t.Errorf("image option ignored: %+v", got)
+	}
+	if a, b := Declaration(req, Options{}).ID, Declaration(req, Options{}).ID; a == b {
+		t.Errorf("two runs got the same sandbox id %q", a)
+	}
+}
+
+// fakeBackend records what Run asks of a backend; its agent's Exec is scripted.
+type fakeBackend struct {
+	set  capability.Set
+	exec func(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error)
+
+	mu         sync.Mutex
+	created    []spec.Sandbox
+	terminated []string
+	termCtxErr []error
+	written    map[string]string
+	dirs       []string
+	execReq    sandbox.ExecRequest
+}
+
+func supportedSet() capability.Set {
+	s := capability.Set{Platform: capability.Local, Entries: map[capability.Name]capability.Status{}}
+	for _, n := range capability.Names {
+		s.Entries[n] = capability.Status{Supported: true}
+	}
+	return s
+}
+
+func (f *fakeBackend) Platform() capability.Platform               { return capability.Local }
+func (f *fakeBackend) Capabilities(context.Context) capability.Set { return f.set }
+func (f *fakeBackend) Get(context.Context, string) (*sandbox.Session, error) {
+	return nil, sandbox.ErrNotFound
+}
+func (f *fakeBackend) List(context.Context) ([]*sandbox.Session, error) { return nil, nil }
+func (f *fakeBackend) Create(_ context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, decl)
+	return &sandbox.Session{ID: "s-1", SandboxID: decl.ID, Spec: decl}, nil
+}
+func (f *fakeBackend) Connect(context.Context, string) (sandbox.Agent, error) {
+	return &fakeAgent{b: f}, nil
+}
+func (f *fakeBackend) Terminate(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.terminated = append(f.terminated, id)
+	f.termCtxErr = append(f.termCtxErr, ctx.Err())
+	return nil
+}
+
+type fakeAgent struct {
+	sandbox.Agent // unimplemented methods panic
+	b             *fakeBackend
+}
+
+func (a *fakeAgent) WriteFile(_ context.Context, p string, r io.Reader, _ uint32) error {
+	data, err := io.ReadAll(r)
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	if a.b.written == nil {
+		a.b.written = map[string]string{}
+	}
+	a.b.written[p] = string(data)
+	return err
+}
+func (a *fakeAgent) Mkdir(_ context.Context, p string, _ uint32) error {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	a.b.dirs = append(a.b.dirs, p)
+	return nil
+}
+func (a *fakeAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+	a.b.mu.Lock()
+	a.b.execReq = req
+	a.b.mu.Unlock()
+	return a.b.exec(ctx, req, stdout, stderr)
+}
+func (a *fakeAgent) Close() error { return nil }
+
+func TestRunWiring(t *testing.T) {
+	f := &fakeBackend{set: supportedSet(), exec: func(_ context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+		in, _ := io.ReadAll(req.Stdin)
+		io.WriteString(stdout, "out:"+string(in))
+		io.WriteString(stderr, "err")
+		return sandbox.ExecResult{ExitCode: 3, Duration: 5 * time.Millisecond}, nil
+	}}
+	var live strings.Builder
+	res, err := Run(t.Context(), f, Request{Language: "JS", Code: "console.log(1)", Stdin: "abc", TimeoutSeconds: 9,
+		Files: map[string][]byte{"data/in.txt": []byte("D"), "/tmp/abs": []byte("A")}}, Options{Stdout: &live})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || res.Stdout != "out:abc" || res.Stderr != "err" || res.Language != "node" || res.DurationMs != 5 || res.TimeoutSeconds != 9 {
+		t.Errorf("result %+v", res)
+	}
+	if live.String() != "out:abc" {
+		t.Errorf("live stdout %q", live.String())
+	}
+	if got := strings.Join(f.execReq.Argv, " "); got != "node main.js" || f.execReq.Cwd != "/workspace" || f.execReq.Timeout != 9*time.Second {
+		t.Errorf("exec request %+v", f.execReq)
+	}
+	if f.execReq.MaxStdout != DefaultOutputBytes || f.execReq.MaxStderr != DefaultOutputBytes {
+		t.Errorf("output caps not passed to the agent: %+v", f.execReq)
+	}
+	want := map[string]string{"/workspace/main.js": "console.log(1)", "/workspace/data/in.txt": "D", "/tmp/abs": "A"}
+	for p, w := range want {
+		if f.written[p] != w {
+			t.Errorf("file %s = %q, want %q (written: %v)", p, f.written[p], w, f.written)
+		}
+	}
+	if len(f.created) != 1 || f.created[0].Egress.Mode != spec.EgressDeny || f.created[0].Workdir != "/workspace" {
+		t.Errorf("created %+v", f.created)
+	}
+	if len(f.terminated) != 1 || f.terminated[0] != "s-1" {
+		t.Errorf("terminated %v, want [s-1]", f.terminated)
+	}
+}
+
+func TestRunSignalledExitCode(t *testing.T) {
+	f := &fakeBackend{set: supportedSet(), exec: func(context.Context, sandbox.ExecRequest, io.Writer, io.Writer) (sandbox.ExecResult, error) {
+		return sandbox.ExecResult{ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, nil
+	}}
+	res, err := Run(t.Context(), f, Request{Language: "bash", Code: "sleep 9"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 137 || !res.TimedOut || res.ExitStatus() != 124 {
+		t.Errorf("result %+v", res)
+	}
+}
+
+// TestRunTerminatesOnCancel: a caller that gives up mid-run must not leave the sandbox
+// behind, and the cleanup must not inherit the dead context.
+func TestRunTerminatesOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	f := &fakeBackend{set: supportedSet(), exec: func(ctx context.Context, _ sandbox.ExecRequest, _, _ io.Writer) (sandbox.ExecResult, error) {
+		cancel()
+		<-ctx.Done()
+		return sandbox.ExecResult{}, ctx.Err()
+	}}
+	_, err := Run(ctx, f, Request{Language: "py", Code: "while True: pass"}, Options{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if len(f.terminated) != 1 {
+		t.Fatalf("terminated %v: the sandbox was left behind", f.terminated)
+	}
+	if f.termCtxErr[0] != nil {
+		t.Fatalf("Terminate got a dead context (%v)", f.termCtxErr[0])
+	}
+}
+
+func TestRunRefusesNetworkWithoutPublicEgress(t *testing.T) {
+	set := supportedSet()
+	set.Entries[capability.PublicOnlyEgress] = capability.Status{Reason: "no nftables here"}
+	f := &fakeBackend{set: set, exec: func(context.Context, sandbox.ExecRequest, io.Writer, io.Writer) (sandbox.ExecResult, error) {
+		t.Fatal("exec reached on a refused run")
+		return sandbox.ExecResult{}, nil
+	}}
+	_, err := Run(t.Context(), f, Request{Language: "py", Code: "x", Network: true}, Options{})
+	if err == nil {
+		t.Fatal("network: true ran on a backend without publicOnlyEgress")
+	}
+	for _, s := range []string{`network: true`, `egress "allow"`, "not available on this host", "no nftables here", "publicOnlyEgress"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("refusal %q does not contain %q", err, s)
+		}
+	}
+	if !errors.Is(err, sandbox.ErrRefused) {
+		t.Errorf("%v does not wrap sandbox.ErrRefused", err)
+	}
+	var r *plan.Refusal
+	if !errors.As(err, &r) || r.Capability != capability.PublicOnlyEgress {
+		t.Errorf("errors.As found %+v", r)
+	}
+	if len(f.created) != 0 {
+		t.Errorf("a sandbox was created for a refused run")
+	}
+	// The same backend still runs network-off code: the refusal is about egress only.
+	f.exec = func(context.Context, sandbox.ExecRequest, io.Writer, io.Writer) (sandbox.ExecResult, error) {
+		return sandbox.ExecResult{}, nil
+	}
+	if _, err := Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{}); err != nil {
+		t.Fatalf("network off refused too: %v", err)
+	}
+}
+
+func TestRunRefusesUnenforceableLimits(t *testing.T) {
+	set := supportedSet()
+	set.Entries[capability.EnforcedLimits] = capability.Status{Reason: "no memory cgroup"}
+	f := &fakeBackend{set: set}
+	_, err := Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "no memory cgroup") || !strings.Contains(err.Error(), "enforcedLimits") {
+		t.Fatalf("err = %v, want a refusal naming enforcedLimits and its reason", err)
+	}
+	if len(f.created) != 0 {
+		t.Errorf("a sandbox was created for a refused run")
+	}
+}
