@@ -47,7 +47,15 @@ const (
 	maxQuantityExponent = 30
 )
 
-var quantityExponentRE = regexp.MustCompile(`[eE]([-+]?[0-9]+)$`)
+// QuantityPattern is the quantity grammar airlock accepts: Kubernetes' published pattern with
+// integer exponents only. Text must match it and also parse with resource.ParseQuantity, which
+// on its own accepts oddities such as "Mi" (zero) and "e3".
+const QuantityPattern = `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$`
+
+var (
+	quantityRE         = regexp.MustCompile(QuantityPattern)
+	quantityExponentRE = regexp.MustCompile(`[eE]([-+]?[0-9]+)$`)
+)
 
 // Parse reads the quantity with the Kubernetes grammar. Quantities longer than 64 characters
 // or with a decimal exponent beyond ±30 are refused.
@@ -57,6 +65,9 @@ func (q Quantity) Parse() (resource.Quantity, error) {
 	}
 	if len(q) > maxQuantityLength {
 		return resource.Quantity{}, fmt.Errorf("%w: quantity is longer than %d characters", ErrInvalid, maxQuantityLength)
+	}
+	if !quantityRE.MatchString(string(q)) {
+		return resource.Quantity{}, fmt.Errorf("%w: quantity %q: write a number with an optional suffix (n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e3)", ErrInvalid, string(q))
 	}
 	if m := quantityExponentRE.FindStringSubmatch(string(q)); m != nil {
 		if e, err := strconv.Atoi(m[1]); err != nil || e > maxQuantityExponent || e < -maxQuantityExponent {

@@ -17,7 +17,7 @@ func TestQuantityMilliValue(t *testing.T) {
 			t.Errorf("%q.MilliValue() = %d, %v; want %d", q, got, err, want)
 		}
 	}
-	for _, q := range []Quantity{"", "x", "0.0005", "1500500u", "1n", "10E", "8Ei", "1 "} {
+	for _, q := range []Quantity{"", "x", "0.0005", "1500500u", "1n", "10E", "8Ei", "1 ", "Mi", "e3", "1e3.5", ".", "+"} {
 		if v, err := q.MilliValue(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q.MilliValue() = %d, %v; want ErrInvalid", q, v, err)
 		}

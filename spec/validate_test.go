@@ -73,6 +73,8 @@ var ruleCases = []ruleCase{
 	{"image snapshot name", sb0(func(s *Sandbox) { s.Image = Image{Snapshot: "a/b"} }), []string{"sandboxes[0].image.snapshot image.snapshot"}},
 
 	{"cpu syntax", sb0(func(s *Sandbox) { s.Limits.CPU = "lots" }), []string{"sandboxes[0].limits.cpu quantity.syntax"}},
+	{"cpu bare suffix", sb0(func(s *Sandbox) { s.Limits.CPU = "m" }), []string{"sandboxes[0].limits.cpu quantity.syntax"}},
+	{"memory bare suffix", sb0(func(s *Sandbox) { s.Limits.Memory = "Mi" }), []string{"sandboxes[0].limits.memory quantity.syntax"}},
 	{"cpu zero", sb0(func(s *Sandbox) { s.Limits.CPU = "0" }), []string{"sandboxes[0].limits.cpu quantity.positive"}},
 	{"cpu negative", sb0(func(s *Sandbox) { s.Limits.CPU = "-1" }), []string{"sandboxes[0].limits.cpu quantity.positive"}},
 	{"cpu below a millicore", sb0(func(s *Sandbox) { s.Limits.CPU = "0.0005" }), []string{"sandboxes[0].limits.cpu cpu.millicores"}},
