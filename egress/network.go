@@ -142,7 +142,7 @@ func (g *Gateway) buildNetwork(ctx context.Context, a *Attachment) (_ *network, 
 		return n, err
 	}
 	port := uint16(n.proxyLn.Addr().(*net.TCPAddr).Port)
-	if err := g.installAccepts(nt, n.hostIf, n.gw, port); err != nil {
+	if err := g.installAccepts(nt, n.hostIf, n.gw, n.sb, port); err != nil {
 		return n, err
 	}
 

@@ -19,9 +19,11 @@ import (
 //	  iifname <if> meta nfproto ipv4 meta l4proto tcp redirect to :<p>   # every other TCP
 //	}
 //	chain input { type filter hook input priority filter
+//	  iifname <if> ip saddr != <sb> counter name dropped drop   # spoofed sources
 //	  iifname <if> ip daddr <gw> udp dport 53 accept
 //	  iifname <if> ip daddr <gw> tcp dport 53 accept
 //	  iifname <if> ip daddr <gw> tcp dport <p> accept
+//	  iifname <if> ip saddr <sb> ct state established,related accept  # replies to the host's own connections
 //	  iifname <if> counter name dropped drop              # the host itself, UDP, ICMP, IPv6
 //	}
 //	chain forward { type filter hook forward priority filter
@@ -68,6 +70,33 @@ func matchIPv4Daddr(a netip.Addr) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
+func matchIPv4Saddr(a netip.Addr) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
+func matchIPv4SaddrNot(a netip.Addr) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: a.AsSlice()},
+	}
+}
+
+func matchCtState(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
 }
 
@@ -131,16 +160,18 @@ func (g *Gateway) installDrops(name, ifname string) (*nftTable, error) {
 
 // installAccepts opens the resolver and the proxy and redirects TCP to the proxy (phase 2),
 // in one transaction.
-func (g *Gateway) installAccepts(nt *nftTable, ifname string, gw netip.Addr, proxyPort uint16) error {
+func (g *Gateway) installAccepts(nt *nftTable, ifname string, gw, sb netip.Addr, proxyPort uint16) error {
 	c, err := g.nftConn()
 	if err != nil {
 		return err
 	}
 	t := nt.t
 	// InsertRule puts each at the head, so insert in reverse of the wanted order.
+	c.InsertRule(&nftables.Rule{Table: t, Chain: nt.input, Exprs: cat(matchIif(ifname), matchIPv4Saddr(sb), matchCtState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdictAccept)})
 	c.InsertRule(&nftables.Rule{Table: t, Chain: nt.input, Exprs: cat(matchIif(ifname), matchIPv4Daddr(gw), matchL4(unix.IPPROTO_TCP), matchDport(proxyPort), verdictAccept)})
 	c.InsertRule(&nftables.Rule{Table: t, Chain: nt.input, Exprs: cat(matchIif(ifname), matchIPv4Daddr(gw), matchL4(unix.IPPROTO_TCP), matchDport(53), verdictAccept)})
 	c.InsertRule(&nftables.Rule{Table: t, Chain: nt.input, Exprs: cat(matchIif(ifname), matchIPv4Daddr(gw), matchL4(unix.IPPROTO_UDP), matchDport(53), verdictAccept)})
+	c.InsertRule(&nftables.Rule{Table: t, Chain: nt.input, Exprs: cat(matchIif(ifname), matchIPv4SaddrNot(sb), countDropped())})
 
 	accept := nftables.ChainPolicyAccept
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
