@@ -262,6 +262,7 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 		egress = spec.EgressAllow
 	}
 	procs := int64(DefaultMaxProcesses)
+	// The idle timeout is the lifetime: a run is one exec, and the lifetime bounds it.
 	life := int64(req.TimeoutSeconds + lifetimeMargin)
 	noReconnect := false
 	labels := map[string]string{"airlock.dev/purpose": "run-code", "airlock.dev/language": req.Language}
@@ -273,7 +274,7 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 		Image:   img,
 		Limits:  spec.Limits{CPU: DefaultCPU, Memory: DefaultMemory, MaxProcesses: &procs},
 		Egress:  spec.Egress{Mode: egress},
-		Session: spec.Session{MaxLifetimeSeconds: &life, Reconnect: &noReconnect},
+		Session: spec.Session{MaxLifetimeSeconds: &life, IdleTimeoutSeconds: &life, Reconnect: &noReconnect},
 		Labels:  labels,
 	}
 }
@@ -319,13 +320,27 @@ func (e *RefusedError) Unwrap() []error {
 }
 
 // Check refuses, before anything is created, a declaration the backend cannot enforce.
+//
+// One refusal is waived: the idle timeout, when it equals the lifetime and the lifetime is
+// enforced. The lifetime bound then ends the sandbox no later than an idle timeout could, so
+// nothing declared goes unenforced (plan.Check asks for the capability whatever the values).
 func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, network bool) error {
 	set := backend.Capabilities(ctx)
 	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, backend.Platform(), set)
-	if !res.Refused() {
+	d := decl
+	d.ApplyDefaults()
+	implied := set.Has(capability.SessionLifetime) && d.Session.IdleTimeout() >= d.Session.Lifetime()
+	var refusals []*plan.Refusal
+	for _, r := range res.Refusals {
+		if r.Capability == capability.IdleTimeout && r.Rule == plan.RuleCapability && implied {
+			continue
+		}
+		refusals = append(refusals, r)
+	}
+	if len(refusals) == 0 {
 		return nil
 	}
-	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: res.Refusals, Set: set}
+	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: refusals, Set: set}
 }
 
 // Run runs req in a fresh sandbox on backend and always terminates that sandbox, even when
@@ -339,10 +354,6 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
-	}
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
 	}
 	decl := Declaration(req, opts)
 	if err := Check(ctx, backend, decl, req.Network); err != nil {
@@ -384,6 +395,30 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	if stdin == nil && req.Stdin != "" {
 		stdin = strings.NewReader(req.Stdin)
 	}
+	res, err = Exec(ctx, agent, sandbox.ExecRequest{
+		Argv:    rt.argv,
+		Cwd:     workdir,
+		Timeout: time.Duration(req.TimeoutSeconds) * time.Second,
+		Stdin:   stdin,
+	}, opts)
+	if err != nil {
+		return Result{}, fmt.Errorf("running the code: %w", err)
+	}
+	res.Language = req.Language
+	res.SandboxID = decl.ID
+	res.Memory = string(decl.Limits.Memory)
+	return res, nil
+}
+
+// Exec runs req on agent and captures its output the way Run does (opts.Stdout, Stderr
+// and MaxOutputBytes apply; req's own caps are set from MaxOutputBytes). It is the exec step
+// of Run, for callers that keep a sandbox across commands.
+func Exec(ctx context.Context, agent sandbox.Agent, req sandbox.ExecRequest, opts Options) (Result, error) {
+	capBytes := opts.MaxOutputBytes
+	if capBytes <= 0 {
+		capBytes = DefaultOutputBytes
+	}
+	req.MaxStdout, req.MaxStderr = capBytes, capBytes
 	outBuf := &capped{max: capBytes}
 	errBuf := &capped{max: capBytes}
 	var stdout, stderr io.Writer = outBuf, errBuf
@@ -393,20 +428,11 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	if opts.Stderr != nil {
 		stderr = io.MultiWriter(errBuf, opts.Stderr)
 	}
-	timeout := time.Duration(req.TimeoutSeconds) * time.Second
-	ex, err := agent.Exec(ctx, sandbox.ExecRequest{
-		Argv:      rt.argv,
-		Cwd:       workdir,
-		Timeout:   timeout,
-		Stdin:     stdin,
-		MaxStdout: capBytes,
-		MaxStderr: capBytes,
-	}, stdout, stderr)
+	ex, err := agent.Exec(ctx, req, stdout, stderr)
 	if err != nil {
-		return Result{}, fmt.Errorf("running the code: %w", err)
+		return Result{}, err
 	}
-	res = Result{
-		Language:       req.Language,
+	res := Result{
 		ExitCode:       ex.ExitCode,
 		Signal:         ex.Signal,
 		Stdout:         outBuf.String(),
@@ -415,9 +441,7 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 		OOMKilled:      ex.OOMKilled,
 		Truncated:      ex.Truncated || outBuf.over || errBuf.over,
 		DurationMs:     ex.Duration.Milliseconds(),
-		TimeoutSeconds: req.TimeoutSeconds,
-		SandboxID:      decl.ID,
-		Memory:         string(decl.Limits.Memory),
+		TimeoutSeconds: int(req.Timeout / time.Second),
 		OutputCapBytes: capBytes,
 	}
 	if res.ExitCode < 0 && res.Signal != "" {

@@ -392,3 +392,48 @@ func TestRunRefusesUnenforceableLimits(t *testing.T) {
 		t.Errorf("a sandbox was created for a refused run")
 	}
 }
+
+// TestCheckIdleTimeoutWaiver: an idle timeout equal to the enforced lifetime needs no
+// idleTimeout capability; a shorter one, or an unenforced lifetime, is still refused.
+func TestCheckIdleTimeoutWaiver(t *testing.T) {
+	noIdle := supportedSet()
+	noIdle.Entries[capability.IdleTimeout] = capability.Status{Reason: "idle not enforced"}
+	noIdleNoLife := supportedSet()
+	noIdleNoLife.Entries[capability.IdleTimeout] = capability.Status{Reason: "idle not enforced"}
+	noIdleNoLife.Entries[capability.SessionLifetime] = capability.Status{Reason: "lifetime not enforced"}
+	i64 := func(v int64) *int64 { return &v }
+	decl := func(life, idle int64) spec.Sandbox {
+		return spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Session: spec.Session{MaxLifetimeSeconds: i64(life), IdleTimeoutSeconds: i64(idle)}}
+	}
+	tests := []struct {
+		name   string
+		set    capability.Set
+		decl   spec.Sandbox
+		errHas []string
+	}{
+		{name: "idle equals lifetime", set: noIdle, decl: decl(90, 90)},
+		{name: "run_code declaration", set: noIdle, decl: Declaration(Request{Language: "python", TimeoutSeconds: 30}, Options{})},
+		{name: "idle shorter than lifetime", set: noIdle, decl: decl(90, 30), errHas: []string{"idleTimeout", "idle not enforced"}},
+		{name: "default idle", set: noIdle, decl: spec.Sandbox{ID: "x", Image: spec.Image{Host: true}}, errHas: []string{"idleTimeout"}},
+		{name: "lifetime not enforced", set: noIdleNoLife, decl: decl(90, 90), errHas: []string{"idleTimeout", "sessionLifetime"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Check(t.Context(), &fakeBackend{set: tt.set}, tt.decl, false)
+			if tt.errHas == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted, want a refusal naming %v", tt.errHas)
+			}
+			for _, s := range tt.errHas {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%q lacks %q", err, s)
+				}
+			}
+		})
+	}
+}
