@@ -57,6 +57,14 @@ var extraDenied = []string{"ptrace"}
 
 // compileSeccomp converts an OCI seccomp profile to a BPF program for this architecture. It
 // refuses every construct it cannot express exactly rather than allowing more than the profile.
+//
+// The syscall names, numbers and audit arch come from go-seccomp-bpf; the program is laid out
+// here. go-seccomp-bpf's own Policy.Assemble leaves an argument in the accumulator when a
+// syscall's argument conditions fail and then compares that argument against the syscall
+// numbers of the rules that follow: with Docker's profile socket(AF_INET6) was refused, and an
+// argument equal to a later allowed syscall's number would be allowed. Here every syscall with
+// conditions gets one block that always ends in a return, so the accumulator never leaks past
+// it (TestSeccompConditionFallthrough, TestSeccompMatchesProfile).
 func compileSeccomp(prof *specs.LinuxSeccomp) (*SeccompProgram, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
@@ -66,48 +74,93 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*SeccompProgram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: default action: %w", err)
 	}
-	// The filter library returns EPERM for a bare errno action; the default must be exactly that.
-	if def != seccompbpf.ActionErrno && def != seccompbpf.ActionAllow {
-		return nil, fmt.Errorf("seccomp: default action %s with errno %v is not supported (only EPERM)", prof.DefaultAction, prof.DefaultErrnoRet)
-	}
 	if len(prof.Flags) > 0 || prof.ListenerPath != "" {
 		return nil, fmt.Errorf("seccomp: profile flags %v / listener %q are not supported", prof.Flags, prof.ListenerPath)
 	}
-	policy := seccompbpf.Policy{DefaultAction: def}
+	var order []uint32 // syscall numbers in order of first appearance
+	rules := map[uint32][]seccompRule{}
 	var unknown []string
-	for i, rule := range prof.Syscalls {
-		action, err := seccompAction(rule.Action, rule.ErrnoRet)
+	for i, r := range prof.Syscalls {
+		action, err := seccompAction(r.Action, r.ErrnoRet)
 		if err != nil {
-			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, rule.Names, err)
+			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, r.Names, err)
 		}
-		conds, err := seccompConditions(rule.Args)
+		conds, err := seccompConditions(r.Args)
 		if err != nil {
-			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, rule.Names, err)
+			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, r.Names, err)
 		}
-		group := seccompbpf.SyscallGroup{Action: action}
-		for _, name := range rule.Names {
-			if _, ok := info.SyscallNames[name]; !ok {
+		for _, name := range r.Names {
+			num, ok := info.SyscallNames[name]
+			if !ok {
 				if !slices.Contains(unknown, name) {
 					unknown = append(unknown, name)
 				}
 				continue
 			}
-			if conds == nil {
-				group.Names = append(group.Names, name)
-			} else {
-				group.NamesWithCondtions = append(group.NamesWithCondtions, seccompbpf.NameWithConditions{Name: name, Conditions: conds})
+			nr := uint32(num)
+			if _, seen := rules[nr]; !seen {
+				order = append(order, nr)
 			}
-		}
-		if len(group.Names)+len(group.NamesWithCondtions) > 0 {
-			// One group per profile rule, in profile order: the first matching rule decides.
-			policy.Syscalls = append(policy.Syscalls, group)
+			rules[nr] = append(rules[nr], seccompRule{conds: conds, action: action})
 		}
 	}
-	insts, err := policy.Assemble()
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: assemble: %w", err)
+
+	var prog []bpf.Instruction
+	// Any other audit arch (i386) gets the default action: the profile is written in this
+	// architecture's numbers. So does x32, which shares x86_64's arch but sets bit 30.
+	prog = append(prog,
+		bpf.LoadAbsolute{Off: 4, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: def},
+		bpf.LoadAbsolute{Off: 0, Size: 4},
+	)
+	if info.ID == arch.X86_64.ID {
+		prog = append(prog,
+			bpf.JumpIf{Cond: bpf.JumpGreaterOrEqual, Val: 0x40000000, SkipFalse: 1},
+			bpf.RetConstant{Val: def},
+		)
 	}
-	raw, err := bpf.Assemble(insts)
+	// Syscalls decided by their first rule alone, batched by action: a run of equality tests
+	// that jump to one shared return at the run's end, short jumps only.
+	const batch = 200
+	var pending []uint32
+	var pendingAction uint32
+	flush := func() {
+		for len(pending) > 0 {
+			n := min(len(pending), batch)
+			for i, nr := range pending[:n] {
+				// Skip the remaining tests and the jump over the return.
+				prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: uint8(n - i)})
+			}
+			prog = append(prog, bpf.Jump{Skip: 1}, bpf.RetConstant{Val: pendingAction})
+			pending = pending[n:]
+		}
+	}
+	for _, nr := range order {
+		rs := rules[nr]
+		if len(rs[0].conds) == 0 {
+			if len(pending) > 0 && pendingAction != rs[0].action {
+				flush()
+			}
+			pendingAction = rs[0].action
+			pending = append(pending, nr)
+			continue
+		}
+		flush()
+		block, err := conditionBlock(rs, def)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: syscall %d: %w", nr, err)
+		}
+		if len(block) > 255 {
+			return nil, fmt.Errorf("seccomp: syscall %d has %d instructions of argument checks, more than a jump can skip", nr, len(block))
+		}
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(len(block))})
+		prog = append(prog, block...)
+	}
+	flush()
+	prog = append(prog, bpf.RetConstant{Val: def})
+
+	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble bpf: %w", err)
 	}
@@ -123,22 +176,127 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*SeccompProgram, error) {
 	return &SeccompProgram{BPF: out, Instructions: len(raw), Unknown: unknown}, nil
 }
 
-func seccompAction(a specs.LinuxSeccompAction, errno *uint) (seccompbpf.Action, error) {
+// seccompRule is one profile rule for one syscall.
+type seccompRule struct {
+	conds  []seccompbpf.Condition // all must hold; none: always matches
+	action uint32
+}
+
+// conditionBlock evaluates one syscall's rules in order (the first whose conditions all hold
+// decides) and ends in the default action: every path returns.
+func conditionBlock(rs []seccompRule, def uint32) ([]bpf.Instruction, error) {
+	var block []bpf.Instruction
+	for _, r := range rs {
+		if len(r.conds) == 0 {
+			return append(block, bpf.RetConstant{Val: r.action}), nil
+		}
+		// A failed test jumps to the next rule, which starts right after this rule's return.
+		var body []bpf.Instruction
+		var fails []int // indexes of jumps whose fail branch must reach the end of this rule
+		for _, c := range r.conds {
+			seq, failAt, err := conditionSeq(c)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range failAt {
+				fails = append(fails, len(body)+f)
+			}
+			body = append(body, seq...)
+		}
+		body = append(body, bpf.RetConstant{Val: r.action})
+		end := len(body)
+		for _, i := range fails {
+			j := body[i].(bpf.JumpIf)
+			skip := end - i - 1
+			if skip > 255 {
+				return nil, fmt.Errorf("argument checks too long")
+			}
+			if j.SkipTrue == failMark {
+				j.SkipTrue = uint8(skip)
+			}
+			if j.SkipFalse == failMark {
+				j.SkipFalse = uint8(skip)
+			}
+			body[i] = j
+		}
+		block = append(block, body...)
+	}
+	return append(block, bpf.RetConstant{Val: def}), nil
+}
+
+// failMark stands for "the condition fails" in a sequence until the rule's end is known.
+const failMark = 0xff
+
+// conditionSeq is one 64-bit argument comparison from 32-bit loads. Falling through the
+// sequence means the condition holds; branches marked failMark mean it fails (failAt lists
+// those jumps).
+func conditionSeq(c seccompbpf.Condition) (seq []bpf.Instruction, failAt []int, err error) {
+	hiOff, loOff := 16+8*c.Argument+4, 16+8*c.Argument
+	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 { // big-endian: the high word comes first
+		hiOff, loOff = loOff, hiOff
+	}
+	hi, lo := uint32(c.Value>>32), uint32(c.Value)
+	ldHi := bpf.LoadAbsolute{Off: hiOff, Size: 4}
+	ldLo := bpf.LoadAbsolute{Off: loOff, Size: 4}
+	switch c.Operation {
+	case seccompbpf.Equal:
+		seq = []bpf.Instruction{ldHi, bpf.JumpIf{Cond: bpf.JumpEqual, Val: hi, SkipFalse: failMark},
+			ldLo, bpf.JumpIf{Cond: bpf.JumpEqual, Val: lo, SkipFalse: failMark}}
+		failAt = []int{1, 3}
+	case seccompbpf.NotEqual:
+		// A differing high word holds at once (skip the low test); else the low word must differ.
+		seq = []bpf.Instruction{ldHi, bpf.JumpIf{Cond: bpf.JumpEqual, Val: hi, SkipFalse: 2},
+			ldLo, bpf.JumpIf{Cond: bpf.JumpEqual, Val: lo, SkipTrue: failMark}}
+		failAt = []int{3}
+	case seccompbpf.GreaterThan, seccompbpf.GreaterOrEqual, seccompbpf.LessThan, seccompbpf.LessOrEqual:
+		// The high word decides unless equal; then the low word does (unsigned throughout).
+		var hiHolds, loTest bpf.JumpTest
+		switch c.Operation {
+		case seccompbpf.GreaterThan:
+			hiHolds, loTest = bpf.JumpGreaterThan, bpf.JumpGreaterThan
+		case seccompbpf.GreaterOrEqual:
+			hiHolds, loTest = bpf.JumpGreaterThan, bpf.JumpGreaterOrEqual
+		case seccompbpf.LessThan:
+			hiHolds, loTest = bpf.JumpLessThan, bpf.JumpLessThan
+		default:
+			hiHolds, loTest = bpf.JumpLessThan, bpf.JumpLessOrEqual
+		}
+		seq = []bpf.Instruction{
+			ldHi,
+			bpf.JumpIf{Cond: hiHolds, Val: hi, SkipTrue: 3},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: hi, SkipFalse: failMark},
+			ldLo,
+			bpf.JumpIf{Cond: loTest, Val: lo, SkipFalse: failMark},
+		}
+		failAt = []int{2, 4}
+	case seccompbpf.BitsNotSet:
+		seq = []bpf.Instruction{ldHi, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: hi, SkipTrue: failMark},
+			ldLo, bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: lo, SkipTrue: failMark}}
+		failAt = []int{1, 3}
+	default:
+		return nil, nil, fmt.Errorf("operation %s is not supported", c.Operation)
+	}
+	return seq, failAt, nil
+}
+
+// seccompAction is the filter's return value for an action.
+func seccompAction(a specs.LinuxSeccompAction, errno *uint) (uint32, error) {
 	switch a {
 	case specs.ActAllow:
-		return seccompbpf.ActionAllow, nil
+		return unix.SECCOMP_RET_ALLOW, nil
 	case specs.ActErrno:
-		if errno == nil || *errno == uint(unix.EPERM) {
-			return seccompbpf.ActionErrno, nil // the library adds EPERM
+		e := uint(unix.EPERM)
+		if errno != nil {
+			e = *errno
 		}
-		if *errno > 0xffff {
-			return 0, fmt.Errorf("errno %d does not fit SECCOMP_RET_DATA", *errno)
+		if e == 0 || e > 0xfff {
+			return 0, fmt.Errorf("errno %d is not a valid error number", e)
 		}
-		return seccompbpf.ActionErrno | seccompbpf.Action(*errno), nil
+		return unix.SECCOMP_RET_ERRNO | uint32(e), nil
 	case specs.ActKillThread, specs.ActKill:
-		return seccompbpf.ActionKillThread, nil
+		return unix.SECCOMP_RET_KILL_THREAD, nil
 	case specs.ActKillProcess:
-		return seccompbpf.ActionKillProcess, nil
+		return unix.SECCOMP_RET_KILL_PROCESS, nil
 	}
 	return 0, fmt.Errorf("action %q is not supported", a)
 }

@@ -3,9 +3,11 @@ package local
 import (
 	"encoding/binary"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
+	mobyseccomp "github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -16,18 +18,10 @@ import (
 // written big-endian at the offset the little-endian layout gives it.
 func simulate(t *testing.T, prog []byte, archID uint32, nr int, args ...uint64) uint32 {
 	t.Helper()
-	var insts []bpf.Instruction
-	for i := 0; i < len(prog); i += 8 {
-		raw := bpf.RawInstruction{
-			Op: binary.NativeEndian.Uint16(prog[i:]),
-			Jt: prog[i+2], Jf: prog[i+3],
-			K: binary.NativeEndian.Uint32(prog[i+4:]),
-		}
-		insts = append(insts, raw.Disassemble())
-	}
-	vm, err := bpf.NewVM(insts)
-	if err != nil {
-		t.Fatal(err)
+	vm := vmCache[&prog[0]]
+	if vm == nil {
+		vm = newVM(t, prog)
+		vmCache[&prog[0]] = vm
 	}
 	data := make([]byte, 64)
 	binary.BigEndian.PutUint32(data[0:], uint32(nr))
@@ -42,6 +36,25 @@ func simulate(t *testing.T, prog []byte, archID uint32, nr int, args ...uint64) 
 		t.Fatal(err)
 	}
 	return uint32(ret)
+}
+
+var vmCache = map[*byte]*bpf.VM{}
+
+func newVM(t *testing.T, prog []byte) *bpf.VM {
+	var insts []bpf.Instruction
+	for i := 0; i < len(prog); i += 8 {
+		raw := bpf.RawInstruction{
+			Op: binary.NativeEndian.Uint16(prog[i:]),
+			Jt: prog[i+2], Jf: prog[i+3],
+			K: binary.NativeEndian.Uint32(prog[i+4:]),
+		}
+		insts = append(insts, raw.Disassemble())
+	}
+	vm, err := bpf.NewVM(insts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vm
 }
 
 const (
@@ -98,9 +111,129 @@ func TestDefaultSeccompDecisions(t *testing.T) {
 	if got := simulate(t, prog.BPF, uint32(arch.I386.ID), unix.SYS_READ); got != retEPERM {
 		t.Errorf("i386 read: got %#x, want EPERM", got)
 	}
-	if got := simulate(t, prog.BPF, x86, 0x40000000|unix.SYS_READ); got != retENOSYS {
-		t.Errorf("x32 read: got %#x, want ENOSYS", got)
+	if got := simulate(t, prog.BPF, x86, 0x40000000|unix.SYS_READ); got != retEPERM {
+		t.Errorf("x32 read: got %#x, want EPERM", got)
 	}
+}
+
+// TestSeccompConditionFallthrough: when a syscall's argument conditions fail, the decision must
+// not fall into later rules with the argument in place of the syscall number.
+func TestSeccompConditionFallthrough(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("amd64 numbers")
+	}
+	one := uint(1)
+	eq := func(v uint64) specs.LinuxSyscall {
+		return specs.LinuxSyscall{Names: []string{"socket"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 0, Value: v, Op: specs.OpEqualTo}}}
+	}
+	prof := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: &one, Syscalls: []specs.LinuxSyscall{
+		eq(7), eq(10),
+		{Names: []string{"sendfile"}, Action: specs.ActAllow}, // number 40 on amd64
+	}}
+	prog, err := compileSeccomp(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x86 := uint32(arch.X86_64.ID)
+	for _, c := range []struct {
+		arg  uint64
+		want uint32
+	}{{7, retAllow}, {10, retAllow}, {unix.SYS_SENDFILE, retEPERM}, {1, retEPERM}} {
+		if got := simulate(t, prog.BPF, x86, unix.SYS_SOCKET, c.arg); got != c.want {
+			t.Errorf("socket(%d): got %#x, want %#x", c.arg, got, c.want)
+		}
+	}
+}
+
+// refDecision evaluates a profile directly: a syscall's rules in profile order, the first whose
+// argument comparisons all hold decides; else the default.
+func refDecision(t *testing.T, prof *specs.LinuxSeccomp, nrName map[int]string, nr int, args []uint64) uint32 {
+	t.Helper()
+	ret := func(a specs.LinuxSeccompAction, e *uint) uint32 {
+		v, err := seccompAction(a, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	name := nrName[nr]
+	for _, r := range prof.Syscalls {
+		if !slices.Contains(r.Names, name) {
+			continue
+		}
+		holds := true
+		for _, a := range r.Args {
+			v := args[a.Index]
+			switch a.Op {
+			case specs.OpEqualTo:
+				holds = holds && v == a.Value
+			case specs.OpNotEqual:
+				holds = holds && v != a.Value
+			case specs.OpLessThan:
+				holds = holds && v < a.Value
+			case specs.OpLessEqual:
+				holds = holds && v <= a.Value
+			case specs.OpGreaterThan:
+				holds = holds && v > a.Value
+			case specs.OpGreaterEqual:
+				holds = holds && v >= a.Value
+			case specs.OpMaskedEqual:
+				holds = holds && v&a.Value == a.ValueTwo
+			default:
+				t.Fatalf("op %s", a.Op)
+			}
+		}
+		if holds {
+			return ret(r.Action, r.ErrnoRet)
+		}
+	}
+	return ret(prof.DefaultAction, prof.DefaultErrnoRet)
+}
+
+// TestSeccompMatchesProfile checks the compiled default program against the profile read
+// directly, for every syscall number and a spread of argument values around the profile's
+// own comparison constants.
+func TestSeccompMatchesProfile(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("amd64 numbers")
+	}
+	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
+	prof, err := mobyseccomp.GetDefaultProfile(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof.Syscalls = append([]specs.LinuxSyscall{{Names: extraDenied, Action: specs.ActErrno}}, prof.Syscalls...)
+	prog, err := DefaultSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := arch.X86_64
+	nrName := map[int]string{}
+	for name, nr := range info.SyscallNames {
+		nrName[nr] = name
+	}
+	values := []uint64{0, 1, 1 << 32, 1<<32 | 10, ^uint64(0), 0xffffffff}
+	for _, r := range prof.Syscalls {
+		for _, a := range r.Args {
+			values = append(values, a.Value-1, a.Value, a.Value+1, a.Value|1<<32, a.Value|unix.CLONE_NEWNS)
+		}
+	}
+	checked := 0
+	for nr := 0; nr < 500; nr++ {
+		for _, v := range values {
+			for idx := 0; idx < 2; idx++ {
+				args := make([]uint64, 6)
+				args[idx] = v
+				want := refDecision(t, prof, nrName, nr, args)
+				if got := simulate(t, prog.BPF, uint32(info.ID), nr, args...); got != want {
+					t.Fatalf("syscall %d (%s) args %#x: got %#x, want %#x", nr, nrName[nr], args, got, want)
+				}
+				checked++
+			}
+		}
+	}
+	t.Logf("%d decisions agree", checked)
 }
 
 func TestCompileSeccompRefuses(t *testing.T) {
@@ -117,7 +250,7 @@ func TestCompileSeccompRefuses(t *testing.T) {
 		{"plain", base(specs.LinuxSyscall{Names: []string{"read"}, Action: specs.ActAllow}), true},
 		{"errno rule", base(specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &nosys}), true},
 		{"default ENOSYS", &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: &nosys,
-			Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}, false},
+			Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}, true},
 		{"trace action", base(specs.LinuxSyscall{Names: []string{"read"}, Action: specs.ActTrace}), false},
 		{"notify action", base(specs.LinuxSyscall{Names: []string{"read"}, Action: specs.ActNotify}), false},
 		{"masked with value", base(specs.LinuxSyscall{Names: []string{"clone"}, Action: specs.ActAllow,
@@ -131,6 +264,37 @@ func TestCompileSeccompRefuses(t *testing.T) {
 		_, err := compileSeccomp(c.prof)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}
+
+// TestSeccompOperators checks every comparison on 64-bit values whose high and low words
+// differ in each direction.
+func TestSeccompOperators(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("amd64 numbers")
+	}
+	one := uint(1)
+	const v = 0x0000_0002_8000_0005
+	inputs := []uint64{0, 5, v - 1, v, v + 1, 0x0000_0002_0000_0000, 0x0000_0003_0000_0000, 0x0000_0001_ffff_ffff, 0x8000_0005, ^uint64(0), 0x0000_0002_8000_0004}
+	ops := []specs.LinuxSeccompOperator{specs.OpEqualTo, specs.OpNotEqual, specs.OpLessThan, specs.OpLessEqual,
+		specs.OpGreaterThan, specs.OpGreaterEqual, specs.OpMaskedEqual}
+	nrName := map[int]string{unix.SYS_SOCKET: "socket"}
+	for _, op := range ops {
+		prof := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: &one, Syscalls: []specs.LinuxSyscall{{
+			Names: []string{"socket"}, Action: specs.ActAllow,
+			Args: []specs.LinuxSeccompArg{{Index: 1, Value: v, Op: op}},
+		}}}
+		prog, err := compileSeccomp(prof)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		for _, in := range inputs {
+			args := []uint64{0, in, 0, 0, 0, 0}
+			want := refDecision(t, prof, nrName, unix.SYS_SOCKET, args)
+			if got := simulate(t, prog.BPF, uint32(arch.X86_64.ID), unix.SYS_SOCKET, args...); got != want {
+				t.Errorf("%s %#x vs %#x: got %#x, want %#x", op, in, uint64(v), got, want)
+			}
 		}
 	}
 }
