@@ -237,6 +237,7 @@ func TestRefusesEscapes(t *testing.T) {
 		{"opaque through symlink", [][]ent{{sym("a", outside)}, {wh("a/.wh..wh..opq")}}, "a/.wh..wh..opq"},
 		{"hardlink to absolute", [][]ent{{hard("hl", victim)}}, "hl"},
 		{"hardlink with dotdot", [][]ent{{hard("hl", "../"+filepath.Base(outside)+"/passwd")}}, "hl"},
+		{"hardlink with a dotdot that cleans to inside", [][]ent{{f("b", "1"), hard("hl", "a/../b")}}, "hl"},
 		{"hardlink through symlink", [][]ent{{sym("a", outside), hard("hl", "a/passwd")}}, "hl"},
 		{"whiteout of the parent", [][]ent{{f("a/x", "1")}, {wh("a/.wh..")}}, "a/.wh.."},
 		{"whiteout marker as directory", [][]ent{{f(".wh.x/y", "1")}}, ".wh.x/y"},
@@ -276,6 +277,24 @@ func TestIDRange(t *testing.T) {
 	}
 	// Without a mapping there is no range to respect.
 	resolveOK(t, src, t.TempDir(), ResolveOptions{})
+}
+
+// TestNoChown leaves files owned by the caller, for rootless runtimes.
+func TestNoChown(t *testing.T) {
+	src := writeLayout(t, imageOfEnts(t, []ent{{name: "f", body: "x", uid: 1000, gid: 1000}, {name: "d", typ: tar.TypeDir, uid: 5}}))
+	dir := resolveOK(t, src, t.TempDir(), ResolveOptions{NoChown: true})
+	for _, p := range []string{".", "f", "d"} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := fi.Sys().(*syscall.Stat_t); int(s.Uid) != os.Getuid() || int(s.Gid) != os.Getgid() {
+			t.Errorf("%s owned by %d:%d, want the caller %d:%d", p, s.Uid, s.Gid, os.Getuid(), os.Getgid())
+		}
+	}
+	if !strings.HasSuffix(dir, "-nochown") {
+		t.Errorf("NoChown entry %s shares a key with the chowned variant", dir)
+	}
 }
 
 func TestCleanName(t *testing.T) {
