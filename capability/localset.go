@@ -7,19 +7,25 @@ import (
 
 // Reasons for what the local runtime does not do yet, whatever the host offers.
 const (
-	reasonEgressFilterNotBuilt = "public-only egress filtering (veth + nftables) is not built yet (issue 4)"
-	reasonEgressProxyNotBuilt  = "the egress proxy for hostname allowlists is not built yet (issue 4)"
+	reasonEgressFilterNotBuilt = "public-only egress (veth + nftables) is not wired into the local backend yet (issue 4)"
+	reasonEgressProxyNotBuilt  = "the egress proxy for hostname allowlists is not wired into the local backend yet (issue 4)"
+	reasonIdleNotBuilt         = "the local backend does not enforce idle timeouts yet (issue 3)"
+	reasonRunscNotDriven       = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
 	reasonPreviewNotBuilt      = "the preview proxy is not built yet (issue 6)"
 	reasonPauseNotBuilt        = "pause/resume is not built yet (issue 6)"
 	reasonSnapshotNotBuilt     = "snapshots are not built yet (issue 6)"
 	reasonDockerNotBuilt       = "the docker runtime is not built yet (issue 5)"
 )
 
+// LocalMaxProcesses is the local backend's own ceiling on maxProcesses: a sandbox's user
+// namespace maps 65536 ids.
+const LocalMaxProcesses = 65536
+
 // Set maps the host's facts to the local capability set. A capability is true only when the
 // host provides what the local runtime needs for it and the runtime does it; every false
 // names the missing fact.
 func (h HostProbe) Set() Set {
-	s := Set{Platform: Local, Entries: make(map[Name]Status, len(Names))}
+	s := Set{Platform: Local, Entries: make(map[Name]Status, len(Names)), Bounds: Bounds{MaxProcesses: LocalMaxProcesses}}
 	if why := h.floorReason(); why != "" {
 		// Without its namespaces and syscall filter the runtime makes no sandbox at all.
 		for _, n := range Names {
@@ -31,9 +37,10 @@ func (h HostProbe) Set() Set {
 
 	// Done by the agent and the runtime itself on any host that passes the floor.
 	for _, n := range []Name{Files, Stdin, PTY, BackgroundProcesses, Env, Workdir, Labels,
-		Reconnect, SessionLifetime, IdleTimeout, ImageHost, ImageDir, ImageOCI, ImageRef} {
+		Reconnect, SessionLifetime, ImageHost, ImageDir, ImageOCI, ImageRef} {
 		put(n, "")
 	}
+	put(IdleTimeout, reasonIdleNotBuilt)
 	// The floor includes the network namespace: a sandbox with only loopback.
 	put(EgressDeny, "")
 
@@ -56,7 +63,7 @@ func (h HostProbe) Set() Set {
 	}
 
 	if h.Runsc != "" {
-		put(GVisor, "")
+		put(GVisor, reasonRunscNotDriven)
 	} else {
 		put(GVisor, "runsc not found on PATH")
 	}

@@ -35,9 +35,9 @@ var capableLocal = map[Name]bool{
 	Files: true, Reconnect: true, Preview: false, SuspendResume: false, Snapshot: false,
 	DomainEgressRules: false, EgressDeny: true, PublicOnlyEgress: false,
 	EnforcedLimits: true, ProcessLimit: true, DiskLimit: true,
-	SessionLifetime: true, IdleTimeout: true,
+	SessionLifetime: true, IdleTimeout: false,
 	Env: true, Stdin: true, PTY: true, BackgroundProcesses: true,
-	GVisor: true, Labels: true, Workdir: true,
+	GVisor: false, Labels: true, Workdir: true,
 	ImageHost: true, ImageOCI: true, ImageRef: true, ImageDir: true, DockerRuntime: false,
 }
 
@@ -94,6 +94,7 @@ func TestLocalSetFromHostFacts(t *testing.T) {
 		}, []Name{EnforcedLimits, ProcessLimit}, "no cgroup filesystem is mounted"},
 		{"no tmpfs", func(h *HostProbe) { h.Tmpfs = false }, []Name{DiskLimit}, "no tmpfs"},
 		{"runsc absent", func(h *HostProbe) { h.Runsc = "" }, []Name{GVisor}, "runsc not found on PATH"},
+		{"runsc present, not driven yet", func(h *HostProbe) {}, []Name{GVisor}, "does not drive it yet"},
 		{"no docker cli", func(h *HostProbe) { h.DockerCLI = "" }, nil, ""},
 		{"no freezer", func(h *HostProbe) { h.Cgroup.Freezer = false }, nil, ""},
 		{"swap on with memsw is fine", func(h *HostProbe) { h.SwapOn = true }, nil, ""},
@@ -157,7 +158,7 @@ func TestLocalEgressReasons(t *testing.T) {
 		mutate func(h *HostProbe)
 		why    string
 	}{
-		{"capable host: not built", func(h *HostProbe) {}, "not built yet (issue 4)"},
+		{"capable host: not wired yet", func(h *HostProbe) {}, "not wired into the local backend yet (issue 4)"},
 		{"not root", func(h *HostProbe) { h.Root, h.UID, h.CapSysAdmin, h.CapNetAdmin = false, 1000, false, false }, "needs root with CAP_NET_ADMIN"},
 		{"no veth", func(h *HostProbe) { h.Veth = Feature{Source: "absent", Detail: "CONFIG_VETH is not set"} }, "no veth support in the kernel (CONFIG_VETH is not set)"},
 		{"no nf_tables", func(h *HostProbe) { h.NFTables = Feature{Source: "netlink", Detail: "protocol not supported"} }, "no nf_tables in the kernel"},

@@ -84,6 +84,9 @@ func TestPublishedFacts(t *testing.T) {
 }
 
 func TestBounds(t *testing.T) {
+	if s, _ := For(Local); s.Bounds.MaxProcesses != LocalMaxProcesses {
+		t.Errorf("local MaxProcesses bound = %d", s.Bounds.MaxProcesses)
+	}
 	want := map[Platform]int64{Local: 0, Docker: 0, Kubernetes: 0, AWS: 8 * 3600, Azure: 4 * 3600, GCP: 24 * 3600}
 	for p, lifetime := range want {
 		s, err := For(p)
