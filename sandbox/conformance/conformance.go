@@ -1,0 +1,426 @@
+// Package conformance is the one behaviour suite every sandbox.Backend runs.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Options adapt the suite to a backend. There is no way to skip a test by hand: a test that
+// needs a capability is skipped only when the backend's own Capabilities() says it lacks it.
+type Options struct {
+	// Decl returns the declaration to create for a test, before defaults: at least an image
+	// the backend can start with sh, echo, sleep, pwd, cat and test. ApplyDefaults is called
+	// on the result.
+	Decl func(id string) spec.Sandbox
+	// OpTimeout bounds each backend call (default 2 minutes).
+	OpTimeout time.Duration
+}
+
+// Run runs the suite. newBackend is called once per subtest; the backend it returns is the
+// caller's to close (use t.Cleanup). Every sandbox the suite creates it also terminates.
+func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Options) {
+	t.Helper()
+	if opts.Decl == nil {
+		t.Fatal("conformance: Options.Decl is required")
+	}
+	if opts.OpTimeout == 0 {
+		opts.OpTimeout = 2 * time.Minute
+	}
+	tests := []struct {
+		name  string
+		needs []capability.Name
+		fn    func(*suite)
+	}{
+		{"CreateReturnsRunningSession", nil, (*suite).createRunning},
+		{"ExecStreamsStdoutAndStderr", nil, (*suite).execStreams},
+		{"ExitCodes", nil, (*suite).exitCodes},
+		{"EnvHonoured", []capability.Name{capability.Env}, (*suite).env},
+		{"CwdIsWorkdir", []capability.Name{capability.Workdir}, (*suite).cwd},
+		{"TimeoutKills", nil, (*suite).timeout},
+		{"FilesRoundTrip", []capability.Name{capability.Files}, (*suite).files},
+		{"GetAndListIncludeSession", nil, (*suite).getList},
+		{"ConnectTwice", []capability.Name{capability.Reconnect}, (*suite).connectTwice},
+		{"TerminateIsIdempotent", nil, (*suite).terminate},
+		{"ConcurrentCreatesAreIndependent", nil, (*suite).concurrent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t)
+			ctx, cancel := context.WithTimeout(context.Background(), opts.OpTimeout)
+			defer cancel()
+			caps := b.Capabilities(ctx)
+			for _, n := range tc.needs {
+				if !caps.Has(n) {
+					t.Skipf("backend %s lacks capability %s: %s", b.Platform(), n, caps.Entries[n].Reason)
+				}
+			}
+			tc.fn(&suite{t: t, b: b, opts: opts})
+		})
+	}
+}
+
+type suite struct {
+	t    *testing.T
+	b    sandbox.Backend
+	opts Options
+}
+
+func (s *suite) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.OpTimeout)
+	s.t.Cleanup(cancel)
+	return ctx
+}
+
+func (s *suite) decl(id string) spec.Sandbox {
+	d := s.opts.Decl(id)
+	d.ApplyDefaults()
+	return d
+}
+
+// create starts a sandbox and registers its termination.
+func (s *suite) create(d spec.Sandbox) *sandbox.Session {
+	s.t.Helper()
+	sess, err := s.b.Create(s.ctx(), d)
+	if err != nil {
+		s.t.Fatalf("Create(%s): %v", d.ID, err)
+	}
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.OpTimeout)
+		defer cancel()
+		if err := s.b.Terminate(ctx, sess.ID); err != nil {
+			s.t.Errorf("Terminate(%s) in cleanup: %v", sess.ID, err)
+		}
+	})
+	return sess
+}
+
+func (s *suite) connect(id string) sandbox.Agent {
+	s.t.Helper()
+	a, err := s.b.Connect(s.ctx(), id)
+	if err != nil {
+		s.t.Fatalf("Connect(%s): %v", id, err)
+	}
+	s.t.Cleanup(func() { a.Close() })
+	return a
+}
+
+type execOut struct {
+	stdout, stderr string
+	res            sandbox.ExecResult
+}
+
+func (s *suite) exec(a sandbox.Agent, req sandbox.ExecRequest) execOut {
+	s.t.Helper()
+	if req.Timeout == 0 {
+		req.Timeout = 60 * time.Second
+	}
+	var out, errb bytes.Buffer
+	res, err := a.Exec(s.ctx(), req, &out, &errb)
+	if err != nil {
+		s.t.Fatalf("Exec(%+v): %v", req, err)
+	}
+	return execOut{out.String(), errb.String(), res}
+}
+
+func (s *suite) sh(a sandbox.Agent, script string) execOut {
+	s.t.Helper()
+	return s.exec(a, sandbox.ExecRequest{Shell: script})
+}
+
+func (s *suite) createRunning() {
+	d := s.decl("conf-create")
+	sess := s.create(d)
+	if sess.ID == "" {
+		s.t.Fatal("session id is empty")
+	}
+	if sess.State != sandbox.StateRunning {
+		s.t.Errorf("state = %q, want %q", sess.State, sandbox.StateRunning)
+	}
+	if sess.SandboxID != d.ID {
+		s.t.Errorf("sandbox id = %q, want %q", sess.SandboxID, d.ID)
+	}
+	if sess.Platform != string(s.b.Platform()) {
+		s.t.Errorf("platform = %q, want %q", sess.Platform, s.b.Platform())
+	}
+	// Create returns only once the agent answers.
+	a := s.connect(sess.ID)
+	if _, err := a.Health(s.ctx()); err != nil {
+		s.t.Fatalf("Health right after Create: %v", err)
+	}
+}
+
+func (s *suite) execStreams() {
+	sess := s.create(s.decl("conf-streams"))
+	a := s.connect(sess.ID)
+	got := s.sh(a, "echo to-out; echo to-err >&2; echo more-out")
+	if got.stdout != "to-out\nmore-out\n" {
+		s.t.Errorf("stdout = %q", got.stdout)
+	}
+	if got.stderr != "to-err\n" {
+		s.t.Errorf("stderr = %q", got.stderr)
+	}
+	if got.res.ExitCode != 0 || got.res.TimedOut || got.res.Signal != "" {
+		s.t.Errorf("result = %+v, want a clean exit 0", got.res)
+	}
+	argv := s.exec(a, sandbox.ExecRequest{Argv: []string{"echo", "a b", "c"}})
+	if argv.stdout != "a b c\n" {
+		s.t.Errorf("argv echo stdout = %q, want %q", argv.stdout, "a b c\n")
+	}
+}
+
+func (s *suite) exitCodes() {
+	sess := s.create(s.decl("conf-exit"))
+	a := s.connect(sess.ID)
+	for _, code := range []int{0, 1, 2, 42, 255} {
+		got := s.sh(a, fmt.Sprintf("exit %d", code))
+		if got.res.ExitCode != code {
+			s.t.Errorf("exit %d: result %+v", code, got.res)
+		}
+	}
+	got := s.sh(a, "kill -9 $$")
+	if got.res.Signal == "" && got.res.ExitCode != 137 {
+		s.t.Errorf("killed by SIGKILL: result %+v, want a signal or 137", got.res)
+	}
+}
+
+func (s *suite) env() {
+	d := s.decl("conf-env")
+	d.Env = map[string]string{"AIRLOCK_DECL": "from-decl", "AIRLOCK_BOTH": "decl"}
+	sess := s.create(d)
+	a := s.connect(sess.ID)
+	got := s.exec(a, sandbox.ExecRequest{
+		Shell: `printf '%s|%s|%s' "$AIRLOCK_DECL" "$AIRLOCK_REQ" "$AIRLOCK_BOTH"`,
+		Env:   map[string]string{"AIRLOCK_REQ": "from-req", "AIRLOCK_BOTH": "req"},
+	})
+	if want := "from-decl|from-req|req"; got.stdout != want {
+		s.t.Errorf("env = %q, want %q (request env overrides the declaration's)", got.stdout, want)
+	}
+}
+
+func (s *suite) cwd() {
+	d := s.decl("conf-cwd")
+	sess := s.create(d)
+	a := s.connect(sess.ID)
+	if got := s.sh(a, "pwd"); strings.TrimSpace(got.stdout) != d.Workdir {
+		s.t.Errorf("pwd = %q, want the workdir %q", got.stdout, d.Workdir)
+	}
+	if got := s.exec(a, sandbox.ExecRequest{Shell: "pwd", Cwd: "/tmp"}); strings.TrimSpace(got.stdout) != "/tmp" {
+		s.t.Errorf("pwd with cwd /tmp = %q", got.stdout)
+	}
+	// The workdir is writable by the code.
+	if got := s.sh(a, "echo x > probe && cat probe"); got.stdout != "x\n" || got.res.ExitCode != 0 {
+		s.t.Errorf("write in workdir: %+v %q", got.res, got.stderr)
+	}
+}
+
+func (s *suite) timeout() {
+	sess := s.create(s.decl("conf-timeout"))
+	a := s.connect(sess.ID)
+	got := s.exec(a, sandbox.ExecRequest{Shell: "echo started; sleep 600", Timeout: time.Second})
+	if !got.res.TimedOut {
+		s.t.Fatalf("sleep 600 with a 1s timeout: result %+v, want timedOut", got.res)
+	}
+	if got.stdout != "started\n" {
+		s.t.Errorf("output before the timeout = %q, want it kept", got.stdout)
+	}
+	// The sandbox is still usable.
+	if again := s.sh(a, "echo alive"); again.stdout != "alive\n" {
+		s.t.Errorf("exec after a timeout: %q", again.stdout)
+	}
+}
+
+func (s *suite) files() {
+	d := s.decl("conf-files")
+	sess := s.create(d)
+	a := s.connect(sess.ID)
+	ctx := s.ctx()
+	dir := path.Join(d.Workdir, "sub")
+	if err := a.Mkdir(ctx, dir, 0o755); err != nil {
+		s.t.Fatalf("Mkdir: %v", err)
+	}
+	p := path.Join(dir, "a.txt")
+	content := "hello files\n"
+	if err := a.WriteFile(ctx, p, strings.NewReader(content), 0o640); err != nil {
+		s.t.Fatalf("WriteFile: %v", err)
+	}
+	rc, err := a.ReadFile(ctx, p, 0, -1)
+	if err != nil {
+		s.t.Fatalf("ReadFile: %v", err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(b) != content {
+		s.t.Fatalf("ReadFile = %q, %v; want %q", b, err, content)
+	}
+	// Code sees what the files API wrote.
+	if got := s.sh(a, "cat "+p); got.stdout != content {
+		s.t.Errorf("cat of a written file = %q", got.stdout)
+	}
+	fi, err := a.Stat(ctx, p)
+	if err != nil {
+		s.t.Fatalf("Stat: %v", err)
+	}
+	if fi.Size != int64(len(content)) || fi.Type != "file" || fi.Mode&0o777 != 0o640 {
+		s.t.Errorf("Stat = %+v, want a %d-byte file with mode 0640", fi, len(content))
+	}
+	list, err := a.List(ctx, dir)
+	if err != nil {
+		s.t.Fatalf("List: %v", err)
+	}
+	if !slices.ContainsFunc(list, func(f sandbox.FileInfo) bool { return f.Name == "a.txt" }) {
+		s.t.Errorf("List(%s) = %+v, want a.txt", dir, list)
+	}
+	q := path.Join(dir, "b.txt")
+	if err := a.Rename(ctx, p, q); err != nil {
+		s.t.Fatalf("Rename: %v", err)
+	}
+	if _, err := a.Stat(ctx, p); !errors.Is(err, sandbox.ErrNotFound) {
+		s.t.Errorf("Stat of the renamed-away path: %v, want ErrNotFound", err)
+	}
+	if _, err := a.Stat(ctx, q); err != nil {
+		s.t.Errorf("Stat of the rename target: %v", err)
+	}
+	if err := a.Remove(ctx, q, false); err != nil {
+		s.t.Fatalf("Remove: %v", err)
+	}
+	if _, err := a.Stat(ctx, q); !errors.Is(err, sandbox.ErrNotFound) {
+		s.t.Errorf("Stat after Remove: %v, want ErrNotFound", err)
+	}
+	if err := a.Remove(ctx, dir, true); err != nil {
+		s.t.Fatalf("Remove recursive: %v", err)
+	}
+}
+
+func (s *suite) getList() {
+	d := s.decl("conf-get")
+	sess := s.create(d)
+	got, err := s.b.Get(s.ctx(), sess.ID)
+	if err != nil {
+		s.t.Fatalf("Get: %v", err)
+	}
+	if got.ID != sess.ID || got.SandboxID != d.ID || got.State != sandbox.StateRunning {
+		s.t.Errorf("Get = %+v", got)
+	}
+	list, err := s.b.List(s.ctx())
+	if err != nil {
+		s.t.Fatalf("List: %v", err)
+	}
+	if !slices.ContainsFunc(list, func(x *sandbox.Session) bool { return x.ID == sess.ID }) {
+		s.t.Errorf("List does not include %s", sess.ID)
+	}
+	if _, err := s.b.Get(s.ctx(), sess.ID+"0"); !errors.Is(err, sandbox.ErrNotFound) && !errors.Is(err, sandbox.ErrInvalid) {
+		s.t.Errorf("Get of an unknown id: %v, want ErrNotFound or ErrInvalid", err)
+	}
+}
+
+func (s *suite) connectTwice() {
+	sess := s.create(s.decl("conf-connect"))
+	a1 := s.connect(sess.ID)
+	a2 := s.connect(sess.ID)
+	if got := s.sh(a1, "echo one"); got.stdout != "one\n" {
+		s.t.Errorf("first client: %q", got.stdout)
+	}
+	if got := s.sh(a2, "echo two"); got.stdout != "two\n" {
+		s.t.Errorf("second client: %q", got.stdout)
+	}
+	a1.Close()
+	if got := s.sh(a2, "echo still"); got.stdout != "still\n" {
+		s.t.Errorf("second client after the first closed: %q", got.stdout)
+	}
+}
+
+func (s *suite) terminate() {
+	sess, err := s.b.Create(s.ctx(), s.decl("conf-term"))
+	if err != nil {
+		s.t.Fatalf("Create: %v", err)
+	}
+	a := s.connect(sess.ID)
+	if got := s.sh(a, "echo up"); got.stdout != "up\n" {
+		s.t.Fatalf("exec before terminate: %q", got.stdout)
+	}
+	if err := s.b.Terminate(s.ctx(), sess.ID); err != nil {
+		s.t.Fatalf("Terminate: %v", err)
+	}
+	if err := s.b.Terminate(s.ctx(), sess.ID); err != nil {
+		s.t.Errorf("second Terminate: %v, want nil (idempotent)", err)
+	}
+	if _, err := s.b.Get(s.ctx(), sess.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		s.t.Errorf("Get after Terminate: %v, want ErrNotFound", err)
+	}
+	list, err := s.b.List(s.ctx())
+	if err != nil {
+		s.t.Fatalf("List: %v", err)
+	}
+	if slices.ContainsFunc(list, func(x *sandbox.Session) bool { return x.ID == sess.ID }) {
+		s.t.Errorf("List after Terminate still includes %s", sess.ID)
+	}
+	var out bytes.Buffer
+	if _, err := a.Exec(s.ctx(), sandbox.ExecRequest{Shell: "echo ghost", Timeout: 10 * time.Second}, &out, &out); err == nil {
+		s.t.Errorf("Exec after Terminate succeeded (output %q)", out.String())
+	}
+	if _, err := s.b.Connect(s.ctx(), sess.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		s.t.Errorf("Connect after Terminate: %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) concurrent() {
+	const n = 3
+	sessions := make([]*sandbox.Session, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sessions[i], errs[i] = s.b.Create(s.ctx(), s.decl(fmt.Sprintf("conf-conc-%d", i)))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			s.t.Fatalf("concurrent Create %d: %v", i, err)
+		}
+		id := sessions[i].ID
+		s.t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.OpTimeout)
+			defer cancel()
+			if err := s.b.Terminate(ctx, id); err != nil {
+				s.t.Errorf("Terminate(%s): %v", id, err)
+			}
+		})
+	}
+	ids := map[string]bool{}
+	for _, sess := range sessions {
+		if ids[sess.ID] {
+			s.t.Fatalf("two creates returned the same session id %s", sess.ID)
+		}
+		ids[sess.ID] = true
+	}
+	agents := make([]sandbox.Agent, n)
+	for i, sess := range sessions {
+		agents[i] = s.connect(sess.ID)
+	}
+	if got := s.sh(agents[0], "echo secret > /tmp/only-in-0 && echo ok"); got.stdout != "ok\n" {
+		s.t.Fatalf("write in sandbox 0: %+v %q", got.res, got.stderr)
+	}
+	for i := 1; i < n; i++ {
+		got := s.sh(agents[i], "test -e /tmp/only-in-0 && echo visible || echo absent")
+		if got.stdout != "absent\n" {
+			s.t.Errorf("sandbox %d sees sandbox 0's file: %q", i, got.stdout)
+		}
+	}
+}
