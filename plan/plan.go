@@ -67,6 +67,17 @@ func (r *Refusal) Error() string {
 // Unwrap makes errors.Is(err, sandbox.ErrRefused) hold.
 func (r *Refusal) Unwrap() error { return sandbox.ErrRefused }
 
+// SandboxIndex is the index in the stack's sandboxes of the sandbox the refusal is about, -1
+// for a stack-level or workload refusal.
+func (r *Refusal) SandboxIndex() int {
+	m := indexedPath.FindStringSubmatch(r.Field)
+	if m == nil || m[1] != "sandboxes" {
+		return -1
+	}
+	i, _ := strconv.Atoi(m[2])
+	return i
+}
+
 // Needs is what the refusal asks of the platform: the capability, else the rule.
 func (r *Refusal) Needs() string {
 	if r.Capability != "" {
@@ -100,7 +111,8 @@ func (r Result) Err() error {
 // validates the declaration as written, then checks capabilities and bounds against the
 // declaration AFTER defaults: a default is enforced like a declared value, so a platform that
 // cannot hold the default memory ceiling refuses rather than silently running unbounded.
-// st is not modified.
+// The one property that needs no capability of its own is an idle timeout no shorter than an
+// enforced lifetime. st is not modified.
 func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Result {
 	if st == nil {
 		st = &spec.Stack{}
@@ -283,8 +295,12 @@ func (c *checker) check() {
 		c.add("session.maxLifetimeSeconds", lifeS, "", RuleBoundLifetime,
 			fmt.Sprintf("max lifetime %ss exceeds %s's ceiling of %ds", lifeS, c.platform, b.MaxLifetimeSeconds))
 	}
+	// An idle timeout no shorter than the lifetime is held by the lifetime itself: the sandbox
+	// ends no later than the idle timeout could end it.
 	idle := strconv.FormatInt(sb.Session.IdleTimeout(), 10)
-	c.need(capability.IdleTimeout, "session.idleTimeoutSeconds", idle, "idle timeout "+idle+"s", d.Session.IdleTimeoutSeconds == nil)
+	if !(sb.Session.IdleTimeout() >= life && c.set.Has(capability.SessionLifetime)) {
+		c.need(capability.IdleTimeout, "session.idleTimeoutSeconds", idle, "idle timeout "+idle+"s", d.Session.IdleTimeoutSeconds == nil)
+	}
 	if sb.Session.CanReconnect() {
 		c.need(capability.Reconnect, "session.reconnect", "true", "reconnect", d.Session.Reconnect == nil)
 	}

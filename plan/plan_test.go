@@ -138,6 +138,16 @@ func TestCheckRules(t *testing.T) {
 			want: []string{"sandboxes[0].session.maxLifetimeSeconds sessionLifetime"}},
 		{name: "idle timeout (default)", stack: stackOf(hostSandbox(nil)), set: without(full, capability.IdleTimeout),
 			want: []string{"sandboxes[0].session.idleTimeoutSeconds idleTimeout"}},
+		{name: "idle timeout equal to the lifetime is held by the lifetime", stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
+			s.Session.MaxLifetimeSeconds = i64(300)
+		})), set: without(full, capability.IdleTimeout), want: []string{}},
+		{name: "idle timeout equal to an unenforced lifetime", stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
+			s.Session.MaxLifetimeSeconds, s.Session.IdleTimeoutSeconds = i64(300), i64(300)
+		})), set: without(full, capability.IdleTimeout, capability.SessionLifetime), want: []string{
+			"sandboxes[0].session.maxLifetimeSeconds sessionLifetime", "sandboxes[0].session.idleTimeoutSeconds idleTimeout"}},
+		{name: "idle timeout one second short of the lifetime", stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
+			s.Session.MaxLifetimeSeconds, s.Session.IdleTimeoutSeconds = i64(300), i64(299)
+		})), set: without(full, capability.IdleTimeout), want: []string{"sandboxes[0].session.idleTimeoutSeconds idleTimeout"}},
 		{name: "reconnect (default true)", stack: stackOf(hostSandbox(nil)), set: without(full, capability.Reconnect),
 			want: []string{"sandboxes[0].session.reconnect reconnect"}},
 		{name: "reconnect false needs nothing", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Session.Reconnect = no() })),
@@ -298,6 +308,14 @@ func TestCheckDoesNotModifyTheStack(t *testing.T) {
 	after, _ := json.Marshal(st)
 	if string(before) != string(after) {
 		t.Errorf("stack changed:\n%s\n%s", before, after)
+	}
+}
+
+func TestSandboxIndex(t *testing.T) {
+	for field, want := range map[string]int{"sandboxes[3].limits.cpu": 3, "sandboxes[12]": 12, "workloads[0].id": -1, "apiVersion": -1, "platform": -1} {
+		if got := (&Refusal{Field: field}).SandboxIndex(); got != want {
+			t.Errorf("SandboxIndex(%q) = %d, want %d", field, got, want)
+		}
 	}
 }
 
