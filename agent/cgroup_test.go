@@ -1,0 +1,298 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// testCgroup creates a cgroup for one agent under hierarchy and removes it after the test
+// (after the agent has stopped: cleanups run last-registered first).
+func testCgroup(t *testing.T, hierarchy string) string {
+	t.Helper()
+	dir := filepath.Join(hierarchy, "airlock-test-"+randHex(4))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Rmdir(dir); err != nil {
+			t.Errorf("remove test cgroup %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// cgroupKinds are the kill scopes this host can run: v1 freezer, and v2 where cgroup2 is
+// mounted (here: the hybrid /sys/fs/cgroup/unified).
+func cgroupKinds(t *testing.T) map[string]func(h *harness) string {
+	t.Helper()
+	testutil.RequireRoot(t)
+	kinds := map[string]func(h *harness) string{}
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/tasks"); err == nil {
+		kinds["cgroup-v1"] = func(h *harness) string {
+			dir := testCgroup(t, "/sys/fs/cgroup/freezer")
+			h.cfg.CgroupV1Freezer = dir
+			return dir
+		}
+	}
+	for _, mnt := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(mnt + "/cgroup.subtree_control"); err == nil {
+			kinds["cgroup-v2"] = func(h *harness) string {
+				dir := testCgroup(t, mnt)
+				h.cfg.CgroupV2 = dir
+				return dir
+			}
+			break
+		}
+	}
+	if len(kinds) == 0 {
+		t.Fatal("no cgroup v1 freezer or cgroup v2 mount on this host")
+	}
+	return kinds
+}
+
+// execCgroups lists the exec cgroups left below base.
+func execCgroups(t *testing.T, base string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(base, "exec-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// treeScript starts a process tree built to escape a process-group kill: a setsid'd child, a
+// double-forked setsid'd grandchild (its parent exits at once), a plain background child. It
+// prints "ready" once every pid is on disk, then waits.
+func treeScript(dir string) string {
+	return fmt.Sprintf(`cd %s
+setsid sh -c 'echo $$ > p1; exec sleep 1000' &
+sh -c 'setsid sh -c "echo \$\$ > p2; exec sleep 1001" &' 
+sleep 1002 & echo $! > p3
+while [ ! -s p1 ] || [ ! -s p2 ] || [ ! -s p3 ]; do sleep 0.01; done
+echo ready
+sleep 1003`, dir)
+}
+
+func treePids(t *testing.T, dir string) []int {
+	var pids []int
+	for _, f := range []string{"p1", "p2", "p3"} {
+		pids = append(pids, readPid(t, filepath.Join(dir, f)))
+	}
+	return pids
+}
+
+func requireAllDead(t *testing.T, pids []int) {
+	t.Helper()
+	// The kill returns only once the cgroup is empty, so this holds at once; polling only
+	// allows for the zombie being reaped by whoever inherited it.
+	for _, pid := range pids {
+		if alive(pid) {
+			eventually(t, fmt.Sprintf("pid %d gone", pid), func() bool { return !alive(pid) })
+		}
+	}
+}
+
+// TestCgroupKill: nothing an exec started survives its deadline, its caller's disconnect, or
+// its own end: setsid and double-fork included, and its cgroup is removed.
+func TestCgroupKill(t *testing.T) {
+	for kind, setup := range cgroupKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			base := setup(h)
+			h.start()
+			ctx := context.Background()
+			hl, err := h.cl.Health(ctx)
+			if err != nil || hl.KillScope != kind {
+				t.Fatalf("health %+v %v, want killScope %s", hl, err, kind)
+			}
+
+			t.Run("deadline", func(t *testing.T) {
+				dir := t.TempDir()
+				s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: treeScript(dir), Timeout: 3 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				res, err := s.Wait(&out, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out.String() != "ready\n" {
+					t.Fatalf("the tree was not complete before the deadline (slow host?): stdout %q", out.String())
+				}
+				if !res.TimedOut || res.Signal != "SIGKILL" {
+					t.Errorf("result %+v, want timedOut SIGKILL", res)
+				}
+				requireAllDead(t, treePids(t, dir))
+				if left := execCgroups(t, base); len(left) > 0 {
+					t.Errorf("exec cgroups left: %v", left)
+				}
+			})
+
+			t.Run("disconnect", func(t *testing.T) {
+				dir := t.TempDir()
+				s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev, err := s.Next()
+				if err != nil || ev.Output == nil || string(ev.Output.Data) != "ready\n" {
+					t.Fatalf("first event %+v %v", ev, err)
+				}
+				pids := treePids(t, dir)
+				for _, pid := range pids {
+					if !alive(pid) {
+						t.Fatalf("pid %d not running before the disconnect", pid)
+					}
+				}
+				s.Close()
+				requireAllDead(t, pids)
+				eventually(t, "exec cgroup removed", func() bool { return len(execCgroups(t, base)) == 0 })
+			})
+
+			t.Run("leftovers die with the exec", func(t *testing.T) {
+				dir := t.TempDir()
+				out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf(`cd %s; setsid sleep 1000 & echo $! > p1; sh -c 'setsid sleep 1000 & echo $! > p2'; sleep 1000 & echo $! > p3; echo done`, dir)})
+				if out != "done\n" || res.ExitCode != 0 || res.TimedOut {
+					t.Fatalf("stdout %q result %+v", out, res)
+				}
+				requireAllDead(t, treePids(t, dir))
+				if left := execCgroups(t, base); len(left) > 0 {
+					t.Errorf("exec cgroups left: %v", left)
+				}
+			})
+
+			t.Run("background process removal", func(t *testing.T) {
+				dir := t.TempDir()
+				p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := h.cl.Attach(ctx, p.ID, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev, err := s.Next()
+				s.Close()
+				if err != nil || ev.Output == nil || string(ev.Output.Data) != "ready\n" {
+					t.Fatalf("first event %+v %v", ev, err)
+				}
+				if err := h.cl.RemoveProcess(ctx, p.ID); err != nil {
+					t.Fatal(err)
+				}
+				requireAllDead(t, treePids(t, dir))
+				if left := execCgroups(t, base); len(left) > 0 {
+					t.Errorf("exec cgroups left: %v", left)
+				}
+			})
+		})
+	}
+}
+
+// TestCodeRunsUnprivileged: commands run as CodeUID/CodeGID with no supplementary groups and
+// no capabilities, and cannot signal the agent.
+func TestCodeRunsUnprivileged(t *testing.T) {
+	testutil.RequireRoot(t)
+	h := newHarness(t)
+	h.cfg.CodeUID, h.cfg.CodeGID, h.cfg.AllowRootCode = 65534, 65534, false
+	if err := os.Chmod(h.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	ctx := context.Background()
+	out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "id -u; id -g; id -G; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | head -2"})
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if res.ExitCode != 0 || len(lines) < 5 || lines[0] != "65534" || lines[1] != "65534" || lines[2] != "65534" {
+		t.Fatalf("identity %q %+v", out, res)
+	}
+	for _, l := range lines[3:] {
+		if !strings.HasSuffix(l, "0000000000000000") {
+			t.Errorf("capabilities not dropped: %s", l)
+		}
+	}
+	_, errs, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf("kill -9 %d", h.proc.Process.Pid)})
+	if res.ExitCode == 0 {
+		t.Errorf("code could signal the agent: %q", errs)
+	}
+	if _, err := h.cl.Health(ctx); err != nil {
+		t.Fatalf("agent gone: %v", err)
+	}
+	// Files the API writes belong to the code's uid.
+	if err := h.cl.WriteFile(ctx, "/owned", strings.NewReader("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cl.Mkdir(ctx, "/d1/d2", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"owned", "d1", "d1/d2"} {
+		fi, err := os.Stat(filepath.Join(h.root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != 65534 || st.Gid != 65534 {
+			t.Errorf("%s owned by %d:%d, want 65534:65534", p, st.Uid, st.Gid)
+		}
+	}
+}
+
+// TestOOMKilled: an exec the kernel OOM-kills inside the sandbox's memory cgroup says so.
+func TestOOMKilled(t *testing.T) {
+	testutil.RequireRoot(t)
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memRel string
+	sc := bufio.NewScanner(strings.NewReader(string(self)))
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) == 3 && parts[1] == "memory" {
+			memRel = parts[2]
+		}
+	}
+	if memRel == "" {
+		t.Skip("no cgroup v1 memory hierarchy on this host")
+	}
+	h := newHarness(t)
+	h.cfg.CgroupV1Freezer = testCgroup(t, "/sys/fs/cgroup/freezer")
+	// Below the test's own memory cgroup, so the limit nests inside whatever this session has.
+	mem := testCgroup(t, filepath.Join("/sys/fs/cgroup/memory", memRel))
+	if err := os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte("512M"), 0); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.CgroupV1Memory = mem
+	h.start()
+	// The agent (and so every command) lives in the memory cgroup, as in a sandbox.
+	if err := os.WriteFile(filepath.Join(mem, "cgroup.procs"), []byte(fmt.Sprint(h.proc.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Move the agent out before its cgroup is removed (if it is still running).
+		_ = os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", memRel, "cgroup.procs"), []byte(fmt.Sprint(h.proc.Process.Pid)), 0)
+	})
+	hl, err := h.cl.Health(context.Background())
+	if err != nil || !hl.Features["oomDetection"] {
+		t.Fatalf("health %+v %v: want oomDetection", hl, err)
+	}
+	// tail keeps the current line in memory; /dev/zero never ends it.
+	_, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"tail", "-n", "1", "/dev/zero"}, Timeout: time.Minute})
+	if !res.OOMKilled || res.Signal != "SIGKILL" || res.TimedOut {
+		t.Errorf("result %+v, want oomKilled", res)
+	}
+	_, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "kill -9 $$"})
+	if res.OOMKilled {
+		t.Errorf("a plain SIGKILL was reported as an OOM kill: %+v", res)
+	}
+}
