@@ -187,4 +187,3 @@ func (s *Stream) Wait(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
 	defer s.Close()
 	return s.copyTo(stdout, stderr)
 }
-
