@@ -126,7 +126,7 @@ func TestCheckRules(t *testing.T) {
 		{name: "egress deny (default)", stack: stackOf(hostSandbox(nil)), set: without(full, capability.EgressDeny),
 			want: []string{"sandboxes[0].egress.mode egressDeny"}},
 		{name: "egress allow", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Egress.Mode = spec.EgressAllow })),
-			set: without(full, capability.PublicOnlyEgress, capability.EgressDeny, capability.DomainEgressRules),
+			set:  without(full, capability.PublicOnlyEgress, capability.EgressDeny, capability.DomainEgressRules),
 			want: []string{"sandboxes[0].egress.mode publicOnlyEgress"}},
 		{name: "egress allowDomains", stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
 			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"pypi.org"}}
