@@ -96,7 +96,7 @@ func cloud(p string) map[Name]string {
 		ProcessLimit:      notDesigned("process limit"),
 		DiskLimit:         notDesigned("disk limit"),
 		IdleTimeout:       notDesigned("idle reaper"),
-		GVisor:            "the platform chooses its own isolation (a microVM), not gVisor",
+		GVisor:            "the platform chooses its own isolation boundary, not gVisor",
 		Labels:            notDesigned("per-sandbox labels"),
 		ImageHost:         reasonNoHostRoot,
 		ImageDir:          reasonNoDirRoot,

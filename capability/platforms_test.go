@@ -69,7 +69,7 @@ func TestPublishedFacts(t *testing.T) {
 		{Docker, DockerRuntime, true, ""},
 		{AWS, Files, true, ""},
 		{AWS, EnforcedLimits, false, "platform's"},
-		{GCP, GVisor, false, "microVM"},
+		{GCP, GVisor, false, "its own isolation boundary"},
 	}
 	for _, tt := range tests {
 		s, err := For(tt.p)

@@ -236,7 +236,7 @@ func (c *checker) need(n capability.Name, field, value, what string, defaulted b
 	if defaulted {
 		what += " (default)"
 	}
-	c.add(field, value, n, RuleCapability, fmt.Sprintf("%s cannot be enforced on %s: %s", what, c.platform, why))
+	c.add(field, value, n, RuleCapability, fmt.Sprintf("%s cannot be honoured on %s: %s", what, c.platform, why))
 }
 
 var imageCapability = map[spec.ImageKind]capability.Name{

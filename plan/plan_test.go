@@ -278,7 +278,7 @@ func TestRefusalIsATypedError(t *testing.T) {
 	if r.Value != "TOKEN" || strings.Contains(r.Error(), "s3cret") || strings.Contains(r.Message, "s3cret") {
 		t.Errorf("an env value leaked: value %q, error %q", r.Value, r.Error())
 	}
-	if want := "sandbox py: sandboxes[0].env: environment variables cannot be enforced on azure: no env here (needs env)"; r.Error() != want {
+	if want := "sandbox py: sandboxes[0].env: environment variables cannot be honoured on azure: no env here (needs env)"; r.Error() != want {
 		t.Errorf("Error() = %q\nwant      %q", r.Error(), want)
 	}
 	if (Result{}).Err() != nil {
