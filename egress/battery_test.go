@@ -206,6 +206,18 @@ var batteryCases = []struct {
 		addr := netip.AddrPortFrom(gw, 80).String()
 		b.httpCase(addr, "allowed.example.com", nil, addr, ReasonNonPublicDst, ReasonNonPublicDst, "")
 	}},
+	{"HostAddress/UDP", func(b *bctx) {
+		gw := b.s.att.Resolver()
+		if !gw.IsValid() {
+			gw = netip.MustParseAddr("10.200.0.1")
+		}
+		for _, ip := range []netip.Addr{gw, ipHost} {
+			addr := netip.AddrPortFrom(ip, 9053).String()
+			udpControl(b, addr, ":9053")
+			udpDropped(b, addr, ":9053")
+		}
+	}},
+	{"Spoofing/SourceAddress", func(b *bctx) { spoofedSource(b) }},
 	{"OtherSandbox/TCP", func(b *bctx) {
 		addr := netip.AddrPortFrom(b.other.att.SandboxAddr(), 9000).String()
 		b.control(addr, "allowed.example.com", nil, addr)
@@ -213,12 +225,12 @@ var batteryCases = []struct {
 	}},
 	{"OtherSandbox/UDP", func(b *bctx) {
 		addr := netip.AddrPortFrom(b.other.att.SandboxAddr(), 9001).String()
-		udpControl(b, addr)
-		udpDropped(b, addr)
+		udpControl(b, addr, addr)
+		udpDropped(b, addr, addr)
 	}},
 	{"UDP/QUIC", func(b *bctx) {
-		udpControl(b, "198.51.100.10:443")
-		udpDropped(b, "198.51.100.10:443")
+		udpControl(b, "198.51.100.10:443", "198.51.100.10:443")
+		udpDropped(b, "198.51.100.10:443", "198.51.100.10:443")
 	}},
 	{"Wildcard/Subdomain", func(b *bctx) {
 		rc, addrs, err := b.s.resolve(b.ctx, "udp", "a.example.com")
@@ -302,8 +314,9 @@ func sendUDP(b *bctx, addr string, payload []byte) {
 }
 
 // udpControl proves the UDP service answers the host.
-func udpControl(b *bctx, addr string) {
+func udpControl(b *bctx, addr, hitKey string) {
 	b.t.Helper()
+	seen := b.e.udpHits.get(hitKey)
 	c, err := b.e.hostRun.dial(b.ctx, &net.Dialer{}, "udp", addr)
 	if err != nil {
 		b.t.Fatal(err)
@@ -314,11 +327,14 @@ func udpControl(b *bctx, addr string) {
 	if _, err := c.Read(make([]byte, 16)); err != nil {
 		b.t.Fatalf("positive control: UDP %s does not answer the host: %v", addr, err)
 	}
+	if b.e.udpHits.get(hitKey) != seen+1 {
+		b.t.Fatalf("positive control: hits on %s not counted", hitKey)
+	}
 }
 
 // udpDropped: under deny the datagram cannot be sent; otherwise the kernel drops it and the
 // service never sees it.
-func udpDropped(b *bctx, addr string) {
+func udpDropped(b *bctx, addr, hitKey string) {
 	b.t.Helper()
 	if b.is(spec.EgressDeny) {
 		c, err := b.s.dial(b.ctx, "udp", addr)
@@ -329,10 +345,10 @@ func udpDropped(b *bctx, addr string) {
 		b.unreachable(err)
 		return
 	}
-	dropped, seen := b.s.att.Counters().PacketsDropped, b.e.udpHits.get(addr)
+	dropped, seen := b.s.att.Counters().PacketsDropped, b.e.udpHits.get(hitKey)
 	sendUDP(b, addr, []byte("quic initial"))
 	b.s.waitDropped(b.t, dropped)
-	if b.e.udpHits.get(addr) != seen {
+	if b.e.udpHits.get(hitKey) != seen {
 		b.t.Fatalf("UDP to %s was delivered", addr)
 	}
 }
@@ -381,6 +397,42 @@ func ipv6SelfConfigured(b *bctx) {
 	b.s.waitDropped(t, dropped)
 	if b.e.hits.get("[2001:db8::10]:80") != before {
 		t.Fatal("IPv6 server reached")
+	}
+}
+
+// spoofedSource: a sandbox that gives itself another address cannot use it to reach the
+// host (the resolver here), even with the one port that is open to it.
+func spoofedSource(b *bctx) {
+	t := b.t
+	sh, err := netlink.NewHandleAt(b.s.ns)
+	must(t, err, "netlink sandbox")
+	defer sh.Close()
+	if b.is(spec.EgressDeny) {
+		links, err := sh.LinkList()
+		must(t, err, "links")
+		if len(links) != 1 {
+			t.Fatalf("deny: the sandbox must have only lo, has %d links", len(links))
+		}
+		return
+	}
+	eth0, err := sh.LinkByName("eth0")
+	must(t, err, "eth0")
+	spoof := netip.MustParseAddr("10.200.77.7")
+	addAddr(t, sh, eth0, spoof.String()+"/32")
+	defer sh.AddrDel(eth0, &netlink.Addr{IPNet: ipNet(spoof, 32)})
+	var c net.Conn
+	err = b.s.run.do(func() error {
+		var err error
+		c, err = (&net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(spoof, 0))}).DialContext(b.ctx, "udp", netip.AddrPortFrom(b.s.att.Resolver(), 53).String())
+		return err
+	})
+	must(t, err, "spoofed socket")
+	defer c.Close()
+	before, dropped := b.s.att.Counters(), b.s.att.Counters().PacketsDropped
+	c.Write(dnsQuery(t, "allowed.example.com"))
+	b.s.waitDropped(t, dropped)
+	if after := b.s.att.Counters(); after.DNSAllowed != before.DNSAllowed || after.DNSDenied != before.DNSDenied {
+		t.Fatalf("the resolver answered a spoofed source: %+v", after)
 	}
 }
 

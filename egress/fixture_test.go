@@ -246,6 +246,7 @@ func (e *env) startWeb() {
 	e.serveHTTP(e.hostRun, ":80", false) // private service, metadata, the host's own address
 	e.serveEcho(e.inetRun, netip.AddrPortFrom(ipAllowed, 7).String())
 	e.serveUDP(e.inetRun, netip.AddrPortFrom(ipAllowed, 443).String()) // "QUIC"
+	e.serveUDP(e.hostRun, ":9053")                                      // a UDP service of the host
 }
 
 // serveEcho echoes every byte back; for exact byte counters and throughput.
@@ -289,7 +290,7 @@ func (e *env) serveEcho(run nsRunner, addr string) {
 	})
 }
 
-// serveUDP counts datagrams per local address and echoes them.
+// serveUDP counts datagrams under addr as given and echoes them.
 func (e *env) serveUDP(run nsRunner, addr string) {
 	pc, err := run.listenPacket(context.Background(), "udp", addr)
 	must(e.tb, err, "listen udp "+addr)
@@ -302,7 +303,7 @@ func (e *env) serveUDP(run nsRunner, addr string) {
 			if err != nil {
 				return
 			}
-			e.udpHits.add(pc.LocalAddr().String())
+			e.udpHits.add(addr) // the bound address: ":9053" counts the port on every address
 			pc.WriteTo(buf[:n], from)
 		}
 	}()

@@ -524,3 +524,21 @@ func TestDenyIsLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyServesOnlyItsSandbox: a host process that connects to a sandbox's proxy port is
+// not relayed under that sandbox's policy.
+func TestProxyServesOnlyItsSandbox(t *testing.T) {
+	e := newEnv(t)
+	s := e.newSandbox("relay", Policy{Mode: spec.EgressAllow})
+	s.att.mu.Lock()
+	proxy := s.att.net.proxyLn.Addr().String()
+	s.att.mu.Unlock()
+	before, m := e.hits.get("198.51.100.10:80"), s.mark()
+	if body, err := e.hostRequest(ctx10(t), proxy, "allowed.example.com", nil); err == nil {
+		t.Fatalf("the proxy relayed a host connection: %q", body)
+	}
+	if e.hits.get("198.51.100.10:80") != before {
+		t.Fatal("destination reached")
+	}
+	s.requireRefusal(t, m, ReasonUnexpectedSource, "")
+}
