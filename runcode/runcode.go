@@ -183,26 +183,26 @@ type Options struct {
 
 // Result is what one run produced.
 type Result struct {
-	Language string `json:"language"`
+	Language string `json:"language" jsonschema:"the language the code ran as (empty for a session command)"`
 	// ExitCode is the program's exit status; a program killed by a signal reports 128+signal,
 	// as a shell does.
-	ExitCode int    `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
+	ExitCode int    `json:"exit_code" jsonschema:"the exit status; 128+N when killed by signal N"`
+	Signal   string `json:"signal,omitempty" jsonschema:"the signal that killed the program, if one did"`
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	// TimedOut: the program ran past its timeout and was killed with everything it started.
-	TimedOut bool `json:"timed_out"`
+	TimedOut bool `json:"timed_out" jsonschema:"the program ran past its timeout and was killed with everything it started"`
 	// OOMKilled: the program was killed for exceeding the memory limit.
-	OOMKilled bool `json:"oom_killed"`
+	OOMKilled bool `json:"oom_killed" jsonschema:"the program was killed for exceeding the memory limit"`
 	// Truncated: stdout or stderr went over the cap and the rest was dropped.
-	Truncated      bool   `json:"truncated"`
+	Truncated      bool   `json:"truncated" jsonschema:"stdout or stderr went over output_cap_bytes and the rest was dropped"`
 	DurationMs     int64  `json:"duration_ms"`
 	TimeoutSeconds int    `json:"timeout_seconds"`
 	SandboxID      string `json:"sandbox_id"`
 	// Memory is the memory limit the program ran under, for the OOM message.
-	Memory string `json:"memory"`
+	Memory string `json:"memory" jsonschema:"the memory limit the program ran under"`
 	// OutputCapBytes is the per-stream cap, for the truncation message.
-	OutputCapBytes int64 `json:"output_cap_bytes"`
+	OutputCapBytes int64 `json:"output_cap_bytes" jsonschema:"the cap on each of stdout and stderr, in bytes"`
 }
 
 // Text renders the result for a person or a model: "Exit code: N", notes on a timeout,
@@ -306,9 +306,21 @@ func (e *RefusedError) Error() string {
 				e.Platform, why, r.Capability))
 			continue
 		}
-		lines = append(lines, r.Error())
+		lines = append(lines, describe(r))
 	}
 	return "refused: " + strings.Join(lines, "; ")
+}
+
+// describe renders one refusal of the run's single sandbox: the field, the value checked,
+// why, and the capability or rule.
+func describe(r *plan.Refusal) string {
+	var b strings.Builder
+	b.WriteString(strings.TrimPrefix(r.Field, "sandboxes[0]."))
+	if r.Value != "" {
+		fmt.Fprintf(&b, " %q", r.Value)
+	}
+	fmt.Fprintf(&b, ": %s (needs %s)", r.Message, r.Needs())
+	return b.String()
 }
 
 func (e *RefusedError) Unwrap() []error {
