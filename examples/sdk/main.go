@@ -19,7 +19,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	sb, err := c.Create(ctx, spec.Sandbox{ID: "hello", Image: spec.Image{Host: true}})
+	// A lifetime of 10 minutes: the default idle timeout then equals it, which the local
+	// runtime enforces (it has no separate idle timer yet, and airlock never pretends).
+	sb, err := c.Create(ctx, spec.Sandbox{ID: "hello", Image: spec.Image{Host: true}, Session: spec.Session{MaxLifetimeSeconds: new(int64(600))}})
 	if err != nil {
 		log.Fatal(err)
 	}

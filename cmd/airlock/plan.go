@@ -1,0 +1,132 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func init() { commands = append(commands, newPlanCmd) }
+
+func newPlanCmd(g *globals) *cobra.Command {
+	var file, platform, capsFile string
+	cmd := &cobra.Command{
+		Use:   "plan -f STACK [--platform P]",
+		Short: "Check a stack against a platform and print every refusal",
+		Long: `Check every sandbox of a stack file against what a platform enforces, and print every
+refusal (field, and the capability or rule it needs) in a stable order.
+
+Defaults are applied before the capabilities are checked: a default ceiling the platform cannot
+hold is refused like a declared one. Exit status: 0 nothing refused, 1 something refused,
+2 usage or input error.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return usageError("plan needs a stack file: -f STACK")
+			}
+			st, err := spec.LoadStack(file)
+			if err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			p := capability.Platform(platform)
+			set, err := planSet(p, capsFile)
+			if err != nil {
+				return err
+			}
+			res := plan.Check(st, p, set)
+			if err := printPlan(cmd.OutOrStdout(), g.output, res, len(st.Sandboxes)); err != nil {
+				return err
+			}
+			if res.Refused() {
+				return &exitError{code: exitRefused}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "stack file (YAML or JSON)")
+	cmd.Flags().StringVar(&platform, "platform", string(capability.Local), "platform to plan for: local, docker, kubernetes, aws, azure, gcp")
+	// A captured capability set instead of For(platform): for tests (a fixed local probe) and for
+	// planning against another host's probed set.
+	cmd.Flags().StringVar(&capsFile, "capabilities-file", "", "JSON capability set to plan against instead of the platform's own")
+	_ = cmd.Flags().MarkHidden("capabilities-file")
+	return cmd
+}
+
+// planSet is the set to plan against: the file's when given, else the platform's published
+// (local: probed) set. An unknown platform yields an empty set; plan refuses it by rule.
+func planSet(p capability.Platform, capsFile string) (capability.Set, error) {
+	if capsFile != "" {
+		b, err := os.ReadFile(capsFile)
+		if err != nil {
+			return capability.Set{}, usageError("--capabilities-file: %v", err)
+		}
+		var set capability.Set
+		if err := json.Unmarshal(b, &set); err != nil {
+			return capability.Set{}, usageError("--capabilities-file %s: %v", capsFile, err)
+		}
+		if set.Platform != p {
+			return capability.Set{}, usageError("--capabilities-file %s is for platform %q, not %q", capsFile, set.Platform, p)
+		}
+		return set, nil
+	}
+	set, err := capability.For(p)
+	if errors.Is(err, capability.ErrUnknownPlatform) {
+		return capability.Set{Platform: p}, nil
+	}
+	return set, err
+}
+
+func printPlan(w io.Writer, output string, res plan.Result, sandboxes int) error {
+	if output == outputJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	refused := map[int]bool{}
+	rows := make([][]string, 0, len(res.Refusals))
+	for _, r := range res.Refusals {
+		id := r.SandboxID
+		if id == "" {
+			id = "-"
+		}
+		if i := r.SandboxIndex(); i >= 0 {
+			refused[i] = true
+		}
+		rows = append(rows, []string{"REFUSED", "sandbox=" + id, "field=" + r.Field, "needs=" + r.Needs(), r.Message})
+	}
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	var err error
+	switch n := len(res.Refusals); {
+	case n == 0:
+		_, err = fmt.Fprintf(w, "OK  %s can run on %s as declared\n", plural(sandboxes, "sandbox", "sandboxes"), res.Platform)
+	default:
+		_, err = fmt.Fprintf(w, "%s on %s (%d of %s refused)\n", plural(n, "refusal", "refusals"), res.Platform,
+			len(refused), plural(sandboxes, "sandbox", "sandboxes"))
+	}
+	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// noArgs refuses positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
