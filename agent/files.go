@@ -132,12 +132,12 @@ func (f *files) where(file *os.File) (string, error) {
 func (f *files) dir(rel string) (*os.Root, *os.File, string, error) {
 	sub, err := f.root.OpenRoot(rel)
 	if err != nil {
-		return nil, nil, "", fsError(err)
+		return nil, nil, "", f.fsError(err)
 	}
 	d, err := sub.Open(".")
 	if err != nil {
 		sub.Close()
-		return nil, nil, "", fsError(err)
+		return nil, nil, "", f.fsError(err)
 	}
 	sp, err := f.where(d)
 	if err != nil {
@@ -183,11 +183,20 @@ func (f *files) parent(field, rel string) (*parentDir, error) {
 }
 
 // fsError maps a filesystem error to a sandbox error class with a message that says what.
-func fsError(err error) error {
+func (f *files) fsError(err error) error {
 	var pe *fs.PathError
 	msg := err.Error()
 	if errors.As(err, &pe) {
-		msg = pe.Op + " " + pe.Path + ": " + pe.Err.Error()
+		// Paths in messages are sandbox paths: the host's layout is none of the caller's business.
+		p := pe.Path
+		if f.rootReal != "/" {
+			p = strings.TrimPrefix(p, f.rootReal)
+		}
+		p = path.Clean("/" + p)
+		msg = pe.Op + " " + p + ": " + pe.Err.Error()
+		if pe.Err.Error() == "not a directory" { // os.Root's own error for a non-directory root
+			return fmt.Errorf("%w: %s", sandbox.ErrInvalid, msg)
+		}
 		if pe.Err.Error() == "path escapes from parent" {
 			return fmt.Errorf("%w: %s (the files API is confined to its root; absolute symlinks are not followed)", sandbox.ErrForbidden, msg)
 		}
@@ -228,10 +237,10 @@ func info(sp string, fi fs.FileInfo, target string) sandbox.FileInfo {
 }
 
 // lstat describes base in r, with its target when it is a symlink.
-func lstat(r *os.Root, base, sp string) (sandbox.FileInfo, error) {
+func (f *files) lstat(r *os.Root, base, sp string) (sandbox.FileInfo, error) {
 	fi, err := r.Lstat(base)
 	if err != nil {
-		return sandbox.FileInfo{}, fsError(err)
+		return sandbox.FileInfo{}, f.fsError(err)
 	}
 	var target string
 	if fi.Mode()&fs.ModeSymlink != 0 {
@@ -286,7 +295,7 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fi, err := f.root.Stat(rel); err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	} else if err := regular(abs, fi); err != nil {
 		writeError(w, err)
@@ -294,13 +303,13 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	file, err := f.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	defer file.Close()
 	fi, err := file.Stat()
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	// Checked again on the open file: the name may have been swapped for a FIFO since.
@@ -372,32 +381,32 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 	tmp := ".airlock-write-" + newID()
 	tf, err := p.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	err = func() error {
 		if _, err := io.Copy(tf, r.Body); err != nil {
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
-				return fsError(err)
+				return f.fsError(err)
 			}
 			return fmt.Errorf("%w: write %s: %v", sandbox.ErrRefused, abs, err)
 		}
 		if err := tf.Chmod(os.FileMode(mode)); err != nil {
-			return fsError(err)
+			return f.fsError(err)
 		}
 		if f.chown {
 			if err := tf.Chown(f.uid, f.gid); err != nil {
-				return fsError(err)
+				return f.fsError(err)
 			}
 		}
 		if err := tf.Sync(); err != nil {
-			return fsError(err)
+			return f.fsError(err)
 		}
 		if err := tf.Close(); err != nil {
-			return fsError(err)
+			return f.fsError(err)
 		}
 		if err := p.root.Rename(tmp, p.base); err != nil {
-			return fsError(err)
+			return f.fsError(err)
 		}
 		return p.file.Sync()
 	}()
@@ -407,7 +416,7 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	fi, err := lstat(p.root, p.base, p.sp)
+	fi, err := f.lstat(p.root, p.base, p.sp)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -436,7 +445,7 @@ func (s *server) statFile(w http.ResponseWriter, r *http.Request) {
 		defer d.Close()
 		fi, err := d.Stat()
 		if err != nil {
-			writeError(w, fsError(err))
+			writeError(w, f.fsError(err))
 			return
 		}
 		writeJSON(w, http.StatusOK, info(sp, fi, ""))
@@ -448,7 +457,7 @@ func (s *server) statFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.close()
-	fi, err := lstat(p.root, p.base, p.sp)
+	fi, err := f.lstat(p.root, p.base, p.sp)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -476,7 +485,7 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 	defer d.Close()
 	names, err := d.Readdirnames(maxListEntries + 1)
 	if err != nil && err != io.EOF {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	if len(names) > maxListEntries {
@@ -486,7 +495,7 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 	slices.Sort(names)
 	out := make([]sandbox.FileInfo, 0, len(names))
 	for _, n := range names {
-		fi, err := lstat(sub, n, path.Join(sp, n))
+		fi, err := f.lstat(sub, n, path.Join(sp, n))
 		if err != nil {
 			if errors.Is(err, sandbox.ErrNotFound) {
 				continue // removed since the listing was read
@@ -538,19 +547,19 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 			err := cur.Mkdir(c, 0o700)
 			created := err == nil
 			if err != nil && !errors.Is(err, fs.ErrExist) {
-				writeError(w, fsError(err))
+				writeError(w, f.fsError(err))
 				return
 			}
 			next, err := cur.OpenRoot(c)
 			if err != nil {
-				writeError(w, fsError(err))
+				writeError(w, f.fsError(err))
 				return
 			}
 			cur.Close()
 			cur = next
 			nd, err := cur.Open(".")
 			if err != nil {
-				writeError(w, fsError(err))
+				writeError(w, f.fsError(err))
 				return
 			}
 			sp, err = f.where(nd)
@@ -560,7 +569,7 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 					err = nd.Chown(f.uid, f.gid)
 				}
 				if err != nil {
-					err = fsError(err)
+					err = f.fsError(err)
 				}
 			}
 			nd.Close()
@@ -572,7 +581,7 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 	}
 	fi, err := cur.Stat(".")
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, info(sp, fi, ""))
@@ -602,7 +611,7 @@ func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 	defer p.close()
 	fi, err := p.root.Lstat(p.base)
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	if req.Recursive && fi.IsDir() {
@@ -615,7 +624,7 @@ func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 		err = p.root.Remove(p.base)
 	}
 	if err != nil {
-		writeError(w, fsError(err))
+		writeError(w, f.fsError(err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -661,10 +670,10 @@ func (s *server) rename(w http.ResponseWriter, r *http.Request) {
 	// renameat on the two verified directory fds: os.Root.Rename would resolve both paths
 	// again from the root, and the parents may have been swapped since they were checked.
 	if err := unix.Renameat(int(from.file.Fd()), from.base, int(to.file.Fd()), to.base); err != nil {
-		writeError(w, fsError(&fs.PathError{Op: "rename", Path: req.From + " -> " + req.To, Err: err}))
+		writeError(w, f.fsError(&fs.PathError{Op: "rename", Path: req.From + " -> " + req.To, Err: err}))
 		return
 	}
-	fi, err := lstat(to.root, to.base, to.sp)
+	fi, err := f.lstat(to.root, to.base, to.sp)
 	if err != nil {
 		writeError(w, err)
 		return
