@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -150,3 +151,72 @@ func TestSmoke(t *testing.T) {
 const helperEnv = "AIRLOCK_LOCAL_TEST_HELPER"
 
 func runHelper() int { return 2 }
+
+// sessionInitPID is the host pid of a session's init, 0 if this backend does not know it.
+func (b *Backend) sessionInitPID(id string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.sessions[id]; s != nil {
+		return s.rec.InitPID
+	}
+	return 0
+}
+
+// leftovers lists what remains of a session on the host: its state dir, cgroup directories,
+// its init process, host mounts naming it.
+func leftovers(b *Backend, id string, initPID int) []string {
+	var left []string
+	if _, err := os.Lstat(filepath.Join(b.opts.StateDir, id)); err == nil {
+		left = append(left, "state dir")
+	}
+	for _, c := range v1Controllers {
+		d := filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id)
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, "cgroup "+d)
+		}
+	}
+	if initPID > 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", initPID)); err == nil {
+			if st, err := procState(initPID); err == nil && st != 'Z' {
+				left = append(left, fmt.Sprintf("init process %d (state %c)", initPID, st))
+			}
+		}
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(mi), id) {
+		left = append(left, "host mount")
+	}
+	return left
+}
+
+// assertGone waits (bounded) for a session to have left nothing behind.
+func assertGone(t testing.TB, b *Backend, id string, initPID int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := leftovers(b, id, initPID)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s left %v", id, left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func landlockKernelABI() int {
+	v, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func (b *Backend) sessionRecord(id string) record {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.sessions[id]; s != nil {
+		return s.rec
+	}
+	return record{}
+}

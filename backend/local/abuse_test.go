@@ -1,0 +1,408 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Each test here attacks a sandbox from the inside and shows the attack is contained.
+
+type box struct {
+	b    *Backend
+	sess *sandbox.Session
+	a    sandbox.Agent
+}
+
+func newBox(t *testing.T, mutate func(*spec.Sandbox)) *box {
+	t.Helper()
+	b := newTestBackend(t)
+	d := hostDecl("abuse")
+	if mutate != nil {
+		mutate(&d)
+	}
+	sess, err := b.Create(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Connect(context.Background(), sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return &box{b: b, sess: sess, a: a}
+}
+
+func (x *box) run(t *testing.T, script string, timeout time.Duration) (string, string, sandbox.ExecResult) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+60*time.Second)
+	defer cancel()
+	res, err := x.a.Exec(ctx, sandbox.ExecRequest{Shell: script, Timeout: timeout}, &out, &errb)
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return out.String(), errb.String(), res
+}
+
+// alive shows the sandbox still answers.
+func (x *box) alive(t *testing.T) {
+	t.Helper()
+	if out, errs, _ := x.run(t, "echo alive", 30*time.Second); out != "alive\n" {
+		t.Fatalf("sandbox no longer answers: %q %q", out, errs)
+	}
+}
+
+func (x *box) cgroupFile(ctrl, name string) string {
+	return filepath.Join(cgroupRoot, ctrl, x.b.opts.CgroupParent, x.sess.ID, name)
+}
+
+func readInt(t *testing.T, p string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return n
+}
+
+func TestAbuseForkBomb(t *testing.T) {
+	const maxProcs = 64
+	x := newBox(t, func(d *spec.Sandbox) { n := int64(maxProcs); d.Limits.MaxProcesses = &n })
+	_, _, res := x.run(t, `bomb() { bomb | bomb & }; bomb; sleep 30`, 5*time.Second)
+	if !res.TimedOut {
+		t.Logf("fork bomb result: %+v", res)
+	}
+	// The code's pids cgroup hit its limit, and the limit held.
+	events, err := os.ReadFile(x.cgroupFile("pids", "code/pids.events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(events), "max ") || strings.TrimSpace(string(events)) == "max 0" {
+		t.Errorf("pids.events = %q: the bomb never reached the limit", events)
+	}
+	if max := readInt(t, x.cgroupFile("pids", "code/pids.max")); max != maxProcs+1 {
+		t.Errorf("code pids.max = %d, want %d", max, maxProcs+1)
+	}
+	// The agent kept its headroom: the sandbox answers and can still start processes.
+	x.alive(t)
+	if out, _, _ := x.run(t, "for i in 1 2 3 4 5; do sh -c 'echo x' & done; wait", 30*time.Second); strings.Count(out, "x") != 5 {
+		t.Errorf("processes after the bomb: %q", out)
+	}
+}
+
+func TestAbuseMemoryBomb(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { d.Limits.Memory = "64Mi" })
+	// argv, not a shell: the agent reports oomKilled for its direct child.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := x.a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c",
+		"a = []\nwhile True:\n    a.append(bytearray(b'x' * (1 << 20)))\n"}, Timeout: time.Minute}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OOMKilled {
+		oc, _ := os.ReadFile(x.cgroupFile("memory", "memory.oom_control"))
+		t.Fatalf("memory bomb result %+v: want oomKilled\nmemory.oom_control:\n%s", res, oc)
+	}
+	if got := readInt(t, x.cgroupFile("memory", "memory.limit_in_bytes")); got != 64<<20 {
+		t.Errorf("memory.limit_in_bytes = %d", got)
+	}
+	if got := readInt(t, x.cgroupFile("memory", "memory.memsw.limit_in_bytes")); got != 64<<20 {
+		t.Errorf("memory.memsw.limit_in_bytes = %d, want the memory limit (no swap past it)", got)
+	}
+	x.alive(t)
+}
+
+func TestAbuseDiskFill(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { d.Limits.Disk = "8Mi" })
+	out, errs, res := x.run(t, `dd if=/dev/zero of=big bs=1M count=64 2>&1; echo rc=$?; stat -c %s big; dd if=/dev/zero of=/tmp/more bs=1M count=1 2>&1; echo rc2=$?`, 60*time.Second)
+	if !strings.Contains(out, "No space left on device") || !strings.Contains(out, "rc=1") {
+		t.Fatalf("dd past the disk limit: %q %q %+v", out, errs, res)
+	}
+	lines := strings.Split(out, "\n")
+	var size int64 = -1
+	for _, l := range lines {
+		if n, err := strconv.ParseInt(l, 10, 64); err == nil {
+			size = n
+		}
+	}
+	if size < 0 || size > 8<<20 {
+		t.Errorf("the file grew to %d bytes past an 8Mi limit", size)
+	}
+	// /tmp shares the limit.
+	if !strings.Contains(out, "rc2=1") {
+		t.Errorf("writing /tmp on a full disk: %q", out)
+	}
+	// The host saw none of it: no mount of the sandbox's is in the host's mount table.
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), x.sess.ID) {
+		t.Errorf("the host mount table mentions %s:\n%s", x.sess.ID, mi)
+	}
+	x.alive(t)
+}
+
+func TestAbuseCPUHog(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { d.Limits.CPU = "250m" })
+	usage := func() int64 { return readInt(t, x.cgroupFile("cpuacct", "cpuacct.usage")) }
+	u0, w0 := usage(), time.Now()
+	// Two hogs: unconfined they would use both cores (2.0 CPU-seconds per second).
+	x.run(t, `python3 -c 'while True: pass' & python3 -c 'while True: pass' & wait`, 3*time.Second)
+	u1, w1 := usage(), time.Now()
+	ratio := float64(u1-u0) / float64(w1.Sub(w0).Nanoseconds())
+	t.Logf("cpu used %.2f CPU-seconds per wall second (quota 0.25)", ratio)
+	// The quota is enforced per 100ms period; allow one period of slack over the window.
+	if ratio > 0.25+0.1/w1.Sub(w0).Seconds()+0.05 {
+		t.Errorf("cpu usage ratio %.2f exceeds the 0.25 quota", ratio)
+	}
+	stat, err := os.ReadFile(x.cgroupFile("cpu", "cpu.stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stat), "nr_throttled") || strings.Contains(string(stat), "nr_throttled 0\n") {
+		t.Errorf("cpu.stat shows no throttling:\n%s", stat)
+	}
+}
+
+// TestAbuseSyscallsRefused: privileged and kernel-attack-surface syscalls fail.
+func TestAbuseSyscallsRefused(t *testing.T) {
+	x := newBox(t, nil)
+	script := `
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(name, nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    e = ctypes.get_errno()
+    print(name, "ok" if r >= 0 else errno.errorcode.get(e, str(e)))
+sc("unshare_user", 272, 0x10000000)
+sc("unshare_net", 272, 0x40000000)
+sc("mount", 165, 0, 0, 0, 0, 0)
+sc("umount2", 166, 0, 0)
+sc("ptrace_traceme", 101, 0, 0, 0, 0)
+sc("bpf", 321, 0, 0, 0)
+sc("keyctl", 250, 0, 0, 0, 0, 0)
+sc("add_key", 248, 0, 0, 0, 0, 0)
+sc("perf_event_open", 298, 0, 0, -1, -1, 0)
+sc("setns", 308, 0, 0)
+sc("init_module", 175, 0, 0, 0)
+sc("clone_newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
+for name, fam, typ, proto in [("raw_inet", socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), ("packet", 17, socket.SOCK_RAW, 0), ("vsock", 40, socket.SOCK_STREAM, 0)]:
+    try:
+        socket.socket(fam, typ, proto); print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, str(e.errno)))
+`
+	out, errs, res := x.run(t, "python3 -c '"+strings.ReplaceAll(script, "'", `'"'"'`)+"'", 30*time.Second)
+	if res.ExitCode != 0 {
+		t.Fatalf("probe failed: %+v %q %q", res, out, errs)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			got[k] = v
+		}
+	}
+	for _, name := range []string{"unshare_user", "unshare_net", "mount", "umount2", "ptrace_traceme", "bpf", "keyctl",
+		"add_key", "perf_event_open", "setns", "init_module", "clone_newuser", "raw_inet", "packet", "vsock"} {
+		v, ok := got[name]
+		if !ok {
+			t.Errorf("%s: no result in %q", name, out)
+			continue
+		}
+		if v == "ok" {
+			t.Errorf("%s succeeded inside the sandbox", name)
+		}
+		if v != "EPERM" && v != "EACCES" {
+			t.Logf("%s refused with %s", name, v)
+		}
+	}
+	t.Logf("%s", out)
+}
+
+// TestAbuseHostFiles: nothing of the host outside the sandbox's root is readable.
+func TestAbuseHostFiles(t *testing.T) {
+	x := newBox(t, nil)
+	stateFile := filepath.Join(x.b.opts.StateDir, x.sess.ID, recordFile)
+	master := filepath.Join(x.b.opts.StateDir, masterFile)
+	for _, p := range []string{stateFile, master} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the host file %s should exist: %v", p, err)
+		}
+	}
+	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/root/.bash_history", "/root", stateFile, master,
+		"/proc/1/root/etc/shadow", "/proc/1/environ", "/.airlock/run/agent.sock", "/.airlock", "/.airlock/run"} {
+		out, _, _ := x.run(t, fmt.Sprintf("cat %q >/dev/null 2>&1 && echo READ; ls %q >/dev/null 2>&1 && echo LISTED; true", p, p), 30*time.Second)
+		if out != "" {
+			t.Errorf("%s from inside the sandbox: %s", p, strings.Join(strings.Fields(out), ", "))
+		}
+	}
+	if out, _, _ := x.run(t, "grep -c . /etc/passwd", 30*time.Second); strings.TrimSpace(out) == "" || strings.TrimSpace(out) == "0" {
+		t.Errorf("the control read of /etc/passwd failed: %q", out)
+	}
+	// The code cannot reach its agent's socket (the files API does not give it out either).
+	out, _, _ := x.run(t, `python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("/.airlock/run/agent.sock")' 2>&1; echo rc=$?`, 30*time.Second)
+	if strings.Contains(out, "rc=0") {
+		t.Errorf("code connected to the agent socket: %s", out)
+	}
+	ctx := context.Background()
+	for _, p := range []string{"/.airlock/run/agent.sock", "/etc/shadow", "/proc/1/environ"} {
+		rc, err := x.a.ReadFile(ctx, p, 0, -1)
+		if err == nil {
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			t.Errorf("files API read %s: %q", p, b)
+		}
+	}
+}
+
+func TestAbuseReadOnlyRoot(t *testing.T) {
+	x := newBox(t, nil)
+	for _, p := range []string{"/usr/bin/evil", "/etc/passwd", "/bin/sh", "/evil", "/usr/lib/x", "/etc/ssl/certs/x", "/.airlock/x"} {
+		out, _, _ := x.run(t, fmt.Sprintf("echo pwned > %q 2>&1; echo rc=$?", p), 30*time.Second)
+		if strings.Contains(out, "rc=0") {
+			t.Errorf("wrote %s inside the sandbox", p)
+		}
+	}
+	if out, _, _ := x.run(t, "echo fine > /tmp/ok && echo fine > ok && cat /tmp/ok ok", 30*time.Second); out != "fine\nfine\n" {
+		t.Errorf("writable places: %q", out)
+	}
+}
+
+// TestAbuseNetworkDeny: under egress deny, a listener on the host's loopback is unreachable.
+func TestAbuseNetworkDeny(t *testing.T) {
+	x := newBox(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	out, _, _ := x.run(t, fmt.Sprintf(`python3 -c '
+import socket
+for host in ["127.0.0.1", "10.0.2.2", "1.1.1.1"]:
+    try:
+        socket.create_connection((host, %d), timeout=3); print(host, "connected")
+    except OSError as e:
+        print(host, "refused", e)
+'`, port), 30*time.Second)
+	if strings.Contains(out, "connected") {
+		t.Errorf("the sandbox reached the network:\n%s", out)
+	}
+	select {
+	case <-accepted:
+		t.Error("the host listener accepted a connection from the sandbox")
+	default:
+	}
+	if !strings.Contains(out, "127.0.0.1 refused") {
+		t.Errorf("unexpected probe output:\n%s", out)
+	}
+}
+
+// TestAbuseSignalAgent: the code cannot signal its agent (PID 1).
+func TestAbuseSignalAgent(t *testing.T) {
+	x := newBox(t, nil)
+	out, _, _ := x.run(t, `kill -9 1 2>&1; echo rc=$?; kill -STOP 1 2>&1; echo rc=$?`, 30*time.Second)
+	if strings.Contains(out, "rc=0") {
+		t.Errorf("signalling PID 1: %q", out)
+	}
+	x.alive(t)
+}
+
+// TestAbuseEscapeDeadline: setsid and a double fork do not outlive the exec (timed out or
+// not), nor the sandbox's lifetime.
+func TestAbuseEscapeDeadline(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { life := int64(6); d.Session.MaxLifetimeSeconds = &life })
+	cg, err := x.b.cg.load(x.sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initPID := x.b.sessionInitPID(x.sess.ID)
+	onlyInit := func(when string) {
+		t.Helper()
+		pids, err := cg.procs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) != 1 || pids[0] != initPID {
+			t.Errorf("%s: processes in the sandbox cgroup %v, want only init", when, pids)
+		}
+	}
+	// A normal exit leaves nothing behind.
+	x.run(t, `setsid sh -c 'sleep 1000 & sleep 1000 &' & (sh -c 'sleep 1000 &' &) ; echo started`, 3*time.Second)
+	onlyInit("after an exec that exited")
+	// A timeout neither.
+	_, _, res := x.run(t, `setsid sh -c 'trap "" TERM HUP; sleep 1000 & sleep 1000' & sleep 1000`, time.Second)
+	if !res.TimedOut {
+		t.Errorf("result %+v, want timedOut", res)
+	}
+	onlyInit("after an exec that timed out")
+	// The sandbox's lifetime ends everything, processes started in the background included.
+	var out bytes.Buffer
+	go func() {
+		_, _ = x.a.Exec(context.Background(), sandbox.ExecRequest{Shell: "setsid sh -c 'sleep 1000 & sleep 1000' & wait", Timeout: 5 * time.Second}, &out, &out)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := x.b.Get(context.Background(), x.sess.ID)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox outlived its 6s lifetime (Get: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assertGone(t, x.b, x.sess.ID, initPID)
+}
+
+// TestHardeningInPlace: every command runs with no_new_privs, the seccomp filter, no
+// capabilities (bounding set included) and inside a Landlock domain that refuses writes
+// outside the writable places, even where file permissions would allow them.
+func TestHardeningInPlace(t *testing.T) {
+	x := newBox(t, nil)
+	out, _, _ := x.run(t, `grep -E '^(NoNewPrivs|Seccomp|CapEff|CapPrm|CapBnd|CapAmb):' /proc/self/status`, 30*time.Second)
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/proc/self/status lacks %q:\n%s", want, out)
+		}
+	}
+	abi := x.b.sessionRecord(x.sess.ID).LandlockABI
+	if kernelABI := landlockKernelABI(); kernelABI > 0 {
+		if abi != kernelABI {
+			t.Fatalf("landlock ABI %d reported, the kernel has %d", abi, kernelABI)
+		}
+		// /proc/self/comm is writable by its owner; only Landlock refuses it.
+		out, _, _ = x.run(t, `echo renamed > /proc/self/comm 2>&1; echo rc=$?`, 30*time.Second)
+		if strings.Contains(out, "rc=0") {
+			t.Errorf("writing /proc/self/comm succeeded: the Landlock domain is missing")
+		}
+	}
+}
