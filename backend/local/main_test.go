@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +151,28 @@ func TestSmoke(t *testing.T) {
 // TestRestartAdopts).
 const helperEnv = "AIRLOCK_LOCAL_TEST_HELPER"
 
-func runHelper() int { return 2 }
+// runHelper creates $AIRLOCK_HELPER_COUNT sandboxes in $AIRLOCK_HELPER_STATE, prints one JSON
+// line per sandbox and "ready", then waits to be killed.
+func runHelper() int {
+	ctx := context.Background()
+	b, err := New(ctx, Options{StateDir: os.Getenv("AIRLOCK_HELPER_STATE"), AgentPath: os.Getenv("AIRLOCK_HELPER_AGENT")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	n, _ := strconv.Atoi(os.Getenv("AIRLOCK_HELPER_COUNT"))
+	for i := range n {
+		s, err := b.Create(ctx, hostDecl(fmt.Sprintf("helper-%d", i)))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		fmt.Printf("{\"id\":%q,\"pid\":%d}\n", s.ID, b.sessionInitPID(s.ID))
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+	return 0
+}
 
 // sessionInitPID is the host pid of a session's init, 0 if this backend does not know it.
 func (b *Backend) sessionInitPID(id string) int {

@@ -1,0 +1,67 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestThousandCycles: 1,000 create/exec/terminate cycles leave no cgroup, directory, process
+// or mount behind.
+func TestThousandCycles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 sandboxes: run without -short")
+	}
+	b := newTestBackend(t)
+	ctx := context.Background()
+	type seen struct {
+		id  string
+		pid int
+	}
+	var all []seen
+	for i := range 1000 {
+		s, err := b.Create(ctx, hostDecl(fmt.Sprintf("cycle-%d", i)))
+		if err != nil {
+			t.Fatalf("cycle %d: create: %v", i, err)
+		}
+		pid := b.sessionInitPID(s.ID)
+		a, err := b.Connect(ctx, s.ID)
+		if err != nil {
+			t.Fatalf("cycle %d: connect: %v", i, err)
+		}
+		out, _, res := run(t, a, "echo $((6*7))")
+		a.Close()
+		if out != "42\n" || res.ExitCode != 0 {
+			t.Fatalf("cycle %d: exec: %q %+v", i, out, res)
+		}
+		if err := b.Terminate(ctx, s.ID); err != nil {
+			t.Fatalf("cycle %d: terminate: %v", i, err)
+		}
+		all = append(all, seen{s.ID, pid})
+	}
+	for _, s := range all {
+		if left := leftovers(b, s.id, s.pid); len(left) > 0 {
+			t.Errorf("%s left %v", s.id, left)
+		}
+	}
+	for _, c := range v1Controllers {
+		entries, _ := os.ReadDir(filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+		if len(entries) > 0 {
+			var names []string
+			for _, e := range entries {
+				if e.IsDir() {
+					names = append(names, e.Name())
+				}
+			}
+			if len(names) > 0 {
+				t.Errorf("%s cgroups left under %s: %v", c, b.opts.CgroupParent, names)
+			}
+		}
+	}
+	entries, _ := os.ReadDir(b.opts.StateDir)
+	if len(entries) > 2 {
+		t.Errorf("state dir holds %d entries after 1,000 cycles", len(entries))
+	}
+}

@@ -1,0 +1,188 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+type helperSession struct {
+	ID  string `json:"id"`
+	PID int    `json:"pid"`
+}
+
+// createInHelper runs the test binary as another process that creates n sandboxes in
+// stateDir, then SIGKILLs it mid-session and returns what it had created.
+func createInHelper(t *testing.T, stateDir string, n int) []helperSession {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_HELPER_STATE="+stateDir,
+		"AIRLOCK_HELPER_AGENT="+agentBin, fmt.Sprintf("AIRLOCK_HELPER_COUNT=%d", n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var got []helperSession
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "ready" {
+			break
+		}
+		var hs helperSession
+		if err := json.Unmarshal([]byte(line), &hs); err != nil {
+			continue // test framework chatter
+		}
+		got = append(got, hs)
+	}
+	// The creating process dies without any chance to clean up.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if len(got) != n {
+		t.Fatalf("helper created %d sandboxes, want %d", len(got), n)
+	}
+	return got
+}
+
+// nsInode is the inode of a process's namespace link (net, mnt, ...).
+func nsInode(t *testing.T, pid int, ns string) string {
+	t.Helper()
+	l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// nsHolders lists the host processes still in namespace link (e.g. "net:[4026532]").
+func nsHolders(ns, link string) []string {
+	var holders []string
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if l, err := os.Readlink(filepath.Join(p, "ns", ns)); err == nil && l == link {
+			holders = append(holders, filepath.Base(p))
+		}
+	}
+	return holders
+}
+
+func TestRestartAdopts(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := context.Background()
+	stateDir := testStateDir(t)
+	hs := createInHelper(t, stateDir, 2)
+	live, broken := hs[0], hs[1]
+	netns, mntns := nsInode(t, live.PID, "net"), nsInode(t, live.PID, "mnt")
+	// One sandbox breaks while no process watches it: its init dies.
+	if err := unix.Kill(broken.PID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newTestBackendAt(t, stateDir)
+	if _, err := b.Get(ctx, broken.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("Get of the broken sandbox after restart: %v, want ErrNotFound", err)
+	}
+	assertGone(t, b, broken.ID, broken.PID)
+
+	sess, err := b.Get(ctx, live.ID)
+	if err != nil {
+		t.Fatalf("the live sandbox was not adopted: %v", err)
+	}
+	if sess.State != sandbox.StateRunning {
+		t.Errorf("adopted session state %q", sess.State)
+	}
+	list, err := b.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != live.ID {
+		t.Errorf("List after restart = %v, %v; want only %s", list, err, live.ID)
+	}
+	a, err := b.Connect(ctx, live.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, res := run(t, a, "echo adopted; sleep 1000 & echo bg")
+	a.Close()
+	if out != "adopted\nbg\n" || res.ExitCode != 0 {
+		t.Fatalf("exec in the adopted sandbox: %q %+v", out, res)
+	}
+
+	if err := b.Terminate(ctx, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, b, live.ID, live.PID)
+	if h := nsHolders("net", netns); len(h) > 0 {
+		t.Errorf("processes %v still in the sandbox's network namespace %s", h, netns)
+	}
+	if h := nsHolders("mnt", mntns); len(h) > 0 {
+		t.Errorf("processes %v still in the sandbox's mount namespace %s", h, mntns)
+	}
+	if entries, _ := os.ReadDir(stateDir); len(entries) > 2 { // master.key, .lock
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("state dir holds %v after terminating everything", names)
+	}
+}
+
+// TestReconcileOrphanCgroup: a cgroup under this backend's parent without a state dir (the
+// creating process died between making it and writing anything) is reaped by New.
+func TestReconcileOrphanCgroup(t *testing.T) {
+	testutil.RequireRoot(t)
+	stateDir := testStateDir(t)
+	b := newTestBackendAt(t, stateDir)
+	id, _ := newSessionID()
+	if _, err := b.cg.create(id, limits{CPUMillis: 100, MemoryBytes: 64 << 20, MaxProcesses: 8}); err != nil {
+		t.Fatal(err)
+	}
+	// A process inside it, as if init had been started.
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	cg, err := b.cg.load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cg.addProc(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b2, err := New(context.Background(), Options{StateDir: stateDir, AgentPath: agentBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process in the orphan cgroup survived reconcile")
+	}
+	if left := leftovers(b2, id, 0); len(left) > 0 {
+		t.Errorf("orphan cgroup left %v", left)
+	}
+	if !strings.HasPrefix(b2.opts.CgroupParent, "airlock-") {
+		t.Errorf("a test state dir must not share the default cgroup parent, got %q", b2.opts.CgroupParent)
+	}
+}
