@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -76,5 +78,52 @@ func TestPackAndResolve(t *testing.T) {
 	must(err)
 	if e.Config.WorkingDir != "/workspace" || len(e.Config.Env) == 0 {
 		t.Errorf("config = %+v", e.Config)
+	}
+}
+
+// TestMkrootfsEndToEnd builds the host-binaries rootfs with hack/mkrootfs.sh, packs it, resolves
+// it with the local runtime's id shift, and runs python from the cache entry under chroot.
+func TestMkrootfsEndToEnd(t *testing.T) {
+	testutil.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("builds a ~150 MB rootfs from host binaries")
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 on this host")
+	}
+	out := t.TempDir()
+	script, err := filepath.Abs("../../../hack/mkrootfs.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oci := filepath.Join(out, "oci")
+	cmd := exec.Command(script, "--oci-layout", oci, filepath.Join(out, "rootfs"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mkrootfs: %v\n%s", err, b)
+	}
+	// Idempotent: a second run changes nothing.
+	before, _ := os.Stat(filepath.Join(oci, "index.json"))
+	if b, err := exec.Command(script, "--oci-layout", oci, filepath.Join(out, "rootfs")).CombinedOutput(); err != nil || !strings.Contains(string(b), "up to date") {
+		t.Fatalf("second mkrootfs run: %v\n%s", err, b)
+	}
+	after, _ := os.Stat(filepath.Join(oci, "index.json"))
+	if !before.ModTime().Equal(after.ModTime()) {
+		t.Error("second mkrootfs run rewrote the layout")
+	}
+
+	dir, err := image.ResolveWith(context.Background(), spec.Image{OCILayout: oci}, filepath.Join(out, "cache"), image.ResolveOptions{UIDBase: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "usr/bin/python3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 100000 {
+		t.Errorf("python3 owned by host uid %d, want 100000 (sandbox root)", uid)
+	}
+	b, err := exec.Command("chroot", dir, "/usr/bin/python3", "-c", "import json, ssl; print(json.dumps(2+2))").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(b)) != "4" {
+		t.Fatalf("python in the resolved root: %v\n%s", err, b)
 	}
 }
