@@ -1,0 +1,230 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// agentBin is the agent binary TestMain builds, so the suite runs what ships.
+var agentBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if os.Geteuid() == 0 {
+			dir, err := os.MkdirTemp("", "airlock-agent-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			// The sandbox's mapped root runs the binary: it must be reachable by others.
+			if err := os.Chmod(dir, 0o755); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			agentBin = filepath.Join(dir, "airlock-agent")
+			out, err := exec.Command("go", "build", "-o", agentBin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent").CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
+				return 1
+			}
+		}
+		code := m.Run()
+		if code != 0 {
+			return code
+		}
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+		return 0
+	}()
+	os.Exit(code)
+}
+
+// logBuffer collects JSON log lines from every goroutine of the server.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+const testAPIKey = "test-api-key-0123456789"
+
+// harness is a real daemon: the local backend behind a server on a unix socket and on TLS
+// loopback TCP.
+type harness struct {
+	backend *local.Backend
+	srv     *server.Server
+	sock    string
+	tcpURL  string
+	tlsConf *tls.Config // trusts the server's certificate
+	key     ed25519.PrivateKey
+	reg     *prometheus.Registry
+	logs    *logBuffer
+	c       *client.Client // the socket's caller: full rights
+}
+
+func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "als")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// The sandbox's mapped root must traverse to its session directory.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	parent := "airlock-srvtest-" + hex.EncodeToString(randBytes(t, 4))
+	h := &harness{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h.backend, err = local.New(context.Background(), local.Options{StateDir: filepath.Join(dir, "s"), AgentPath: agentBin, CgroupParent: parent, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, h.key, _ = ed25519.GenerateKey(rand.Reader)
+	h.srv, err = server.New(server.Options{
+		Backend: h.backend, Templates: templates, APIKeys: []string{testAPIKey}, SigningKey: h.key,
+		MaxTokenTTL: 30 * time.Minute, Logger: log, Registry: h.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sock = filepath.Join(dir, "airlock.sock")
+	uln, err := server.ListenUnix(h.sock, 0o660, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, pool := selfSigned(t)
+	h.tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	h.tcpURL = "https://" + tln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- h.srv.Serve(ctx,
+			server.Endpoint{Listener: uln, Transport: server.Unix},
+			server.Endpoint{Listener: tln, Transport: server.TCP, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	}()
+	h.c, err = client.Dial(h.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.c.Close()
+		bctx := context.Background()
+		list, _ := h.backend.List(bctx)
+		for _, s := range list {
+			if err := h.backend.Terminate(bctx, s.ID); err != nil {
+				t.Errorf("cleanup: terminate %s: %v", s.ID, err)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		h.backend.Close()
+		ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, c := range ctrls {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c.Name(), parent))
+		}
+		if t.Failed() {
+			t.Logf("server log:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// clientWith returns a client with the given options, closed when the test ends.
+func (h *harness) clientWith(t *testing.T, o client.Options) *client.Client {
+	t.Helper()
+	c, err := client.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func randBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// selfSigned makes a loopback server certificate and a pool that trusts it.
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k, Leaf: leaf}, pool
+}
+
+// hostDecl is a small declaration the local runtime can honour.
+func hostDecl(id string, labels map[string]string) spec.Sandbox {
+	return spec.Sandbox{ID: id, Image: spec.Image{Host: true}, Labels: labels,
+		Session: spec.Session{MaxLifetimeSeconds: new(int64(600))}}
+}
