@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,7 +20,39 @@ import (
 
 var update = flag.Bool("update", false, "rewrite examples/golden from the current output")
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Re-executed by TestAgentCommand as the CLI itself: __agent exits the process.
+	if os.Getenv("AIRLOCK_CLI_TEST_EXEC") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// The hidden __agent command hands its arguments to the agent's command line untouched.
+func TestAgentCommand(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"__agent", "version"}, 0, "airlock-agent "},
+		{[]string{"__agent", "--help"}, 0, "airlock-agent serve --config"},
+		{[]string{"__agent"}, 2, ""},
+	} {
+		cmd := exec.Command(os.Args[0], tt.args...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_CLI_TEST_EXEC=1")
+		out, err := cmd.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tt.code || !strings.Contains(string(out), tt.out) {
+			t.Errorf("%q: exit %d, stdout %q; want exit %d and %q", tt.args, code, out, tt.code, tt.out)
+		}
+	}
+}
 
 // runCLI executes the CLI in-process from the repository root, as the README's commands do.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
