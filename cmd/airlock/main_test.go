@@ -231,7 +231,7 @@ func TestCLI(t *testing.T) {
 		stderr   []string
 		noStdout bool
 	}{
-		{name: "help lists only plan and capabilities", args: []string{"--help"}, stdout: []string{"plan", "capabilities"}},
+		{name: "help lists plan and capabilities", args: []string{"--help"}, stdout: []string{"plan", "capabilities"}},
 		{name: "unknown command", args: []string{"nope"}, code: 2, stderr: []string{`unknown command "nope"`}, noStdout: true},
 		{name: "unknown flag", args: []string{"plan", "--nope"}, code: 2, stderr: []string{"unknown flag: --nope"}, noStdout: true},
 		{name: "bad output format", args: []string{"capabilities", "-o", "yaml"}, code: 2, stderr: []string{`-o/--output "yaml"`}, noStdout: true},
