@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -123,11 +124,20 @@ func (s *Server) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ServeStdio serves one client over the process's stdin and stdout until the client goes
-// away or ctx ends, then closes the server.
-func (s *Server) ServeStdio(ctx context.Context) error {
-	return s.serveTransport(ctx, &sdk.StdioTransport{})
+// ServeStdio serves one client over r and w (the process's stdin and stdout, for a client
+// that started this process) until the client goes away or ctx ends, then closes the server.
+func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
+	// Closing the reader (os.Stdin) is what unblocks the read loop when ctx ends first.
+	rc, ok := r.(io.ReadCloser)
+	if !ok {
+		rc = io.NopCloser(r)
+	}
+	return s.serveTransport(ctx, &sdk.IOTransport{Reader: rc, Writer: nopWriteCloser{w}})
 }
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // serveTransport serves one connection, then closes the server.
 func (s *Server) serveTransport(ctx context.Context, t sdk.Transport) error {

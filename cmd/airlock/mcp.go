@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/mcp"
+)
+
+func init() { commands = append(commands, newMCPCmd) }
+
+type mcpFlags struct {
+	http        string
+	image       string
+	maxSessions int
+	logLevel    string
+	backend     backendFlags
+}
+
+func newMCPCmd(*globals) *cobra.Command {
+	f := &mcpFlags{}
+	cmd := &cobra.Command{
+		Use:   "mcp [--http 127.0.0.1:PORT] [--image host|PATH|REF]",
+		Short: "Serve run_code and sandbox session tools to an MCP client (stdio or HTTP)",
+		Long: `Serve the airlock MCP tools: run_code (python, node or bash in a fresh, disposable sandbox
+per call) and, for multi-step agents, sandbox_create, sandbox_exec, sandbox_read_file,
+sandbox_write_file, sandbox_list and sandbox_terminate.
+
+By default the server speaks MCP over standard input and output, for a client that starts it
+(stdout carries only the protocol; logs go to stderr). With --http it serves the streamable
+HTTP transport at http://ADDR/mcp instead, on a loopback address only: the transport has no
+authentication. Sandboxes created with sandbox_create are terminated when the server stops.`,
+		Example: `  airlock mcp
+  airlock mcp --http 127.0.0.1:8765
+
+  # Claude Desktop, Cursor and other stdio clients:
+  {"mcpServers": {"airlock": {"command": "sudo", "args": ["airlock", "mcp"]}}}`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runMCP(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on this loopback address (host:port; port 0 picks one) instead of stdio")
+	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
+	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
+	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
+	f.backend.add(cmd)
+	return cmd
+}
+
+func runMCP(cmd *cobra.Command, f *mcpFlags) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usageError("--log-level %q: allowed are debug, info, warn, error", f.logLevel)
+	}
+	img, err := parseImage(f.image)
+	if err != nil {
+		return usageError("--image: %v", err)
+	}
+	if f.maxSessions < 1 {
+		return usageError("--max-sessions %d must be at least 1", f.maxSessions)
+	}
+	var ln net.Listener
+	if f.http != "" {
+		if err := checkLoopback(f.http); err != nil {
+			return usageError("--http %v", err)
+		}
+		if ln, err = net.Listen("tcp", f.http); err != nil {
+			return &exitError{code: exitRefused, err: fmt.Errorf("--http: %w", err)}
+		}
+		defer ln.Close()
+	}
+
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Image unpack progress must not go near stdout, which carries the protocol.
+	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s := mcp.New(b, mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, Logger: log})
+
+	if ln == nil {
+		return s.ServeStdio(ctx, cmd.InOrStdin(), cmd.OutOrStdout())
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "airlock mcp: serving streamable HTTP on http://%s%s\n", ln.Addr(), mcp.HTTPPath)
+	return s.ServeListener(ctx, ln)
+}
+
+// checkLoopback refuses an address other clients on the network could reach.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v (want host:port, e.g. 127.0.0.1:8765)", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: the MCP HTTP transport has no authentication, so it serves 127.0.0.1 or [::1] only", addr)
+}
+
+// mcpVersion is this build's module version for the MCP handshake ("dev" from a work tree).
+func mcpVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func init() { commands = append(commands, newRunCmd) }
+
+// exitRunFailed is airlock run's own failure (refused, no runtime, sandbox error), kept apart
+// from the program's statuses as docker run and coreutils timeout do.
+const exitRunFailed = 125
+
+// exitInterrupted is a shell's status for SIGINT.
+const exitInterrupted = 130
+
+// runFlags are airlock run's flags.
+type runFlags struct {
+	lang        string
+	timeout     time.Duration
+	network     bool
+	image       string
+	files       []string
+	code        string
+	interactive bool
+	maxOutput   int64
+	backend     backendFlags
+}
+
+// backendFlags pick and place the local runtime (shared by run and mcp).
+type backendFlags struct {
+	stateDir     string
+	cgroupParent string
+}
+
+func (b *backendFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.stateDir, "state-dir", local.DefaultStateDir, "the local runtime's state directory")
+	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
+	cmd.Flags().StringVar(&b.cgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
+	_ = cmd.Flags().MarkHidden("cgroup-parent")
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run [--lang L] [--timeout 30s] [--network] [--image host|PATH|REF] [--file LOCAL[:REMOTE]]... (-c CODE | FILE | -)",
+		Short: "Run a snippet of python, node or bash in a fresh, disposable sandbox",
+		Long: `Run code in a fresh sandbox on this machine (no daemon), stream its output, and exit with
+its status. The sandbox has 512Mi of memory, 1 cpu, 256 processes and no network unless
+--network (public internet only: loopback and private addresses stay unreachable); it is
+destroyed when the code ends.
+
+The code comes from -c CODE, a FILE, or - (standard input). --lang is python, node or bash
+(aliases py, python3, js, javascript, sh, shell); with a FILE it defaults from the extension
+(.py, .js, .cjs, .sh, .bash). --file copies a local file into the sandbox, relative to the
+working directory /workspace unless REMOTE is absolute. -i feeds standard input to the code.
+
+Exit status: the code's own; 124 when it ran past --timeout (like coreutils timeout); 137 when
+killed for exceeding memory; 125 when airlock itself failed (refused, no runtime, sandbox
+error); 2 for usage errors.`,
+		Example: `  airlock run -c 'print(2+2)'
+  airlock run script.py
+  echo 'console.log(1)' | airlock run --lang js -
+  airlock run --timeout 5s --file data.csv -c 'print(open("data.csv").read())'
+  airlock -o json run --lang bash -c 'uname -a'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.lang, "lang", "l", "", "language: python, node, bash (aliases py, python3, js, javascript, sh, shell); default python, or from FILE's extension")
+	fl.DurationVarP(&f.timeout, "timeout", "t", time.Duration(runcode.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
+	fl.BoolVarP(&f.network, "network", "n", false, "allow connections to the public internet")
+	fl.StringVar(&f.image, "image", "host", `root filesystem: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
+	fl.StringArrayVarP(&f.files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
+	fl.StringVarP(&f.code, "code", "c", "", "the code to run")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "feed standard input to the code")
+	fl.Int64Var(&f.maxOutput, "max-output", 16<<20, "cap on each of stdout and stderr, in bytes")
+	f.backend.add(cmd)
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
+	req, stdin, err := f.request(cmd, args)
+	if err != nil {
+		return err
+	}
+	if f.maxOutput < 1 {
+		return usageError("--max-output %d must be at least 1 byte", f.maxOutput)
+	}
+	img, err := parseImage(f.image)
+	if err != nil {
+		return usageError("--image: %v", err)
+	}
+	if req, err = runcode.Normalize(req); err != nil {
+		return usageError("%v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		return &exitError{code: exitRunFailed, err: err}
+	}
+	defer b.Close()
+
+	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput}
+	if g.output == outputText {
+		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	}
+	res, err := runcode.Run(ctx, b, req, opts)
+	if err != nil {
+		if ctx.Err() != nil && cmd.Context().Err() == nil {
+			// Interrupted: the sandbox is gone (Run terminates it); exit as a shell would.
+			return &exitError{code: exitInterrupted, err: errors.New("interrupted: the sandbox was terminated")}
+		}
+		return &exitError{code: exitRunFailed, err: explainRunError(err)}
+	}
+	if g.output == outputJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		notes(cmd.ErrOrStderr(), res)
+	}
+	if s := res.ExitStatus(); s != 0 {
+		return &exitError{code: s}
+	}
+	return nil
+}
+
+// request builds the run request from the flags and the argument; stdin is what the code
+// reads (nil: closed).
+func (f *runFlags) request(cmd *cobra.Command, args []string) (runcode.Request, io.Reader, error) {
+	req := runcode.Request{Language: f.lang, Network: f.network}
+	var src string
+	if len(args) == 1 {
+		src = args[0]
+	}
+	switch {
+	case f.code != "" && src != "":
+		return req, nil, usageError("give the code once: -c CODE or a FILE (or - for standard input), not both")
+	case f.code != "":
+		req.Code = f.code
+	case src == "-":
+		if f.interactive {
+			return req, nil, usageError("-i feeds standard input to the code, but - reads the code itself from it: use -c CODE or a FILE with -i")
+		}
+		data, err := io.ReadAll(cmd.InOrStdin())
+		if err != nil {
+			return req, nil, fmt.Errorf("reading the code from standard input: %w", err)
+		}
+		req.Code = string(data)
+	case src != "":
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return req, nil, &exitError{code: exitUsage, err: fmt.Errorf("reading the code: %w", err)}
+		}
+		req.Code = string(data)
+		if req.Language == "" {
+			req.Language = languageFromExt(src)
+			if req.Language == "" {
+				return req, nil, usageError("cannot tell the language of %s from its extension: give --lang (%s)", src, strings.Join(runcode.LanguageNames(), ", "))
+			}
+		}
+	default:
+		return req, nil, usageError("no code to run: give -c CODE, a FILE, or - to read it from standard input")
+	}
+	if req.Language == "" {
+		req.Language = string(runcode.Python)
+	}
+	if f.timeout%time.Second != 0 || f.timeout < time.Second {
+		return req, nil, usageError("--timeout %v: give whole seconds from 1s to %ds", f.timeout, runcode.MaxTimeoutSeconds)
+	}
+	req.TimeoutSeconds = int(f.timeout / time.Second)
+	if len(f.files) > 0 {
+		req.Files = map[string][]byte{}
+	}
+	for _, fs := range f.files {
+		localPath, remote, ok := strings.Cut(fs, ":")
+		if !ok || remote == "" {
+			remote = filepath.Base(localPath)
+		}
+		if localPath == "" {
+			return req, nil, usageError("--file %q: give LOCAL[:REMOTE]", fs)
+		}
+		if _, dup := req.Files[remote]; dup {
+			return req, nil, usageError("--file %q: %s is already the target of another --file", fs, remote)
+		}
+		data, err := os.ReadFile(localPath)
+		if err != nil {
+			return req, nil, &exitError{code: exitUsage, err: fmt.Errorf("--file %q: %w", fs, err)}
+		}
+		req.Files[remote] = data
+	}
+	var stdin io.Reader
+	if f.interactive {
+		stdin = cmd.InOrStdin()
+	}
+	return req, stdin, nil
+}
+
+func languageFromExt(p string) string {
+	switch strings.ToLower(filepath.Ext(p)) {
+	case ".py":
+		return string(runcode.Python)
+	case ".js", ".cjs":
+		return string(runcode.Node)
+	case ".sh", ".bash":
+		return string(runcode.Bash)
+	}
+	return ""
+}
+
+// parseImage reads --image; local paths are made absolute, since the sandbox is built
+// from them by this process but may be looked at from elsewhere (logs, state records).
+func parseImage(s string) (spec.Image, error) {
+	img, err := spec.ImageFromString(s)
+	if err != nil {
+		return img, err
+	}
+	if img == (spec.Image{}) {
+		return img, errors.New(`empty: give "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
+	}
+	for _, p := range []*string{&img.Dir, &img.OCILayout, &img.Tarball} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return img, err
+			}
+			*p = abs
+		}
+	}
+	return img, nil
+}
+
+// open starts the local runtime, explaining what to do when this host cannot run it.
+func (b *backendFlags) open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
+	opts := local.Options{StateDir: b.stateDir, CgroupParent: b.cgroupParent, Logger: log}
+	if isTerminal(progress) {
+		opts.ImageProgress = progressBar(progress)
+	}
+	lb, err := local.New(ctx, opts)
+	if err == nil {
+		return lb, nil
+	}
+	switch {
+	case os.Geteuid() != 0:
+		return nil, fmt.Errorf("%w\nthe local runtime needs root today: run airlock with sudo (rootless mode is not implemented yet)", err)
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
+	}
+	return nil, err
+}
+
+// explainRunError adds what to do to the errors a person can act on.
+func explainRunError(err error) error {
+	var ref *runcode.RefusedError
+	switch {
+	case errors.As(err, &ref):
+		return fmt.Errorf("%w\nsee 'airlock capabilities' for what this host enforces", err)
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
+	}
+	return err
+}
+
+// notes tells the person why the code ended, when its output cannot.
+func notes(w io.Writer, res runcode.Result) {
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(w, "airlock: timed out after %ds: the code and everything it started were killed\n", res.TimeoutSeconds)
+	case res.OOMKilled:
+		fmt.Fprintf(w, "airlock: killed: out of memory (limit %s)\n", res.Memory)
+	case res.Signal != "":
+		fmt.Fprintf(w, "airlock: killed by signal %s\n", res.Signal)
+	}
+	if res.Truncated {
+		fmt.Fprintf(w, "airlock: output truncated at %d bytes per stream (--max-output)\n", res.OutputCapBytes)
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progressBar draws image-unpack progress on one terminal line.
+func progressBar(w io.Writer) func(done, total int64) {
+	var last time.Time
+	return func(done, total int64) {
+		finished := total > 0 && done >= total
+		if !finished && time.Since(last) < 100*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		const width = 30
+		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+		if total <= 0 {
+			fmt.Fprintf(w, "\runpacking image: %.1f MiB", mib(done))
+			return
+		}
+		n := int(done * width / total)
+		fmt.Fprintf(w, "\runpacking image [%s%s] %3d%% %.1f/%.1f MiB", strings.Repeat("=", n), strings.Repeat(" ", width-n), done*100/total, mib(done), mib(total))
+		if finished {
+			fmt.Fprintln(w)
+		}
+	}
+}
