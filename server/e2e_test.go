@@ -441,6 +441,13 @@ func TestDelegatedTokens(t *testing.T) {
 	// Another session, another class, the daemon's own calls: forbidden.
 	_, err = ex.Sandbox(b.ID).Exec(ctx, sandbox.ExecRequest{Shell: "true", Timeout: time.Second}, nil, nil)
 	refusedAs(err, sandbox.ErrForbidden, "wrongSession")
+	// A second session of the same sandbox id is another session all the same.
+	twin := create(t, h.c, "a", nil)
+	_, err = ex.Sandbox(twin.ID).Exec(ctx, sandbox.ExecRequest{Shell: "true", Timeout: time.Second}, nil, nil)
+	refusedAs(err, sandbox.ErrForbidden, "wrongSession")
+	if l, err := ex.List(ctx, nil); err != nil || len(l) != 1 || l[0].ID != a.ID {
+		t.Fatalf("list with a token beside a twin: %v %v", l, err)
+	}
 	refusedAs(ex.Sandbox(b.ID).Refresh(ctx), sandbox.ErrForbidden, "wrongSession")
 	refusedAs(exA.Terminate(ctx), sandbox.ErrForbidden, "wrongClass")
 	refusedAs(exA.Pause(ctx), sandbox.ErrForbidden, "wrongClass")
