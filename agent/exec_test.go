@@ -274,3 +274,39 @@ func TestExecRefusals(t *testing.T) {
 		t.Errorf("deadline above max: %v, want ErrInvalid", err)
 	}
 }
+
+// TestExecStdinConnectionReuse: an exec whose stdin ended, or was still open when the command
+// finished, leaves the client usable: kept-alive connections are not poisoned.
+func TestExecStdinConnectionReuse(t *testing.T) {
+	h := newHarness(t).start()
+	ctx := context.Background()
+	check := func(what string) {
+		t.Helper()
+		s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: "echo a; sleep 0.2; echo b", Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if _, err := s.Wait(&b, nil); err != nil || b.String() != "a\nb\n" {
+			t.Fatalf("exec after %s: %q %v", what, b.String(), err)
+		}
+		if _, err := h.cl.List(ctx, "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		out, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("x")})
+		if out != "x" || res.ExitCode != 0 {
+			t.Fatalf("cat: %q %+v", out, res)
+		}
+		check("stdin that ended")
+		// stdin never closed by the caller; the command ignores it and ends.
+		pr, pw := io.Pipe()
+		_, _, res = run(t, h.cl, sandbox.ExecRequest{Argv: []string{"true"}, Stdin: pr})
+		pw.Close()
+		if res.ExitCode != 0 {
+			t.Fatalf("true: %+v", res)
+		}
+		check("stdin left open")
+	}
+}

@@ -132,11 +132,26 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	ex, err := s.supervise(ctx, j, fw)
+	abort := false
 	if stdinDone != nil {
-		// The body must not be read after the handler returns; interrupt a blocked read.
-		_ = rc.SetReadDeadline(time.Now())
-		<-stdinDone
+		select {
+		case <-stdinDone:
+		default:
+			// The body must not be read after the handler returns: interrupt the blocked
+			// read. That leaves the connection unusable, so it is closed after the terminal
+			// frame (ErrAbortHandler) instead of being kept alive.
+			_ = rc.SetReadDeadline(time.Now())
+			<-stdinDone
+			abort = true
+		}
 	}
+	defer func() {
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
+		// Deadlines belong to this exchange, not to the kept-alive connection.
+		_ = rc.SetWriteDeadline(time.Time{})
+	}()
 	if err != nil {
 		code, _ := wire.CodeOf(err)
 		fw.terminal(wire.FrameError, wire.Error{Code: code, Message: err.Error()})

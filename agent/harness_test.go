@@ -189,6 +189,8 @@ func (h *harness) stop() {
 	}
 	if s := h.stderr.String(); strings.Contains(s, "DATA RACE") || strings.Contains(s, "panic:") {
 		h.t.Errorf("agent stderr:\n%s", s)
+	} else if h.t.Failed() && s != "" {
+		h.t.Logf("agent stderr:\n%s", s)
 	}
 }
 

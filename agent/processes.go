@@ -282,6 +282,12 @@ func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
 		writeError(w, fmt.Errorf("%w: process %s was started with stdin false", sandbox.ErrConflict, p.j.id))
 		return
 	}
+	select {
+	case <-p.done:
+		writeError(w, fmt.Errorf("%w: process %s has exited", sandbox.ErrConflict, p.j.id))
+		return
+	default:
+	}
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	if err := p.j.copyStdin(r.Body); err != nil {
