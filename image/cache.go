@@ -105,7 +105,7 @@ func ResolveWith(ctx context.Context, src spec.Image, cacheDir string, opts Reso
 	}
 	cfgName, err := s.img.ConfigName()
 	if err != nil {
-		return "", s.classify(fmt.Errorf("%w: %s: config digest: %v", sandbox.ErrInvalid, s.desc, err))
+		return "", s.fail(err, "config digest")
 	}
 	key := opts.key(cfgName)
 	base := filepath.Join(cacheDir, "rootfs")
@@ -295,7 +295,7 @@ func unpack(ctx context.Context, s *source, cfgName v1.Hash, base, key string, o
 
 	raw, err := s.img.RawConfigFile()
 	if err != nil {
-		return s.classify(fmt.Errorf("%w: %s: config: %v", sandbox.ErrInvalid, s.desc, err))
+		return s.fail(err, "config")
 	}
 	if h, _, _ := v1.SHA256(bytes.NewReader(raw)); h != cfgName {
 		return fmt.Errorf("%w: %s: config content is %s, manifest says %s", sandbox.ErrInvalid, s.desc, h, cfgName)
@@ -306,7 +306,7 @@ func unpack(ctx context.Context, s *source, cfgName v1.Hash, base, key string, o
 	}
 	layers, err := s.img.Layers()
 	if err != nil {
-		return s.classify(fmt.Errorf("%w: %s: layers: %v", sandbox.ErrInvalid, s.desc, err))
+		return s.fail(err, "layers")
 	}
 	if len(layers) != len(cf.RootFS.DiffIDs) {
 		return fmt.Errorf("%w: %s: %d layers but config lists %d diff_ids", sandbox.ErrInvalid, s.desc, len(layers), len(cf.RootFS.DiffIDs))
@@ -322,7 +322,7 @@ func unpack(ctx context.Context, s *source, cfgName v1.Hash, base, key string, o
 		}
 		n, err := l.Size()
 		if err != nil {
-			return s.classify(fmt.Errorf("%w: %s: layer %d size: %v", sandbox.ErrInvalid, s.desc, i, err))
+			return s.fail(err, "layer %d size", i)
 		}
 		c.total += n
 	}
@@ -361,26 +361,45 @@ func unpack(ctx context.Context, s *source, cfgName v1.Hash, base, key string, o
 func applyVerified(ctx context.Context, s *source, x *extractor, i int, l v1.Layer, want v1.Hash, c *counter) error {
 	rc, err := openLayer(s, i, l, c)
 	if err != nil {
-		return s.classify(fmt.Errorf("%w: %s: layer %d: %v", sandbox.ErrInvalid, s.desc, i, err))
+		return s.fail(err, "layer %d", i)
 	}
 	defer rc.Close()
+	// A failed read surfaces from the tar reader as a format error; keep the read error itself
+	// so a registry that went away is reported as unreachable, not as a malformed image.
+	src := &trackingReader{r: rc}
 	h, err := v1.Hasher(want.Algorithm)
 	if err != nil {
 		return fmt.Errorf("%w: %s: layer %d diff_id %s: %v", sandbox.ErrInvalid, s.desc, i, want, err)
 	}
-	r := io.TeeReader(rc, h)
+	r := io.TeeReader(src, h)
 	if err := x.applyLayer(ctx, r); err != nil {
-		return s.classify(fmt.Errorf("%s: layer %d: %w", s.desc, i, err))
+		if src.err != nil {
+			return s.fail(src.err, "layer %d", i)
+		}
+		return fmt.Errorf("%s: layer %d: %w", s.desc, i, err)
 	}
 	// Anything after the tar's end marker still counts toward the digest.
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return s.classify(fmt.Errorf("%w: %s: layer %d: %v", sandbox.ErrInvalid, s.desc, i, err))
+		return s.fail(err, "layer %d", i)
 	}
 	got := v1.Hash{Algorithm: want.Algorithm, Hex: fmt.Sprintf("%x", h.Sum(nil))}
 	if got != want {
 		return fmt.Errorf("%w: %s: layer %d content is %s, config says %s", sandbox.ErrInvalid, s.desc, i, got, want)
 	}
 	return nil
+}
+
+type trackingReader struct {
+	r   io.Reader
+	err error
+}
+
+func (t *trackingReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && err != io.EOF && t.err == nil {
+		t.err = err
+	}
+	return n, err
 }
 
 // publish makes the entry visible: metadata first, then the tree by rename, so a directory at

@@ -65,8 +65,19 @@ type source struct {
 	// stored, for docker-archive tarballs only, is each layer's size and compression as stored in
 	// the archive (go-containerregistry would compress an uncompressed layer to report its size).
 	stored []storedLayer
-	// classify maps errors met while reading the image (lazily, during unpack) to error classes.
+	// classify maps errors met while reading the image (lazily, during unpack) to an error
+	// class, or returns nil when the error says the image itself is bad.
 	classify func(error) error
+}
+
+// fail reports an error met reading the image: classed if the source can tell (registry
+// down, blob gone), otherwise the image is invalid.
+func (s *source) fail(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if c := s.classify(err); c != nil {
+		return fmt.Errorf("%s: %s: %w", s.desc, what, c)
+	}
+	return fmt.Errorf("%w: %s: %s: %v", sandbox.ErrInvalid, s.desc, what, err)
 }
 
 type storedLayer struct {
@@ -124,12 +135,13 @@ func load(ctx context.Context, src spec.Image) (*source, error) {
 	return s, nil
 }
 
-func passThrough(err error) error { return err }
+// unclassified is the classifier of local sources: every read failure means a bad image.
+func unclassified(error) error { return nil }
 
 func checkPlatform(s *source) error {
 	cf, err := s.img.ConfigFile()
 	if err != nil {
-		return s.classify(fmt.Errorf("%w: %s: image config: %v", sandbox.ErrInvalid, s.desc, err))
+		return s.fail(err, "image config")
 	}
 	want := platform()
 	if (cf.OS != "" && cf.OS != want.OS) || (cf.Architecture != "" && cf.Architecture != want.Architecture) {
@@ -160,7 +172,7 @@ func loadLayout(p string) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &source{img: img, desc: "ociLayout:" + p, classify: passThrough}, nil
+	return &source{img: img, desc: "ociLayout:" + p, classify: unclassified}, nil
 }
 
 // selectImage picks the one image for this platform in an index (descending into nested
@@ -247,7 +259,7 @@ func loadTarball(p string) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &source{img: img, desc: "tarball:" + p, stored: stored, classify: passThrough}, nil
+	return &source{img: img, desc: "tarball:" + p, stored: stored, classify: unclassified}, nil
 }
 
 func isOCIArchive(p string) bool {
@@ -331,28 +343,29 @@ func loadRef(ctx context.Context, ref string) (*source, error) {
 		return nil, fmt.Errorf("%w: image.ref %q: %v", sandbox.ErrInvalid, ref, err)
 	}
 	classify := func(err error) error { return classifyRemote(ref, err) }
+	s := &source{desc: "ref:" + r.Name(), classify: classify}
 	img, err := remote.Image(r,
 		remote.WithContext(ctx),
 		remote.WithPlatform(platform()),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 	)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.fail(err, "fetching the manifest")
 	}
-	desc := "ref:" + r.Name()
+	s.img = img
 	if d, err := img.Digest(); err == nil {
-		desc = "ref:" + r.Context().Name() + "@" + d.String()
+		s.desc = "ref:" + r.Context().Name() + "@" + d.String()
 	}
-	return &source{img: img, desc: desc, classify: classify}, nil
+	return s, nil
 }
 
-// classifyRemote maps registry and network failures to error classes.
+// classifyRemote maps registry and network failures to error classes; nil means none applies
+// (the registry answered with something malformed).
 func classifyRemote(ref string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrUnreachable) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	var te *transport.Error
@@ -377,7 +390,7 @@ func classifyRemote(ref string, err error) error {
 		case te.StatusCode == 429 || te.StatusCode >= 500:
 			return fmt.Errorf("%w: image.ref %q: registry answered %d: %v", sandbox.ErrUnreachable, ref, te.StatusCode, err)
 		}
-		return fmt.Errorf("image.ref %q: %w", ref, err)
+		return nil
 	}
 	var ne net.Error
 	var oe *net.OpError
@@ -388,5 +401,5 @@ func classifyRemote(ref string, err error) error {
 		errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: image.ref %q: registry: %v", sandbox.ErrUnreachable, ref, err)
 	}
-	return fmt.Errorf("image.ref %q: %w", ref, err)
+	return nil
 }

@@ -3,7 +3,11 @@ package image
 import (
 	"context"
 	"errors"
+	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +15,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -413,6 +419,61 @@ func TestOptionsValidation(t *testing.T) {
 			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("err = %v, want ErrInvalid mentioning %q", err, tc.says)
 			}
+		})
+	}
+}
+
+// TestRegistryFailsMidPull: the manifest and config arrive but a layer blob does not; the error
+// is classed and nothing is published.
+func TestRegistryFailsMidPull(t *testing.T) {
+	testutil.RequireRoot(t)
+	cases := []struct {
+		name string
+		fail func(w http.ResponseWriter)
+		want error
+	}{
+		{"blob unknown", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"errors":[{"code":"BLOB_UNKNOWN","message":"gone"}]}`)
+		}, sandbox.ErrNotFound},
+		{"connection dropped", func(w http.ResponseWriter) {
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				c.Close()
+			}
+		}, sandbox.ErrUnreachable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			img := sampleImage(t, "mid")
+			cfg, err := img.ConfigName()
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+			var failing atomic.Bool
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if failing.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && !strings.Contains(r.URL.Path, cfg.Hex) {
+					tc.fail(w)
+					return
+				}
+				reg.ServeHTTP(w, r)
+			}))
+			t.Cleanup(func() {
+				srv.Close()
+				if tr, ok := remote.DefaultTransport.(*http.Transport); ok {
+					tr.CloseIdleConnections()
+				}
+			})
+			src := pushImage(t, strings.TrimPrefix(srv.URL, "http://"), "test/mid:1", img)
+			failing.Store(true)
+			cache := t.TempDir()
+			_, err = Resolve(context.Background(), src, cache, nil)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			assertNoEntries(t, cache)
 		})
 	}
 }
