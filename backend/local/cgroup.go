@@ -1,13 +1,17 @@
 package local
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +46,10 @@ type limits struct {
 type sandboxCgroup interface {
 	// addProc moves a process (all its threads) into the cgroup.
 	addProc(pid int) error
+	// start starts cmd with the child born inside the cgroup: no migration afterwards (a v1
+	// migration of a whole process costs an RCU grace period, tens of milliseconds), and no
+	// moment in which the child runs outside its limits.
+	start(cmd *exec.Cmd) error
 	// delegate hands the agent (uid/gid on the host) what it needs to create per-exec
 	// children and place its spawner thread; the limit files stay root's.
 	delegate(uid, gid int) error
@@ -185,6 +193,80 @@ func (c *v1Cgroup) addProc(pid int) error {
 	return c.cg.AddProc(uint64(pid))
 }
 
+func (c *v1Cgroup) start(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		// This thread joins the sandbox's cgroups to fork init there, then goes back where it
+		// was before anything else can run on it. Going back matters: the runtime never ends
+		// the main thread, and a thread of ours left inside would make the sandbox's kill
+		// list this very process.
+		runtime.LockOSThread()
+		home, err := threadCgroups()
+		if err != nil {
+			errc <- err
+			return
+		}
+		enter := func(dir func(ctrl string) string) error {
+			for _, ctrl := range v1Controllers {
+				// "0" moves the calling thread only, which the kernel does without the global
+				// threadgroup lock a pid (or a whole process) needs.
+				if err := os.WriteFile(filepath.Join(dir(ctrl), "tasks"), []byte("0"), 0); err != nil {
+					return fmt.Errorf("move thread into %s: %w", dir(ctrl), err)
+				}
+			}
+			return nil
+		}
+		back := func(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, home[ctrl]) }
+		err = enter(c.dir)
+		if err == nil {
+			err = cmd.Start()
+		}
+		if berr := enter(back); berr != nil {
+			// Stuck inside the sandbox's cgroups: let the thread die with the goroutine
+			// (LockOSThread without Unlock) rather than return it to the scheduler.
+			errc <- errors.Join(err, berr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
+}
+
+// threadCgroups maps each v1 controller this runtime uses to the calling thread's cgroup.
+func threadCgroups() (map[string]string, error) {
+	f, err := os.Open("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseCgroupFile(f)
+}
+
+// parseCgroupFile reads /proc/<pid>/cgroup lines "id:controller[,controller]:path".
+func parseCgroupFile(r io.Reader) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			out[ctrl] = parts[2]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for _, ctrl := range v1Controllers {
+		if _, ok := out[ctrl]; !ok {
+			return nil, fmt.Errorf("this thread is in no %s cgroup (v1)", ctrl)
+		}
+	}
+	return out, nil
+}
+
 func (c *v1Cgroup) delegate(uid, gid int) error {
 	chown := []string{
 		c.dir("freezer"), filepath.Join(c.dir("freezer"), "cgroup.procs"), filepath.Join(c.dir("freezer"), "tasks"),
@@ -273,14 +355,19 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 }
 
 func (c *v1Cgroup) kill(ctx context.Context) error {
-	for {
-		// Frozen, nothing can fork between listing and killing.
-		frozen := c.setFreezer(ctx, "FROZEN") == nil
+	// Every process of a sandbox is in its pid namespace, which cannot fork once its init is
+	// dead: killing everything listed is already race-free. The freezer is the fallback for
+	// anything that stays (a process put in the cgroup from outside the namespace).
+	for attempt := 0; ; attempt++ {
+		frozen := attempt > 0 && c.setFreezer(ctx, "FROZEN") == nil
 		pids, err := c.procs()
 		if err != nil {
 			return err
 		}
 		for _, pid := range pids {
+			if pid == os.Getpid() {
+				return fmt.Errorf("cgroup %s holds a thread of this process: refusing to kill it", c.path)
+			}
 			if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("kill %d in cgroup %s: %w", pid, c.path, err)
 			}
@@ -454,6 +541,17 @@ func (c *v2Cgroup) addProc(pid int) error {
 		return errors.New("cgroup " + c.path + " is incomplete")
 	}
 	return c.m.AddProc(uint64(pid))
+}
+
+func (c *v2Cgroup) start(cmd *exec.Cmd) error {
+	fd, err := unix.Open(c.dirs()[0], unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = fd
+	return cmd.Start()
 }
 
 func (c *v2Cgroup) delegate(uid, gid int) error {

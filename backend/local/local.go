@@ -498,8 +498,8 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	return s, nil
 }
 
-// spawn starts init in its namespaces, blocked until it is inside its cgroup, sends it the
-// config and waits for its status line.
+// spawn starts init in its namespaces and cgroups, sends it the config and waits for its
+// status line.
 func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config) (*nsinit.Status, error) {
 	self, err := os.Open(b.agentPath)
 	if err != nil {
@@ -545,23 +545,21 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 			Setsid:     true,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cg.delegate(b.opts.UIDBase, b.opts.UIDBase); err != nil {
+		return nil, err
+	}
+	// Born inside its cgroups; it still waits for the config before doing anything.
+	if err := cg.start(cmd); err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	s.cmd = cmd
 	s.rec.InitPID = cmd.Process.Pid
+	b.watchChild(s)
 	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("read init start time: %w", err)
 	}
-	b.watchChild(s)
 	cfgR.Close()
 	stW.Close()
-	if err := cg.addProc(cmd.Process.Pid); err != nil {
-		return nil, fmt.Errorf("move init into its cgroup: %w", err)
-	}
-	if err := cg.delegate(b.opts.UIDBase, b.opts.UIDBase); err != nil {
-		return nil, err
-	}
 	enc, err := cfg.Encode()
 	if err != nil {
 		return nil, err
