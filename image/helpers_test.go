@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -30,7 +31,28 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		childResolve()
+		return
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// childEnv makes the test binary a resolver process for TestTwoProcesses.
+const childEnv = "AIRLOCK_IMAGE_TEST_CHILD"
+
+// childResolve resolves AIRLOCK_IMAGE_TEST_CHILD=<layout>\n<cache> and prints
+// "<dir> <unpacked 0|1>".
+func childResolve() {
+	layoutDir, cache, _ := strings.Cut(os.Getenv(childEnv), "\n")
+	unpacked := 0
+	dir, err := ResolveWith(context.Background(), spec.Image{OCILayout: layoutDir}, cache, ResolveOptions{onUnpack: func(string) { unpacked = 1 }})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(dir, unpacked)
+	os.Exit(0)
 }
 
 // ent is one tar entry of a crafted layer.

@@ -3,12 +3,14 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -179,6 +181,67 @@ func TestConcurrentResolve(t *testing.T) {
 		t.Errorf("unpacked %d times, want 1", n.Load())
 	}
 	checkSample(t, dirs[0], "conc")
+}
+
+// TestTwoProcesses: resolvers in separate processes share one unpack through the lock file.
+func TestTwoProcesses(t *testing.T) {
+	testutil.RequireRoot(t)
+	src := writeLayout(t, sampleImage(t, "procs"))
+	cache := t.TempDir()
+	const n = 4
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*strings.Builder, n)
+	for i := range cmds {
+		cmds[i] = exec.Command(os.Args[0])
+		cmds[i].Env = append(os.Environ(), childEnv+"="+src.OCILayout+"\n"+cache)
+		outs[i] = &strings.Builder{}
+		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unpacks := 0
+	var dir string
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("child %d: %v\n%s", i, err, outs[i])
+		}
+		var d string
+		var u int
+		if _, err := fmt.Sscan(outs[i].String(), &d, &u); err != nil {
+			t.Fatalf("child %d printed %q", i, outs[i])
+		}
+		if dir != "" && d != dir {
+			t.Errorf("child %d got %s, another %s", i, d, dir)
+		}
+		dir = d
+		unpacks += u
+	}
+	if unpacks != 1 {
+		t.Errorf("%d processes unpacked, want exactly 1", unpacks)
+	}
+	checkSample(t, dir, "procs")
+}
+
+// TestCancelWhileWaiting: a resolver waiting for another's lock gives up with its context.
+func TestCancelWhileWaiting(t *testing.T) {
+	testutil.RequireRoot(t)
+	img := sampleImage(t, "cancel")
+	cfg, _ := img.ConfigName()
+	cache := t.TempDir()
+	base := filepath.Join(cache, "rootfs")
+	os.MkdirAll(base, 0o755)
+	unlock, err := lockKey(context.Background(), base, cfg.Hex, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = ResolveWith(ctx, writeLayout(t, img), cache, ResolveOptions{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
 }
 
 // TestAtomicPublish: a failure part-way leaves no entry, no temp dir, and a later good resolve
