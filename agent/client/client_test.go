@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fake serves one canned answer for every request and records the last exec request.
+func fake(t *testing.T, h http.HandlerFunc) *Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c := New("tcp:"+strings.TrimPrefix(srv.URL, "http://"), func() string { return "tok" })
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func frames(w http.ResponseWriter, parts ...[]byte) {
+	w.Header().Set("Content-Type", wire.ContentTypeFrames)
+	w.WriteHeader(http.StatusOK)
+	for _, p := range parts {
+		_, _ = w.Write(p)
+	}
+}
+
+func exitFrame(ex wire.Exit) []byte {
+	b, _ := json.Marshal(ex)
+	return append([]byte{wire.FrameExit, 0, 0, 0, byte(len(b))}, b...)
+}
+
+func TestExecOutcomeUnknownWithoutTerminal(t *testing.T) {
+	tests := map[string][][]byte{
+		"empty stream":           nil,
+		"output then end":        {wire.AppendOutput(nil, wire.FrameStdout, 1, []byte("partial"))},
+		"cut inside a frame":     {wire.AppendOutput(nil, wire.FrameStdout, 1, []byte("partial"))[:7]},
+		"sequence goes backward": {wire.AppendOutput(nil, wire.FrameStdout, 2, []byte("a")), wire.AppendOutput(nil, wire.FrameStderr, 2, []byte("b")), exitFrame(wire.Exit{})},
+		"garbage":                {[]byte("HTTP/1.1 200 OK\r\n")},
+	}
+	for name, parts := range tests {
+		t.Run(name, func(t *testing.T) {
+			c := fake(t, func(w http.ResponseWriter, r *http.Request) { frames(w, parts...) })
+			var out strings.Builder
+			res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, &out, nil)
+			if !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+				t.Errorf("got %+v, %v; want ErrOutcomeUnknown", res, err)
+			}
+		})
+	}
+}
+
+func TestExecTerminalFrames(t *testing.T) {
+	c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.ExecRequest
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil || req.TimeoutMs != 2 || r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		frames(w,
+			wire.AppendOutput(nil, wire.FrameStdout, 1, []byte("o")),
+			wire.AppendOutput(nil, wire.FrameStderr, 2, []byte("e")),
+			exitFrame(wire.Exit{ExitCode: 7, Truncated: true, DurationMs: 5}))
+	})
+	var out, errb strings.Builder
+	// 1.5ms rounds up to 2: a deadline is never shortened.
+	res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"x"}, Timeout: 1500 * time.Microsecond}, &out, &errb)
+	if err != nil || res.ExitCode != 7 || !res.Truncated || res.Duration != 5*time.Millisecond || out.String() != "o" || errb.String() != "e" {
+		t.Errorf("got %+v %v %q %q", res, err, out.String(), errb.String())
+	}
+}
+
+func TestErrorFrameAndBodies(t *testing.T) {
+	c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/exec":
+			b, _ := json.Marshal(wire.Error{Code: "outcome_unknown", Message: "cgroup stuck"})
+			frames(w, append([]byte{wire.FrameError, 0, 0, 0, byte(len(b))}, b...))
+		case "/v1/files/stat":
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(wire.Error{Code: "forbidden", Reason: "expired", Message: "token: expired"})
+		default:
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		}
+	})
+	ctx := context.Background()
+	_, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil)
+	if !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+		t.Errorf("error frame: %v", err)
+	}
+	_, err = c.Stat(ctx, "/x")
+	var ce *Error
+	if !errors.Is(err, sandbox.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != "expired" || ce.Status != 403 {
+		t.Errorf("403 body: %v", err)
+	}
+	if err := c.Mkdir(ctx, "/x", 0); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("plain 405: %v", err)
+	}
+}
+
+func TestTransportErrors(t *testing.T) {
+	ctx := context.Background()
+	c := New("unix:/nonexistent/agent.sock", nil)
+	defer c.Close()
+	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrUnreachable) {
+		t.Errorf("dial failure: %v, want ErrUnreachable", err)
+	}
+	if err := c.Remove(ctx, "/x", false); !errors.Is(err, sandbox.ErrUnreachable) {
+		t.Errorf("dial failure on a mutating call: %v, want ErrUnreachable (nothing was sent)", err)
+	}
+	if _, err := New("ftp://x", nil).Health(ctx); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("bad address: %v", err)
+	}
+	// The connection drops after the request was sent: a mutating call's outcome is unknown.
+	drop := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		hj, _ := w.(http.Hijacker)
+		conn, _, _ := hj.Hijack()
+		conn.Close()
+	})
+	if err := drop.Remove(ctx, "/x", false); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+		t.Errorf("dropped mutating call: %v, want ErrOutcomeUnknown", err)
+	}
+	if _, err := drop.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+		t.Errorf("dropped exec: %v, want ErrOutcomeUnknown", err)
+	}
+	if _, err := drop.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("no timeout: %v, want ErrInvalid before sending", err)
+	}
+}
