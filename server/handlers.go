@@ -146,11 +146,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	platform := s.backend.Platform()
 	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, s.backend.Capabilities(ctx))
 	if res.Refused() {
-		msgs := make([]string, len(res.Refusals))
-		for i, x := range res.Refusals {
-			msgs[i] = x.Error()
+		problems := problemsOfRefusals(res.Refusals)
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = fmt.Sprintf("%s: %s (needs %s)", p.Field, p.Message, res.Refusals[i].Needs())
 		}
-		s.writeError(w, r, &problemsError{class: sandbox.ErrRefused, problems: problemsOfRefusals(res.Refusals),
+		s.writeError(w, r, &problemsError{class: sandbox.ErrRefused, problems: problems,
 			msg: fmt.Sprintf("refused on %s: %s", platform, strings.Join(msgs, "; "))})
 		return
 	}
