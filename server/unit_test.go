@@ -45,6 +45,7 @@ func newFake(sessions ...*sandbox.Session) *fakeBackend {
 }
 
 func (f *fakeBackend) Platform() capability.Platform { return capability.Local }
+
 // Capabilities: everything but the host image, so a create can be refused or go through.
 func (f *fakeBackend) Capabilities(context.Context) capability.Set {
 	s := capability.Set{Platform: capability.Local, Entries: map[capability.Name]capability.Status{}}
