@@ -124,6 +124,9 @@ func ResolveWith(ctx context.Context, src spec.Image, cacheDir string, opts Reso
 	if isDir(dir) {
 		return dir, nil // another resolver finished while we waited
 	}
+	if err := checkPlatform(s); err != nil {
+		return "", err
+	}
 	if opts.onUnpack != nil {
 		opts.onUnpack(key)
 	}

@@ -93,6 +93,9 @@ func Load(ctx context.Context, src spec.Image) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPlatform(s); err != nil {
+		return nil, err
+	}
 	return s.img, nil
 }
 
@@ -129,15 +132,14 @@ func load(ctx context.Context, src spec.Image) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPlatform(s); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
 // unclassified is the classifier of local sources: every read failure means a bad image.
 func unclassified(error) error { return nil }
 
+// checkPlatform refuses an image this host cannot run. Resolve checks it only on a cache miss:
+// an entry exists only for images that passed, and for a registry it saves a round trip.
 func checkPlatform(s *source) error {
 	cf, err := s.img.ConfigFile()
 	if err != nil {

@@ -443,8 +443,14 @@ func TestLoadErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(context.Background(), tc.src)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
-				t.Errorf("err = %v, want %v mentioning %q", err, tc.want, tc.says)
+				t.Errorf("Load: err = %v, want %v mentioning %q", err, tc.want, tc.says)
 			}
+			cache := t.TempDir()
+			_, err = Resolve(context.Background(), tc.src, cache, nil)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("Resolve: err = %v, want %v mentioning %q", err, tc.want, tc.says)
+			}
+			assertNoEntries(t, cache)
 		})
 	}
 }
