@@ -1,0 +1,173 @@
+package agentcmd_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+var agentBin string
+
+// TestMain builds the real airlock-agent binary once: the tests run what ships.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-agent-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	agentBin = filepath.Join(dir, "airlock-agent")
+	out, err := exec.Command("go", "build", "-o", agentBin, "../../cmd/airlock-agent").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build airlock-agent: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	out, err := exec.Command(agentBin, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "airlock-agent ") || !strings.Contains(string(out), "(protocol v1)") {
+		t.Errorf("version: %q %v", out, err)
+	}
+	for _, args := range [][]string{nil, {"bogus"}, {"serve"}, {"serve", "--config"}, {"version", "extra"}} {
+		cmd := exec.Command(agentBin, args...)
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "usage:") {
+			t.Errorf("%v: exit %d %q %v, want 2 with usage", args, cmd.ProcessState.ExitCode(), out, err)
+		}
+	}
+}
+
+func testConfig(t *testing.T) (agent.Config, ed25519.PrivateKey) {
+	dir := t.TempDir()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := token.NewKeyRing(pub).MarshalText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent.Config{
+		SandboxID: "sbx", SessionID: "ses", KeyRing: string(ring),
+		Listen: "unix:" + filepath.Join(dir, "agent.sock"), FilesRoot: dir,
+		Env:     map[string]string{"PATH": "/usr/bin:/bin"},
+		CodeUID: uint32(os.Getuid()), CodeGID: uint32(os.Getgid()), AllowRootCode: true,
+		MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20,
+	}, key
+}
+
+func TestServeFromStdinAndFile(t *testing.T) {
+	cfg, key := testConfig(t)
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "agent.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"-", file} {
+		t.Run(src, func(t *testing.T) {
+			cmd := exec.Command(agentBin, "serve", "--config", src)
+			cmd.Stdin = strings.NewReader(string(b))
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, _ := bufio.NewReader(stderr).ReadString('\n')
+			if !strings.Contains(line, "listening on") {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("first stderr line %q", line)
+			}
+			tok, err := token.Mint(key, token.Claims{Sandbox: "sbx", Session: "ses", Class: token.Execute, Expiry: time.Now().Add(time.Hour).Unix()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl := client.New(cfg.Listen, func() string { return tok })
+			defer cl.Close()
+			var out strings.Builder
+			res, err := cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"echo", "hi"}, Timeout: 10 * time.Second}, &out, nil)
+			if err != nil || out.String() != "hi\n" || res.ExitCode != 0 {
+				t.Errorf("exec through the binary: %q %+v %v", out.String(), res, err)
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("agent after SIGTERM: %v", err)
+			}
+		})
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	cfg, _ := testConfig(t)
+	b, _ := json.Marshal(cfg)
+	withTypo := strings.Replace(string(b), `"sandboxId"`, `"sandboxID_typo"`, 1)
+	tests := map[string]string{
+		"unknown field":   withTypo,
+		"not JSON":        "listen: x",
+		"trailing data":   string(b) + "{}",
+		"invalid content": strings.Replace(string(b), `"maxTimeout":60000000000`, `"maxTimeout":0`, 1),
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(agentBin, "serve", "--config", "-")
+			cmd.Stdin = strings.NewReader(in)
+			out, _ := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code == 0 {
+				t.Errorf("accepted: %q", out)
+			}
+		})
+	}
+	cmd := exec.Command(agentBin, "serve", "--config", "/nonexistent/agent.json")
+	if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "no such file") {
+		t.Errorf("missing config file: %q", out)
+	}
+}
+
+// TestLeanDependencies keeps the agent binary off the heavy libraries (DESIGN: start-up is on
+// the hot path): it is paid by every fresh sandbox.
+func TestLeanDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../../cmd/airlock-agent").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := []string{
+		"github.com/spf13/cobra", "github.com/prometheus/", "k8s.io/client-go", "sigs.k8s.io/controller-runtime",
+		"github.com/modelcontextprotocol/", "github.com/aws/", "cloud.google.com/", "github.com/Azure/",
+		"github.com/moby/moby/client", "github.com/docker/docker", "github.com/google/go-containerregistry",
+		"google.golang.org/grpc", "github.com/containerd/cgroups",
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if strings.HasPrefix(pkg, f) {
+				t.Errorf("airlock-agent links %s", pkg)
+			}
+		}
+	}
+}
