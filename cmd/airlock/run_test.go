@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
+)
+
+// runtimeEnv is a built agent, a state dir and a cgroup parent of the test's own.
+type runtimeEnv struct {
+	agent, stateDir, parent string
+}
+
+func newRuntimeEnv(t *testing.T) runtimeEnv {
+	t.Helper()
+	agent, cleanup, err := runcodetest.BuildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	t.Setenv("AIRLOCK_AGENT", agent)
+	e := runtimeEnv{agent: agent, stateDir: runcodetest.StateDir(t), parent: runcodetest.CgroupParent(t)}
+	t.Cleanup(func() { e.assertNoSandboxes(t) })
+	return e
+}
+
+func (e runtimeEnv) flags() []string {
+	return []string{"--state-dir", e.stateDir, "--cgroup-parent", e.parent}
+}
+
+// assertNoSandboxes fails for every sandbox a command left behind in the state dir.
+func (e runtimeEnv) assertNoSandboxes(t *testing.T) {
+	t.Helper()
+	b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	list, _ := b.List(context.Background())
+	for _, s := range list {
+		t.Errorf("sandbox %s (%s) outlived its command", s.ID, s.SandboxID)
+		_ = b.Terminate(context.Background(), s.ID)
+	}
+}
+
+// execCmd runs a command constructor in-process and returns its exit status as run() would.
+func execCmd(t *testing.T, cmd *cobra.Command, args []string) (int, error) {
+	t.Helper()
+	// As under the root command.
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	if err == nil {
+		return exitOK, nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code, ee.err
+	}
+	return exitRefused, err
+}
+
+func runCommand(t *testing.T, output string, args []string, stdin string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := newRunCmd(&globals{output: output})
+	var out, errb bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetIn(strings.NewReader(stdin))
+	code, err := execCmd(t, cmd, args)
+	if err != nil {
+		fmt.Fprintln(&errb, "airlock:", err)
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestRunCommand(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	script := write("script.sh", "[[ -n $BASH_VERSION ]] && echo bash\n")
+	notes := write("notes.txt", "print(1)\n")
+	data := write("data.txt", "payload\n")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	connect := fmt.Sprintf("import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=3)\n    print('connected')\nexcept OSError:\n    print('unreachable')\n", ln.Addr().(*net.TCPAddr).Port)
+	publicEgress := env.backendCaps(t).Has(capability.PublicOnlyEgress)
+
+	tests := []struct {
+		name      string
+		args      []string
+		stdin     string
+		code      int
+		stdout    string
+		stderrHas string
+	}{
+		{name: "python by default", args: []string{"-c", "print(2+2)"}, stdout: "4\n"},
+		{name: "exit status and stderr", args: []string{"--lang", "bash", "-c", "echo out; echo err >&2; exit 7"}, code: 7, stdout: "out\n", stderrHas: "err\n"},
+		{name: "language from the file extension", args: []string{script}, stdout: "bash\n"},
+		{name: "code from standard input", args: []string{"--lang", "js", "-"}, stdin: "console.log(6*7)", stdout: "42\n"},
+		{name: "-i feeds stdin to the code", args: []string{"-i", "-l", "sh", "-c", "tr a-z A-Z"}, stdin: "quiet", stdout: "QUIET"},
+		{name: "stdin closed without -i", args: []string{"-l", "bash", "-c", "cat; echo end"}, stdin: "ignored", stdout: "end\n"},
+		{name: "files in", args: []string{"--file", data, "--file", data + ":sub/dir/copy.txt", "-l", "bash", "-c", "cat data.txt sub/dir/copy.txt"}, stdout: "payload\npayload\n"},
+		{name: "timeout is 124", args: []string{"--timeout", "1s", "-l", "bash", "-c", "echo a; sleep 30"}, code: 124, stdout: "a\n", stderrHas: "timed out after 1s"},
+		{name: "oom is 137", args: []string{"-c", "x = b'x' * (1 << 30)\nprint(len(x))"}, code: 137, stderrHas: "out of memory (limit 512Mi)"},
+		{name: "network off", args: []string{"-c", connect}, stdout: "unreachable\n"},
+		// usage errors: nothing runs.
+		{name: "unknown extension", args: []string{notes}, code: exitUsage, stderrHas: "cannot tell the language"},
+		{name: "unknown language", args: []string{"--lang", "ruby", "-c", "x"}, code: exitUsage, stderrHas: `"ruby" is not supported`},
+		{name: "no code", args: nil, code: exitUsage, stderrHas: "no code to run"},
+		{name: "code twice", args: []string{"-c", "x", script}, code: exitUsage, stderrHas: "give the code once"},
+		{name: "fractional timeout", args: []string{"--timeout", "1500ms", "-c", "x"}, code: exitUsage, stderrHas: "whole seconds"},
+		{name: "over-cap timeout", args: []string{"--timeout", "301s", "-c", "x"}, code: exitUsage, stderrHas: "cap of 300 seconds"},
+		{name: "-i with code on stdin", args: []string{"-i", "-"}, code: exitUsage, stderrHas: "-i feeds standard input"},
+		{name: "missing file", args: []string{"--file", filepath.Join(dir, "nope"), "-c", "x"}, code: exitUsage, stderrHas: "nope"},
+		{name: "empty image", args: []string{"--image", "", "-c", "x"}, code: exitUsage, stderrHas: "--image"},
+	}
+	if publicEgress {
+		tests = append(tests, struct {
+			name      string
+			args      []string
+			stdin     string
+			code      int
+			stdout    string
+			stderrHas string
+		}{name: "network on never reaches loopback", args: []string{"--network", "-c", connect}, stdout: "unreachable\n"})
+	} else {
+		tests = append(tests, struct {
+			name      string
+			args      []string
+			stdin     string
+			code      int
+			stdout    string
+			stderrHas string
+		}{name: "network on refused here", args: []string{"--network", "-c", connect}, code: exitRunFailed, stderrHas: "publicOnlyEgress"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCommand(t, outputText, append(tt.args, env.flags()...), tt.stdin)
+			if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {
+				t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
+			}
+		})
+	}
+}
+
+func (e runtimeEnv) backendCaps(t *testing.T) capability.Set {
+	t.Helper()
+	b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	return b.Capabilities(context.Background())
+}
+
+func TestRunCommandJSON(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	code, stdout, stderr := runCommand(t, outputJSON, append([]string{"-l", "bash", "-c", "echo j; echo e >&2; exit 3"}, env.flags()...), "")
+	if code != 3 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if stderr != "" {
+		t.Errorf("-o json streamed to stderr: %q", stderr)
+	}
+	var res runcode.Result
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("stdout is not one JSON result: %v\n%s", err, stdout)
+	}
+	if res.ExitCode != 3 || res.Stdout != "j\n" || res.Stderr != "e\n" || res.Language != "bash" || res.SandboxID == "" {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestParseImage(t *testing.T) {
+	wd, _ := os.Getwd()
+	tests := []struct {
+		in, want string // want: the image's String(), or "error"
+	}{
+		{"host", "host"},
+		{"./rootfs", "dir=" + filepath.Join(wd, "rootfs")},
+		{"/srv/rootfs", "dir=/srv/rootfs"},
+		{"oci:./layout", "ociLayout=" + filepath.Join(wd, "layout")},
+		{"img.tar", "tarball=" + filepath.Join(wd, "img.tar")},
+		{"python:3.12", "ref=python:3.12"},
+		{"", "error"},
+		{"oci:", "error"},
+	}
+	for _, tt := range tests {
+		img, err := parseImage(tt.in)
+		got := "error"
+		if err == nil {
+			got = img.String()
+		}
+		if got != tt.want {
+			t.Errorf("parseImage(%q) = %q (%v), want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
