@@ -1,11 +1,4 @@
-// Command mkimage packs a root filesystem directory as a one-layer OCI layout or docker-archive.
-//
-//	mkimage -rootfs DIR [-oci-layout OUT] [-docker-archive OUT.tar] [-tag NAME] [-env K=V]... [-workdir /workspace] [-gzip]
-//
-// The output is reproducible: entries are sorted, owned by 0:0, times are the files' mtimes in
-// whole seconds and the image's creation time is the epoch, so the same directory always gives
-// the same digests (and hits the same rootfs cache entry). It prints the config digest, which
-// is the image cache key.
+// Command mkimage packs a root filesystem directory as a reproducible one-layer OCI layout or docker-archive.
 package main
 
 import (
@@ -39,6 +32,10 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// The output is reproducible: entries are sorted, owned by 0:0, times are the files' mtimes in
+// whole seconds and the image's creation time is the epoch, so the same directory always gives
+// the same digests (and hits the same rootfs cache entry). It prints the config digest, which is
+// the image cache key.
 func main() {
 	var (
 		rootfs  = flag.String("rootfs", "", "root filesystem directory to pack (required)")
@@ -50,6 +47,10 @@ func main() {
 		env     listFlag
 	)
 	flag.Var(&env, "env", "K=V for the image config (repeatable; default PATH and LANG)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: mkimage -rootfs DIR [-oci-layout OUT] [-docker-archive OUT.tar] [-tag NAME] [-env K=V]... [-workdir DIR] [-gzip]")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if err := run(*rootfs, *ociOut, *tarOut, *tag, *workdir, env, *gz); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
