@@ -85,7 +85,7 @@ func newTestBackend(t testing.TB) *Backend {
 
 func newTestBackendAt(t testing.TB, stateDir string) *Backend {
 	t.Helper()
-	b, err := New(context.Background(), Options{StateDir: stateDir, AgentPath: agentBin})
+	b, err := New(context.Background(), Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images")})
 	if err != nil {
 		t.Fatal(err)
 	}
