@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/mcp"
+)
+
+func TestCheckLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:8765", true},
+		{"127.0.0.1:0", true},
+		{"127.1.2.3:80", true},
+		{"[::1]:8765", true},
+		{"localhost:8765", true},
+		{"0.0.0.0:8765", false},
+		{":8765", false},
+		{"[::]:8765", false},
+		{"192.168.1.10:8765", false},
+		{"example.com:80", false},
+		{"127.0.0.1", false},
+	} {
+		err := checkLoopback(tt.addr)
+		if (err == nil) != tt.ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok=%v", tt.addr, err, tt.ok)
+		}
+	}
+}
+
+func TestMCPCommandUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		has  string
+	}{
+		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--max-sessions", "0"}, "--max-sessions"},
+		{[]string{"--image", ""}, "--image"},
+		{[]string{"extra"}, "takes no arguments"},
+	} {
+		cmd := newMCPCmd(&globals{output: outputText})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		code, err := execCmd(t, cmd, tt.args)
+		if code != exitUsage || err == nil || !strings.Contains(err.Error(), tt.has) {
+			t.Errorf("%v: exit %d, %v; want exit %d mentioning %q", tt.args, code, err, exitUsage, tt.has)
+		}
+	}
+}
+
+// TestMCPCommandStdio serves the command over pipes to a go-sdk client; when the client
+// goes away the command returns, and the session it left is terminated.
+func TestMCPCommandStdio(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	cmd := newMCPCmd(&globals{output: outputText})
+	cmd.SetIn(inR)
+	cmd.SetOut(outW)
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	done := make(chan error, 1)
+	go func() {
+		_, err := execCmd(t, cmd, env.flags())
+		outW.Close()
+		done <- err
+	}()
+
+	c := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print('over stdio')"}})
+	if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\nover stdio\n" {
+		t.Fatalf("run_code: %v %s", err, textOf(r))
+	}
+	r, err = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
+	if err != nil || r.IsError {
+		t.Fatalf("sandbox_create: %v %s", err, textOf(r))
+	}
+	cs.Close() // closes the command's stdin
+	if err := <-done; err != nil {
+		t.Fatalf("airlock mcp: %v\n%s", err, stderr.String())
+	}
+	// newRuntimeEnv's cleanup fails the test for the session if it survived.
+}
+
+// TestMCPCommandHTTP serves the command on a loopback port it picks, drives it with the
+// go-sdk streamable client, and stops it like a signal would (its context ends).
+func TestMCPCommandHTTP(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	stderr := &urlWaiter{found: make(chan string, 1)}
+	cmd := newMCPCmd(&globals{output: outputText})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(stderr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd.SetContext(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := execCmd(t, cmd, append([]string{"--http", "127.0.0.1:0"}, env.flags()...))
+		done <- err
+	}()
+	var url string
+	select {
+	case url = <-stderr.found:
+	case err := <-done:
+		t.Fatalf("airlock mcp --http returned before serving: %v\n%s", err, stderr.String())
+	}
+	if !strings.HasSuffix(url, mcp.HTTPPath) {
+		t.Fatalf("served at %s, want the path %s", url, mcp.HTTPPath)
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "bash", "code": "echo over http; exit 2"}})
+	if err != nil || textOf(r) != "Exit code: 2\n--- stdout ---\nover http\n" {
+		t.Fatalf("run_code: %v %s", err, textOf(r))
+	}
+	if r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}}); err != nil || r.IsError {
+		t.Fatalf("sandbox_create: %v %s", err, textOf(r))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("airlock mcp --http: %v\n%s", err, stderr.String())
+	}
+	cs.Close()
+}
+
+func textOf(r *sdk.CallToolResult) string {
+	if r == nil {
+		return "<nil result>"
+	}
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// urlWaiter is a stderr that reports the URL airlock mcp --http announces.
+type urlWaiter struct {
+	syncBuffer
+	found chan string
+	once  sync.Once
+}
+
+var servingRE = regexp.MustCompile(`serving streamable HTTP on (http://\S+)`)
+
+func (u *urlWaiter) Write(p []byte) (int, error) {
+	n, err := u.syncBuffer.Write(p)
+	if m := servingRE.FindStringSubmatch(u.String()); m != nil {
+		u.once.Do(func() { u.found <- m[1] })
+	}
+	return n, err
+}
