@@ -143,7 +143,7 @@ func (e *Error) Error() string {
 	if e.Reason != "" && !strings.Contains(s, e.Reason) {
 		s += " (" + e.Reason + ")"
 	}
-	return "airlock: " + s
+	return s
 }
 
 // Unwrap returns the error class, then the problems.
