@@ -268,11 +268,12 @@ func parseCgroupFile(r io.Reader) (map[string]string, error) {
 }
 
 func (c *v1Cgroup) delegate(uid, gid int) error {
+	// The freezer directory: the agent makes a child per exec and moves its spawner thread in
+	// and out. The code pids cgroup: the spawner thread enters it once. The memory cgroup is
+	// only read (memory.oom_control), so nothing of it is handed over.
 	chown := []string{
 		c.dir("freezer"), filepath.Join(c.dir("freezer"), "cgroup.procs"), filepath.Join(c.dir("freezer"), "tasks"),
-		c.dir("memory"), filepath.Join(c.dir("memory"), "cgroup.procs"), filepath.Join(c.dir("memory"), "tasks"),
 		filepath.Join(c.dir("pids"), nsinit.CodePidsName, "tasks"),
-		filepath.Join(c.dir("pids"), nsinit.CodePidsName, "cgroup.procs"),
 	}
 	for _, p := range chown {
 		if err := os.Chown(p, uid, gid); err != nil {

@@ -139,6 +139,10 @@ func writablePaths(workdir string) []string {
 }
 
 func serve(cfg *Config, status *os.File) error {
+	// The sandbox's lifetime: when Serve returns, init (PID 1) exits and the kernel kills
+	// every process of the pid namespace; the host reaps the cgroups and the state dir.
+	// TODO(lead): the idle timeout (spec Session.IdleTimeoutSeconds) needs an activity hook
+	// from the agent (last request time); until then the capability says it is not enforced.
 	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
 	defer cancel()
 	acfg := cfg.Agent
