@@ -28,6 +28,9 @@ const Name = "airlock"
 // DefaultMaxSessions bounds the sandboxes that sandbox_create keeps alive at once.
 const DefaultMaxSessions = 16
 
+// DefaultMaxConcurrentRuns bounds the run_code sandboxes alive at once; further calls wait.
+const DefaultMaxConcurrentRuns = 8
+
 // HTTPPath is where the streamable HTTP transport is served.
 const HTTPPath = "/mcp"
 
@@ -39,7 +42,10 @@ type Options struct {
 	Version string
 	// MaxSessions bounds the live sandbox_create sessions; 0 means DefaultMaxSessions.
 	MaxSessions int
-	Logger      *slog.Logger
+	// MaxConcurrentRuns bounds concurrent run_code calls (each is a sandbox); later calls
+	// wait for a slot. 0 means DefaultMaxConcurrentRuns.
+	MaxConcurrentRuns int
+	Logger            *slog.Logger
 }
 
 // Server is the airlock MCP server over one backend. Sessions created through it are
@@ -55,6 +61,7 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	calls  sync.WaitGroup
+	runs   chan struct{} // run_code slots
 
 	mu       sync.Mutex
 	closed   bool
@@ -70,6 +77,9 @@ func New(backend sandbox.Backend, opts Options) *Server {
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = DefaultMaxSessions
 	}
+	if opts.MaxConcurrentRuns <= 0 {
+		opts.MaxConcurrentRuns = DefaultMaxConcurrentRuns
+	}
 	if opts.Image == (spec.Image{}) {
 		opts.Image = spec.Image{Host: true}
 	}
@@ -80,6 +90,7 @@ func New(backend sandbox.Backend, opts Options) *Server {
 	s := &Server{
 		backend: backend, opts: opts, log: opts.Logger,
 		ctx: ctx, cancel: cancel,
+		runs:     make(chan struct{}, opts.MaxConcurrentRuns),
 		sessions: map[string]*session{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: Name, Title: "airlock sandboxes", Version: opts.Version}, &sdk.ServerOptions{

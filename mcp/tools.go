@@ -209,6 +209,12 @@ func (s *Server) register() {
 }
 
 func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, string, error) {
+	select {
+	case s.runs <- struct{}{}:
+		defer func() { <-s.runs }()
+	case <-ctx.Done():
+		return runcode.Result{}, "", fmt.Errorf("waiting for a free run_code slot (%d run at once): %w", cap(s.runs), ctx.Err())
+	}
 	res, err := runcode.Run(ctx, s.backend, runcode.Request{
 		Language: in.Language, Code: in.Code, TimeoutSeconds: in.TimeoutSeconds, Network: in.Network, Stdin: in.Stdin,
 	}, runcode.Options{Image: s.opts.Image, Logger: s.log})

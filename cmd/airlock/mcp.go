@@ -21,6 +21,7 @@ type mcpFlags struct {
 	http        string
 	image       string
 	maxSessions int
+	maxRuns     int
 	logLevel    string
 	backend     backendFlags
 }
@@ -50,6 +51,7 @@ authentication. Sandboxes created with sandbox_create are terminated when the se
 	fl.StringVar(&f.http, "http", "", "serve streamable HTTP on this loopback address (host:port; port 0 picks one) instead of stdio")
 	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
+	fl.IntVar(&f.maxRuns, "max-runs", mcp.DefaultMaxConcurrentRuns, "most run_code calls running at once (more wait)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	f.backend.add(cmd)
 	return cmd
@@ -66,6 +68,9 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	}
 	if f.maxSessions < 1 {
 		return usageError("--max-sessions %d must be at least 1", f.maxSessions)
+	}
+	if f.maxRuns < 1 {
+		return usageError("--max-runs %d must be at least 1", f.maxRuns)
 	}
 	var ln net.Listener
 	if f.http != "" {
@@ -87,7 +92,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 		return err
 	}
 	defer b.Close()
-	s := mcp.New(b, mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, Logger: log})
+	s := mcp.New(b, mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log})
 
 	if ln == nil {
 		return s.ServeStdio(ctx, cmd.InOrStdin(), cmd.OutOrStdout())

@@ -47,6 +47,7 @@ func TestMCPCommandUsage(t *testing.T) {
 		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--max-sessions", "0"}, "--max-sessions"},
+		{[]string{"--max-runs", "0"}, "--max-runs"},
 		{[]string{"--image", ""}, "--image"},
 		{[]string{"extra"}, "takes no arguments"},
 	} {
