@@ -1,0 +1,77 @@
+package local
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseStartTime(t *testing.T) {
+	// Fields after the command name: state(3) ... starttime(22).
+	rest := " S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21\n"
+	cases := []struct {
+		name, line string
+		want       uint64
+		ok         bool
+	}{
+		{"plain", "123 (sleep)" + rest, 424242, true},
+		{"spaces and parens in comm", "123 (a) b (c d))" + rest, 424242, true},
+		{"no comm", "123 sleep S 1 2", 0, false},
+		{"short", "123 (x) S 1 2 3", 0, false},
+		{"not a number", "123 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 notanumber", 0, false},
+	}
+	for _, c := range cases {
+		got, err := parseStartTime(strings.NewReader(c.line))
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("%s: got %d, %v; want %d ok=%v", c.name, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseCgroupFile(t *testing.T) {
+	v1 := `12:pids:/user.slice
+11:cpu,cpuacct:/a/b
+10:freezer:/
+9:memory:/process_api/x
+1:name=systemd:/init.scope
+0::/
+`
+	got, err := parseCgroupFile(strings.NewReader(v1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"pids": "/user.slice", "cpu": "/a/b", "cpuacct": "/a/b", "freezer": "/", "memory": "/process_api/x"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	// A host without one of the controllers this runtime needs is refused.
+	if _, err := parseCgroupFile(strings.NewReader("0::/\n")); err == nil {
+		t.Error("a v2-only cgroup file was accepted for the v1 driver")
+	}
+}
+
+func TestSessionIDs(t *testing.T) {
+	id, err := newSessionID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSessionID(id); err != nil {
+		t.Errorf("fresh id %q refused: %v", id, err)
+	}
+	for _, bad := range []string{"", "s-", "s-0123", "s-0123456789abcdeg", "../s-0123456789abcdef", "s-0123456789abcdef/..", "S-0123456789ABCDEF"} {
+		if checkSessionID(bad) == nil {
+			t.Errorf("session id %q accepted", bad)
+		}
+	}
+}
+
+func TestCgroupParentPerStateDir(t *testing.T) {
+	if got := cgroupParentFor(DefaultStateDir); got != "airlock" {
+		t.Errorf("default state dir parent = %q", got)
+	}
+	a, b := cgroupParentFor("/tmp/a"), cgroupParentFor("/tmp/b")
+	if a == b || !strings.HasPrefix(a, "airlock-") {
+		t.Errorf("parents %q and %q must differ and be prefixed", a, b)
+	}
+}
