@@ -248,45 +248,57 @@ func ListenUnix(path string, mode os.FileMode, gid int) (net.Listener, error) {
 	return ln, nil
 }
 
+// route is one endpoint: its mux pattern, what it asks of the caller, its handler.
+type route struct {
+	pattern string
+	need    access
+	h       http.HandlerFunc
+}
+
+// routes is every endpoint; docs/openapi.yaml documents exactly these (a test holds them equal).
+func (s *Server) routes() []route {
+	v := api.Version
+	return []route{
+		{"GET /healthz", accessNone, s.health},
+		{"GET /metrics", accessAdmin, s.metrics.handler().ServeHTTP},
+		{"GET " + v + "/capabilities", accessAny, s.capabilities},
+
+		{"POST " + v + "/sandboxes", accessAdmin, s.create},
+		{"GET " + v + "/sandboxes", accessAny, s.list},
+		{"GET " + v + "/sandboxes/{id}", accessRead, s.get},
+		{"DELETE " + v + "/sandboxes/{id}", accessManage, s.terminate},
+		{"POST " + v + "/sandboxes/{id}/pause", accessManage, s.pause},
+		{"POST " + v + "/sandboxes/{id}/resume", accessManage, s.resume},
+		{"GET " + v + "/sandboxes/{id}/stats", accessRead, s.stats},
+		{"POST " + v + "/sandboxes/{id}/tokens", accessAdmin, s.mintToken},
+
+		{"POST " + v + "/sandboxes/{id}/exec", accessExecute, s.exec},
+		{"GET " + v + "/sandboxes/{id}/files", accessExecute, s.readFile},
+		{"PUT " + v + "/sandboxes/{id}/files", accessExecute, s.writeFile},
+		{"DELETE " + v + "/sandboxes/{id}/files", accessExecute, s.removeFile},
+		{"GET " + v + "/sandboxes/{id}/files/stat", accessExecute, s.statFile},
+		{"GET " + v + "/sandboxes/{id}/files/list", accessExecute, s.listFiles},
+		{"POST " + v + "/sandboxes/{id}/files/mkdir", accessExecute, s.mkdir},
+
+		{"POST " + v + "/sandboxes/{id}/processes", accessExecute, s.startProcess},
+		{"GET " + v + "/sandboxes/{id}/processes", accessExecute, s.listProcesses},
+		{"GET " + v + "/sandboxes/{id}/processes/{pid}", accessExecute, s.getProcess},
+		{"DELETE " + v + "/sandboxes/{id}/processes/{pid}", accessExecute, s.removeProcess},
+		{"GET " + v + "/sandboxes/{id}/processes/{pid}/output", accessExecute, s.attachProcess},
+		{"POST " + v + "/sandboxes/{id}/processes/{pid}/stdin", accessExecute, s.processStdin},
+		{"POST " + v + "/sandboxes/{id}/processes/{pid}/signal", accessExecute, s.signalProcess},
+		{"GET " + v + "/sandboxes/{id}/processes/{pid}/wait", accessExecute, s.waitProcess},
+		{"POST " + v + "/sandboxes/{id}/processes/{pid}/resize", accessExecute, s.resizeProcess},
+	}
+}
+
 // Handler returns the API for callers arriving over transport t.
 func (s *Server) Handler(t Transport) http.Handler {
 	mux := http.NewServeMux()
-	r := func(pattern string, need access, h http.HandlerFunc) {
-		mux.Handle(pattern, s.guard(t, need, h))
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, s.guard(t, rt.need, rt.h))
 	}
-	v := api.Version
-	r("GET /healthz", accessNone, s.health)
-	r("GET /metrics", accessAdmin, s.metrics.handler().ServeHTTP)
-	r("GET "+v+"/capabilities", accessAny, s.capabilities)
-
-	r("POST "+v+"/sandboxes", accessAdmin, s.create)
-	r("GET "+v+"/sandboxes", accessAny, s.list)
-	r("GET "+v+"/sandboxes/{id}", accessRead, s.get)
-	r("DELETE "+v+"/sandboxes/{id}", accessManage, s.terminate)
-	r("POST "+v+"/sandboxes/{id}/pause", accessManage, s.pause)
-	r("POST "+v+"/sandboxes/{id}/resume", accessManage, s.resume)
-	r("GET "+v+"/sandboxes/{id}/stats", accessRead, s.stats)
-	r("POST "+v+"/sandboxes/{id}/tokens", accessAdmin, s.mintToken)
-
-	r("POST "+v+"/sandboxes/{id}/exec", accessExecute, s.exec)
-	r("GET "+v+"/sandboxes/{id}/files", accessExecute, s.readFile)
-	r("PUT "+v+"/sandboxes/{id}/files", accessExecute, s.writeFile)
-	r("DELETE "+v+"/sandboxes/{id}/files", accessExecute, s.removeFile)
-	r("GET "+v+"/sandboxes/{id}/files/stat", accessExecute, s.statFile)
-	r("GET "+v+"/sandboxes/{id}/files/list", accessExecute, s.listFiles)
-	r("POST "+v+"/sandboxes/{id}/files/mkdir", accessExecute, s.mkdir)
-
-	r("POST "+v+"/sandboxes/{id}/processes", accessExecute, s.startProcess)
-	r("GET "+v+"/sandboxes/{id}/processes", accessExecute, s.listProcesses)
-	r("GET "+v+"/sandboxes/{id}/processes/{pid}", accessExecute, s.getProcess)
-	r("DELETE "+v+"/sandboxes/{id}/processes/{pid}", accessExecute, s.removeProcess)
-	r("GET "+v+"/sandboxes/{id}/processes/{pid}/output", accessExecute, s.attachProcess)
-	r("POST "+v+"/sandboxes/{id}/processes/{pid}/stdin", accessExecute, s.processStdin)
-	r("POST "+v+"/sandboxes/{id}/processes/{pid}/signal", accessExecute, s.signalProcess)
-	r("GET "+v+"/sandboxes/{id}/processes/{pid}/wait", accessExecute, s.waitProcess)
-	r("POST "+v+"/sandboxes/{id}/processes/{pid}/resize", accessExecute, s.resizeProcess)
-
-	// Anything else: a JSON 404 (or 405) like every other error, not the mux's text.
+	// Anything else (an unknown path or method): a JSON 404 like every other error.
 	mux.Handle("/", s.guard(t, accessNone, func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: no endpoint %s %s", sandbox.ErrNotFound, r.Method, r.URL.Path))
 	}))

@@ -11,12 +11,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/airlock-sandbox/airlock/capability"
@@ -361,5 +364,61 @@ func TestLabelSelector(t *testing.T) {
 	}
 	if matchLabels(map[string]string{"a": "1"}, map[string]string{"b": ""}) || !matchLabels(map[string]string{"b": ""}, map[string]string{"b": ""}) {
 		t.Error("an empty value matches only a label that is there")
+	}
+}
+
+// TestOpenAPICoversRoutes holds docs/openapi.yaml to the served routes: the same endpoints, and
+// the daemon-only ones documented as not taking capability tokens.
+func TestOpenAPICoversRoutes(t *testing.T) {
+	b, err := os.ReadFile("../docs/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]*[]map[string][]string{}
+	for path, ops := range doc.Paths {
+		for method, raw := range ops {
+			if method == "parameters" {
+				continue
+			}
+			var op struct {
+				Security *[]map[string][]string `json:"security"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			documented[strings.ToUpper(method)+" "+path] = op.Security
+		}
+	}
+	s, _ := newTestServer(t, newFake())
+	for _, rt := range s.routes() {
+		sec, ok := documented[rt.pattern]
+		if !ok {
+			t.Errorf("%s is served but not in docs/openapi.yaml", rt.pattern)
+			continue
+		}
+		delete(documented, rt.pattern)
+		switch rt.need {
+		case accessNone:
+			if sec == nil || len(*sec) != 0 {
+				t.Errorf("%s needs no credential; document security: []", rt.pattern)
+			}
+		case accessAdmin:
+			if sec == nil || slices.ContainsFunc(*sec, func(m map[string][]string) bool { _, tok := m["capabilityToken"]; return tok }) {
+				t.Errorf("%s is daemon-only; document security without capabilityToken", rt.pattern)
+			}
+		default:
+			if sec != nil {
+				t.Errorf("%s takes tokens; leave the global security", rt.pattern)
+			}
+		}
+	}
+	for p := range documented {
+		t.Errorf("%s is documented but not served", p)
 	}
 }
