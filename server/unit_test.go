@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/yaml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
