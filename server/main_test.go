@@ -10,13 +10,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -28,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -38,23 +37,13 @@ var agentBin string
 func TestMain(m *testing.M) {
 	code := func() int {
 		if os.Geteuid() == 0 {
-			dir, err := os.MkdirTemp("", "airlock-agent-")
+			bin, cleanup, err := runcodetest.BuildAgent()
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			defer os.RemoveAll(dir)
-			// The sandbox's mapped root runs the binary: it must be reachable by others.
-			if err := os.Chmod(dir, 0o755); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			agentBin = filepath.Join(dir, "airlock-agent")
-			out, err := exec.Command("go", "build", "-o", agentBin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent").CombinedOutput()
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
-				return 1
-			}
+			defer cleanup()
+			agentBin = bin
 		}
 		code := m.Run()
 		if code != 0 {
@@ -106,19 +95,13 @@ type harness struct {
 func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
 	t.Helper()
 	testutil.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "als")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// The sandbox's mapped root must traverse to its session directory.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	parent := "airlock-srvtest-" + hex.EncodeToString(randBytes(t, 4))
+	stateDir := runcodetest.StateDir(t)
+	parent := runcodetest.CgroupParent(t)
+	dir := t.TempDir()
 	h := &harness{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h.backend, err = local.New(context.Background(), local.Options{StateDir: filepath.Join(dir, "s"), AgentPath: agentBin, CgroupParent: parent, Logger: log})
+	var err error
+	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, AgentPath: agentBin, CgroupParent: parent, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,10 +150,6 @@ func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
 			t.Errorf("serve: %v", err)
 		}
 		h.backend.Close()
-		ctrls, _ := os.ReadDir("/sys/fs/cgroup")
-		for _, c := range ctrls {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c.Name(), parent))
-		}
 		if t.Failed() {
 			t.Logf("server log:\n%s", h.logs.String())
 		}
