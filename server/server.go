@@ -9,16 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server/api"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -112,10 +115,18 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	for name, t := range opts.Templates {
-		if fe := t.Validate("templates." + name); len(fe) > 0 {
-			return nil, fmt.Errorf("server: template %q: %w", name, fe[0])
+	// A template the platform cannot enforce would refuse every create that names it: say
+	// so now, every refusal of every template.
+	set, platform := opts.Backend.Capabilities(context.Background()), opts.Backend.Platform()
+	var bad []error
+	for _, name := range slices.Sorted(maps.Keys(opts.Templates)) {
+		res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{opts.Templates[name]}}, platform, set)
+		for _, r := range res.Refusals {
+			bad = append(bad, fmt.Errorf("template %q: %w", name, r))
 		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("server: templates this %s backend cannot create: %w", platform, errors.Join(bad...))
 	}
 	s := &Server{opts: opts, backend: opts.Backend, log: opts.Logger}
 	for i, k := range opts.APIKeys {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server/api"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -335,6 +336,19 @@ func TestCreateBodies(t *testing.T) {
 	}
 	if s.opts.Templates["t"].Labels["b"] != "" {
 		t.Errorf("a create changed the template: %v", s.opts.Templates["t"].Labels)
+	}
+}
+
+func TestTemplatesAreCheckedAtStart(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	_, err := New(Options{Backend: newFake(), SigningKey: key, Templates: map[string]spec.Sandbox{
+		"ok":  {ID: "ok", Image: spec.Image{Ref: "docker.io/library/python:3.12"}},
+		"bad": {ID: "bad", Image: spec.Image{Host: true}, Limits: spec.Limits{Memory: "lots"}},
+	}})
+	var r *plan.Refusal
+	if !errors.Is(err, sandbox.ErrRefused) || !errors.As(err, &r) || !strings.Contains(err.Error(), `template "bad"`) ||
+		!strings.Contains(err.Error(), "imageHost") || !strings.Contains(err.Error(), "limits.memory") || strings.Contains(err.Error(), `"ok"`) {
+		t.Fatalf("templates: %v", err)
 	}
 }
 
