@@ -94,9 +94,10 @@ func toAPI(req sandbox.ExecRequest, opts ExecOptions) (api.ExecRequest, error) {
 }
 
 // Exec runs a command to completion, writing its output to stdout and stderr (nil discards)
-// as the daemon streams it, and req.Stdin (when set) to the command while it runs. The error
-// is nil whenever the command ran to an end, whatever its exit code; a deadline shows as
-// TimedOut in the result.
+// as the daemon streams it, and req.Stdin (when set) to the command while it runs; its end
+// closes the command's stdin. The error is nil whenever the command ran to an end, whatever
+// its exit code; a deadline shows as TimedOut in the result. Like any net/http request body,
+// req.Stdin is read from another goroutine, which a Read that never returns keeps alive.
 func (sb *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
 	return sb.ExecWith(ctx, req, ExecOptions{}, stdout, stderr)
 }
