@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -61,7 +62,8 @@ type Options struct {
 	// stdin are streams and not bounded here.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
-	// Registry receives the metrics; nil means a fresh one. /metrics serves it.
+	// Registry receives the metrics; nil means a fresh one with the Go and process
+	// collectors. /metrics serves it.
 	Registry *prometheus.Registry
 }
 
@@ -147,6 +149,7 @@ func New(opts Options) (*Server, error) {
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	m, err := newMetrics(reg, s.backend)
 	if err != nil {
