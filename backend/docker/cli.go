@@ -1,0 +1,234 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// cliEngine drives a docker-compatible command line: docker, podman or nerdctl.
+type cliEngine struct {
+	name string // docker, podman, nerdctl
+	path string // the resolved executable
+	env  []string
+}
+
+func (e *cliEngine) describe() string { return e.name + " CLI (" + e.path + ")" }
+func (e *cliEngine) kind() string     { return e.name }
+func (e *cliEngine) close() error     { return nil }
+
+// cliError is a failed command with what it printed.
+type cliError struct {
+	args   []string
+	err    error
+	stderr string
+}
+
+func (c *cliError) Error() string {
+	msg := strings.TrimSpace(c.stderr)
+	if len(msg) > 2048 {
+		msg = msg[len(msg)-2048:]
+	}
+	return fmt.Sprintf("%s: %v: %s", strings.Join(c.args, " "), c.err, msg)
+}
+
+func (c *cliError) Unwrap() error { return c.err }
+
+// notFound reports whether the CLI said the object does not exist (each CLI words it its own way).
+func (c *cliError) notFound() bool {
+	s := strings.ToLower(c.stderr)
+	return strings.Contains(s, "no such") || strings.Contains(s, "not found") || strings.Contains(s, "does not exist")
+}
+
+func (e *cliEngine) run(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, e.path, args...)
+	cmd.Env = e.env
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %s %s: %v", sandbox.ErrDeadlineExceeded, e.name, args[0], ctx.Err())
+		}
+		return nil, &cliError{args: append([]string{e.name}, args...), err: err, stderr: errb.String()}
+	}
+	return out.Bytes(), nil
+}
+
+// probe checks that the engine behind the CLI answers.
+func (e *cliEngine) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err := e.run(ctx, nil, "info")
+	return err
+}
+
+func (e *cliEngine) imageInspect(ctx context.Context, ref string) (imageInfo, error) {
+	out, err := e.run(ctx, nil, "image", "inspect", ref)
+	if err != nil {
+		if ce := (*cliError)(nil); errors.As(err, &ce) && ce.notFound() {
+			return imageInfo{}, fmt.Errorf("%w: image %s: %v", sandbox.ErrNotFound, ref, err)
+		}
+		return imageInfo{}, err
+	}
+	var imgs []struct {
+		ID     string `json:"Id"`
+		Config *struct {
+			Env     []string            `json:"Env"`
+			Volumes map[string]struct{} `json:"Volumes"`
+		} `json:"Config"`
+	}
+	if err := json.Unmarshal(out, &imgs); err != nil {
+		return imageInfo{}, fmt.Errorf("%s image inspect %s: %w", e.name, ref, err)
+	}
+	if len(imgs) != 1 {
+		return imageInfo{}, fmt.Errorf("%w: image %s: %s image inspect returned %d images", sandbox.ErrNotFound, ref, e.name, len(imgs))
+	}
+	info := imageInfo{ID: imgs[0].ID}
+	if c := imgs[0].Config; c != nil {
+		info.Env = c.Env
+		info.Volumes = slices.Sorted(maps.Keys(c.Volumes))
+	}
+	return info, nil
+}
+
+func (e *cliEngine) imagePull(ctx context.Context, ref string) error {
+	_, err := e.run(ctx, nil, "pull", ref)
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrUnreachable, err)
+	}
+	return nil
+}
+
+func (e *cliEngine) imageLoad(ctx context.Context, r io.Reader) error {
+	_, err := e.run(ctx, r, "load")
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	return nil
+}
+
+func (e *cliEngine) create(ctx context.Context, rs *runSpec) (string, error) {
+	args, err := cliCreateArgs(e.name, rs)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	out, err := e.run(ctx, nil, args...)
+	if err != nil {
+		return "", err
+	}
+	// The id is the last line: some CLIs print pull progress or warnings before it.
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	if len(lines) == 0 {
+		return "", fmt.Errorf("%s create printed no container id", e.name)
+	}
+	return lines[len(lines)-1], nil
+}
+
+func (e *cliEngine) start(ctx context.Context, id string) error {
+	_, err := e.run(ctx, nil, "start", id)
+	return err
+}
+
+// cliContainer is the part of `inspect` the three CLIs print alike.
+type cliContainer struct {
+	ID    string `json:"Id"`
+	State struct {
+		Status string `json:"Status"`
+	} `json:"State"`
+	Config struct {
+		Labels map[string]string `json:"Labels"`
+	} `json:"Config"`
+}
+
+func (e *cliEngine) list(ctx context.Context, labels map[string]string) ([]containerInfo, error) {
+	args := []string{"ps", "--all", "--no-trunc", "--quiet"}
+	keys := slices.Sorted(maps.Keys(labels))
+	for _, k := range keys {
+		args = append(args, "--filter", "label="+k+"="+labels[k])
+	}
+	out, err := e.run(ctx, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	var res []containerInfo
+	for _, id := range strings.Fields(string(out)) {
+		c, err := e.inspect(ctx, id)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				continue // removed between ps and inspect
+			}
+			return nil, err
+		}
+		// Not every CLI applies every filter (nerdctl applies label filters loosely): check.
+		match := true
+		for _, k := range keys {
+			if c.Labels[k] != labels[k] {
+				match = false
+			}
+		}
+		if match {
+			res = append(res, c)
+		}
+	}
+	sort.Slice(res, func(i, j int) bool { return res[i].ID < res[j].ID })
+	return res, nil
+}
+
+func (e *cliEngine) inspect(ctx context.Context, id string) (containerInfo, error) {
+	out, err := e.run(ctx, nil, "container", "inspect", id)
+	if err != nil {
+		if ce := (*cliError)(nil); errors.As(err, &ce) && ce.notFound() {
+			return containerInfo{}, fmt.Errorf("%w: container %s", sandbox.ErrNotFound, id)
+		}
+		return containerInfo{}, err
+	}
+	var cs []cliContainer
+	if err := json.Unmarshal(out, &cs); err != nil {
+		return containerInfo{}, fmt.Errorf("%s container inspect %s: %w", e.name, id, err)
+	}
+	if len(cs) != 1 {
+		return containerInfo{}, fmt.Errorf("%w: container %s", sandbox.ErrNotFound, id)
+	}
+	return containerInfo{ID: cs[0].ID, Labels: cs[0].Config.Labels, Status: strings.ToLower(cs[0].State.Status)}, nil
+}
+
+func (e *cliEngine) remove(ctx context.Context, id string) error {
+	_, err := e.run(ctx, nil, "rm", "--force", id)
+	if err == nil {
+		return nil
+	}
+	if ce := (*cliError)(nil); errors.As(err, &ce) && (ce.notFound() || strings.Contains(ce.stderr, "already in progress")) {
+		return nil // gone, or its auto-remove is under way: the caller confirms absence
+	}
+	return err
+}
+
+func (e *cliEngine) logs(ctx context.Context, id string) string {
+	cmd := exec.CommandContext(ctx, e.path, "logs", "--tail", "20", id)
+	cmd.Env = e.env
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}
+
+// cliEnv is the environment the CLI runs with: ours, with DOCKER_HOST set when the caller
+// chose a host for the docker CLI.
+func cliEnv(name, host string) []string {
+	env := os.Environ()
+	if name == "docker" && host != "" {
+		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "DOCKER_HOST=") }), "DOCKER_HOST="+host)
+	}
+	return env
+}

@@ -1,0 +1,712 @@
+// Package docker is the docker runtime: sandboxes as containers of a Docker-compatible engine, driven by our agent.
+package docker
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// Defaults and fixed values.
+const (
+	DefaultStateDir = "/run/airlock-docker"
+	// CodeUID and CodeGID run every command; the agent itself is the container's uid 0.
+	CodeUID = 1000
+	CodeGID = 1000
+	// Paths inside the container.
+	agentDir        = "/.airlock"
+	agentBinPath    = agentDir + "/bin/airlock-agent"
+	agentConfigPath = agentDir + "/" + configFile
+	agentRunPath    = agentDir + "/" + runDir
+	// Container labels.
+	labelSession    = "airlock.session"
+	labelSandbox    = "airlock.sandbox"
+	labelState      = "airlock.state"
+	labelCreated    = "airlock.created"
+	labelExpires    = "airlock.expires"
+	labelGeneration = "airlock.generation"
+	labelSpec       = "airlock.spec"
+	// tokenLifetime bounds each minted execute token; a fresh one is minted per request.
+	tokenLifetime = 60 * time.Second
+	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
+	startTimeout = 60 * time.Second
+	// minMemoryBytes is the engines' own floor (docker and podman refuse less than 6 MB).
+	minMemoryBytes = 6 << 20
+	// minProcesses: the agent is the container's PID 1 and its threads count against the
+	// container's pids limit, which is the declared maxProcesses exactly.
+	minProcesses = 16
+	// shmBytes sizes /dev/shm, as on the local runtime.
+	shmBytes = 64 << 20
+	// maxSocketPath is sockaddr_un's limit (108 bytes with the NUL).
+	maxSocketPath = 107
+)
+
+// agentCaps are the only capabilities the container keeps; everything else is dropped. The
+// agent (the container's uid 0) needs them, the code (uid 1000, no capabilities once it has
+// changed uid, no-new-privileges) never holds them:
+//   - SETUID, SETGID: drop each command to CodeUID/CodeGID (with an empty group list);
+//   - KILL: signal the code's processes, which run under another uid, at deadlines;
+//   - CHOWN: the files API gives written files and directories to the code's uid;
+//   - DAC_OVERRIDE, FOWNER: the files API reads, writes and chmods the code's files.
+var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+
+// denyPaths are refused by the files API: our own mounts, kernel filesystems, and the files the
+// engine bind-mounts writable from its own storage (a write there would escape the disk limit).
+var denyPaths = []string{agentDir, "/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
+
+// deniedWorkdirs are paths the runtime mounts itself or the image needs; a workdir there would shadow them.
+var deniedWorkdirs = []string{"/", "/proc", "/dev", "/sys", "/tmp", agentDir, "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"}
+
+// Options configure a docker backend.
+type Options struct {
+	// StateDir holds the master secret and one directory per session (agent config, agent
+	// socket, scratch tmpfs); default /run/airlock-docker. The engine must run on this machine:
+	// these paths are bind-mounted into the containers.
+	StateDir string
+	// AgentPath is the agent binary, statically linked (CGO_ENABLED=0). Empty: $AIRLOCK_AGENT,
+	// "airlock-agent" next to this executable, on PATH, else this executable as "__agent".
+	AgentPath string
+	// AgentArgs are arguments put before "serve" (the "__agent" fallback sets it).
+	AgentArgs []string
+	// Engine chooses the engine: EngineAuto (default), EngineAPI, EngineDocker, EnginePodman,
+	// EngineNerdctl.
+	Engine string
+	// Host is the Engine API address (and DOCKER_HOST for the docker CLI); default
+	// $DOCKER_HOST, else DefaultHost.
+	Host   string
+	Logger *slog.Logger
+}
+
+// Backend runs sandboxes as containers.
+type Backend struct {
+	opts      Options
+	log       *slog.Logger
+	eng       engine
+	agentPath string
+	agentArgs []string
+	master    []byte
+	tag       string // this state dir's airlock.state label value
+	caps      capability.Set
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New detects the engine and prepares the state dir, removing what sessions whose containers
+// are gone left behind.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	if opts.StateDir == "" {
+		opts.StateDir = DefaultStateDir
+	}
+	sd, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.StateDir = filepath.Clean(sd)
+	if n := len(opts.StateDir) + len("/s-0123456789abcdef/run/agent.sock"); n > maxSocketPath {
+		return nil, fmt.Errorf("%w: stateDir %q is too long: the agent socket path would be %d bytes, at most %d fit a unix socket address", sandbox.ErrInvalid, opts.StateDir, n, maxSocketPath)
+	}
+	if strings.ContainsAny(opts.StateDir, ":,") {
+		return nil, fmt.Errorf("%w: stateDir %q: a bind-mounted path may not contain ':' or ','", sandbox.ErrInvalid, opts.StateDir)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		// The scratch tmpfs is mounted on the host and the agent's socket is root's.
+		return nil, fmt.Errorf("%w: the docker backend needs root (rootless engines are not supported yet)", sandbox.ErrUnsupported)
+	}
+	b := &Backend{opts: opts, log: opts.Logger.With("backend", "docker"), tag: stateTag(opts.StateDir)}
+	if b.agentPath, b.agentArgs, err = resolveAgent(opts.AgentPath, opts.AgentArgs); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(b.agentPath, ":,") {
+		return nil, fmt.Errorf("%w: agent binary path %q: a bind-mounted path may not contain ':' or ','", sandbox.ErrInvalid, b.agentPath)
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if b.master, err = loadMaster(opts.StateDir); err != nil {
+		return nil, err
+	}
+	if b.eng, err = detect(ctx, opts.Engine, opts.Host); err != nil {
+		return nil, err
+	}
+	b.caps = capabilities()
+	if err := b.reconcile(ctx); err != nil {
+		b.eng.close()
+		return nil, err
+	}
+	b.log.Debug("docker backend ready", "engine", b.eng.describe(), "stateDir", opts.StateDir)
+	return b, nil
+}
+
+// Close releases the engine connection; it does not terminate sandboxes.
+func (b *Backend) Close() error { return b.eng.close() }
+
+// Engine names the engine in use ("Docker Engine API at unix:///...", "podman CLI (/usr/bin/podman)").
+func (b *Backend) Engine() string { return b.eng.describe() }
+
+// Platform is docker.
+func (b *Backend) Platform() capability.Platform { return capability.Docker }
+
+// Capabilities reports what this backend enforces.
+func (b *Backend) Capabilities(ctx context.Context) capability.Set { return b.caps }
+
+// reconcile removes session directories whose container no longer exists (an agent that died
+// takes its auto-removed container with it; a crashed creator leaves a half-made directory).
+func (b *Backend) reconcile(ctx context.Context) error {
+	release, err := flock(b.opts.StateDir, unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer release()
+	entries, err := os.ReadDir(b.opts.StateDir)
+	if err != nil {
+		return err
+	}
+	live, err := b.eng.list(ctx, map[string]string{labelState: b.tag})
+	if err != nil {
+		return err
+	}
+	alive := map[string]bool{}
+	for _, c := range live {
+		alive[c.Labels[labelSession]] = true
+	}
+	for _, e := range entries {
+		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
+			continue
+		}
+		if err := removeSessionDir(filepath.Join(b.opts.StateDir, e.Name())); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		b.log.Debug("removed the remains of an ended session", "session", e.Name())
+	}
+	return nil
+}
+
+// resolved is a declaration turned into what the runtime needs.
+type resolved struct {
+	cpuMillis, memory, disk, procs int64
+	lifetime                       time.Duration
+	workdir                        string
+}
+
+func resolve(decl spec.Sandbox) (*resolved, error) {
+	bad := func(field, value, msg string) error {
+		return fmt.Errorf("%w: %s %q: %s", sandbox.ErrInvalid, field, value, msg)
+	}
+	if err := spec.ValidateID(decl.ID); err != nil {
+		return nil, err
+	}
+	switch decl.Runtime {
+	case "", spec.RuntimeNative, spec.RuntimeDocker:
+	default:
+		return nil, fmt.Errorf("%w: runtime %q: the docker backend runs the engine's own OCI runtime (allowed: native, docker); use the local backend for gvisor", sandbox.ErrUnsupported, decl.Runtime)
+	}
+	switch decl.Egress.Mode {
+	case "", spec.EgressDeny:
+	case spec.EgressAllow:
+		return nil, fmt.Errorf("%w: egress mode allow: the docker backend cannot keep a container on a bridge away from private and metadata addresses (capability %s); use deny, or the local runtime", sandbox.ErrUnsupported, capability.PublicOnlyEgress)
+	case spec.EgressAllowDomains:
+		return nil, fmt.Errorf("%w: egress mode allowDomains: the docker backend has no egress proxy in the container's network path (capability %s)", sandbox.ErrUnsupported, capability.DomainEgressRules)
+	default:
+		return nil, bad("egress.mode", string(decl.Egress.Mode), "must be deny, allow or allowDomains")
+	}
+	if len(decl.PreviewPorts) > 0 {
+		return nil, fmt.Errorf("%w: previewPorts: the docker backend has no preview proxy (capability %s)", sandbox.ErrUnsupported, capability.Preview)
+	}
+	r := &resolved{}
+	var err error
+	if r.cpuMillis, err = decl.Limits.CPUMillis(); err != nil {
+		return nil, fmt.Errorf("%w: limits.cpu: %v", sandbox.ErrInvalid, err)
+	}
+	if r.memory, err = decl.Limits.MemoryBytes(); err != nil {
+		return nil, fmt.Errorf("%w: limits.memory: %v", sandbox.ErrInvalid, err)
+	}
+	if r.disk, err = decl.Limits.DiskBytes(); err != nil {
+		return nil, fmt.Errorf("%w: limits.disk: %v", sandbox.ErrInvalid, err)
+	}
+	r.procs = decl.Limits.Processes()
+	switch {
+	case r.cpuMillis < 10:
+		return nil, bad("limits.cpu", string(decl.Limits.CPU), "at least 10m")
+	case r.memory < minMemoryBytes:
+		return nil, bad("limits.memory", string(decl.Limits.Memory), "the docker backend needs at least 6Mi (the engines' floor)")
+	case r.disk < spec.MinDiskBytes:
+		return nil, bad("limits.disk", string(decl.Limits.Disk), "at least 1Mi")
+	case r.procs < minProcesses:
+		return nil, bad("limits.maxProcesses", strconv.FormatInt(r.procs, 10), fmt.Sprintf("the docker backend needs at least %d: the agent's own threads count against the container's pids limit", minProcesses))
+	}
+	life := decl.Session.Lifetime()
+	if life < 1 {
+		return nil, bad("session.maxLifetimeSeconds", strconv.FormatInt(life, 10), "at least 1")
+	}
+	r.lifetime = time.Duration(life) * time.Second
+	r.workdir = decl.Workdir
+	if r.workdir == "" {
+		r.workdir = spec.DefaultWorkdir
+	}
+	if !path.IsAbs(r.workdir) || path.Clean(r.workdir) != r.workdir {
+		return nil, bad("workdir", r.workdir, "must be an absolute, clean path")
+	}
+	if strings.ContainsAny(r.workdir, ":,") {
+		return nil, bad("workdir", r.workdir, "may not contain ':' or ',' (it is a bind-mount target)")
+	}
+	for _, d := range deniedWorkdirs {
+		if r.workdir == d || (d != "/" && strings.HasPrefix(r.workdir, d+"/")) {
+			return nil, bad("workdir", r.workdir, "is a directory the runtime owns ("+d+")")
+		}
+	}
+	switch decl.Image.Kind() {
+	case spec.ImageRef, spec.ImageOCILayout, spec.ImageTarball:
+	case spec.ImageHost:
+		return nil, fmt.Errorf("%w: image host: a root assembled from the host's /usr needs the local runtime (capability %s)", sandbox.ErrUnsupported, capability.ImageHost)
+	case spec.ImageDir:
+		return nil, fmt.Errorf("%w: image dir: a directory root filesystem needs the local runtime (capability %s)", sandbox.ErrUnsupported, capability.ImageDir)
+	case spec.ImageSnapshot:
+		return nil, fmt.Errorf("%w: image snapshot: the docker backend has no snapshots (capability %s)", sandbox.ErrUnsupported, capability.Snapshot)
+	default:
+		return nil, fmt.Errorf("%w: image: exactly one source must be set", sandbox.ErrInvalid)
+	}
+	return r, nil
+}
+
+// ensureImage makes the declared image present in the engine and returns it. A reference is
+// pulled when absent; an OCI layout or tarball is loaded under a tag naming its config digest,
+// so the same image is loaded once.
+func (b *Backend) ensureImage(ctx context.Context, img spec.Image) (string, imageInfo, error) {
+	var ref string
+	switch img.Kind() {
+	case spec.ImageRef:
+		ref = img.Ref
+		info, err := b.eng.imageInspect(ctx, ref)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			if err := b.eng.imagePull(ctx, ref); err != nil {
+				return "", imageInfo{}, err
+			}
+			info, err = b.eng.imageInspect(ctx, ref)
+		}
+		return ref, info, err
+	default:
+		v1img, err := image.Load(ctx, img)
+		if err != nil {
+			return "", imageInfo{}, err
+		}
+		digest, err := v1img.ConfigName()
+		if err != nil {
+			return "", imageInfo{}, fmt.Errorf("%w: image config digest: %v", sandbox.ErrInvalid, err)
+		}
+		ref = "airlock.local/image:" + digest.Hex
+		if info, err := b.eng.imageInspect(ctx, ref); err == nil {
+			return ref, info, nil
+		} else if !errors.Is(err, sandbox.ErrNotFound) {
+			return "", imageInfo{}, err
+		}
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			return "", imageInfo{}, err
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(tarball.Write(tag, v1img, pw)) }()
+		err = b.eng.imageLoad(ctx, pr)
+		pr.CloseWithError(errors.New("load finished"))
+		if err != nil {
+			return "", imageInfo{}, err
+		}
+		info, err := b.eng.imageInspect(ctx, ref)
+		return ref, info, err
+	}
+}
+
+// Create starts a container and returns once its agent answers.
+func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	r, err := resolve(decl)
+	if err != nil {
+		return nil, err
+	}
+	ref, img, err := b.ensureImage(ctx, decl.Image)
+	if err != nil {
+		return nil, err
+	}
+	if len(img.Volumes) > 0 {
+		return nil, fmt.Errorf("%w: image %s declares VOLUME %s: the engine would give each an anonymous volume, writable storage outside the disk limit", sandbox.ErrUnsupported, describeImage(decl.Image), strings.Join(img.Volumes, ", "))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	// Shared: creates run side by side; a reconcile (exclusive) waits for them.
+	release, err := flock(b.opts.StateDir, unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	id, err := newSessionID()
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.start(ctx, id, decl, r, ref, img)
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		if derr := b.Terminate(cctx, id); derr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, derr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func describeImage(img spec.Image) string {
+	switch img.Kind() {
+	case spec.ImageRef:
+		return img.Ref
+	case spec.ImageOCILayout:
+		return "ociLayout " + img.OCILayout
+	case spec.ImageTarball:
+		return "tarball " + img.Tarball
+	}
+	return string(img.Kind())
+}
+
+// agentEnv is the environment every command starts with: defaults, the image's, the declaration's.
+func agentEnv(workdir string, imageEnv []string, declEnv map[string]string) map[string]string {
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": workdir,
+		"USER": "sandbox",
+		"LANG": "C.UTF-8",
+	}
+	for _, kv := range imageEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	for k, v := range declEnv {
+		env[k] = v
+	}
+	return env
+}
+
+// runSpecFor is the container for one session: every hardening setting is here.
+func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, sessionDir, workspace, tmp string, labels map[string]string) *runSpec {
+	return &runSpec{
+		Name:       "airlock-" + id,
+		Image:      ref,
+		Labels:     labels,
+		User:       "0:0",
+		Entrypoint: []string{agentBinPath},
+		Cmd:        append(slices.Clone(b.agentArgs), "serve", "--config", agentConfigPath),
+		Hostname:   decl.ID,
+		WorkingDir: "/",
+		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOTRACEBACK=single"},
+		Binds: []bind{
+			{Source: b.agentPath, Target: agentBinPath, ReadOnly: true},
+			{Source: filepath.Join(sessionDir, configFile), Target: agentConfigPath, ReadOnly: true},
+			{Source: filepath.Join(sessionDir, runDir), Target: agentRunPath},
+			{Source: workspace, Target: r.workdir},
+			{Source: tmp, Target: "/tmp"},
+		},
+		Network:         "none",
+		MemoryBytes:     r.memory,
+		MemorySwapBytes: r.memory,
+		NanoCPUs:        r.cpuMillis * 1_000_000,
+		PidsLimit:       r.procs,
+		ShmBytes:        shmBytes,
+		ReadOnlyRoot:    true,
+		CapDrop:         []string{"ALL"},
+		CapAdd:          slices.Clone(agentCaps),
+		SecurityOpt:     []string{"no-new-privileges"},
+		AutoRemove:      true,
+	}
+}
+
+// start makes the session directory and the container and waits until the agent answers. On
+// error the caller terminates the session id, removing whatever was made.
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, ref string, img imageInfo) (*sandbox.Session, error) {
+	dir := filepath.Join(b.opts.StateDir, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("session dir: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, runDir), 0o700); err != nil {
+		return nil, err
+	}
+	workspace, tmp, err := makeScratch(dir, r.disk)
+	if err != nil {
+		return nil, err
+	}
+	key, err := token.DeriveKey(b.master, id)
+	if err != nil {
+		return nil, err
+	}
+	ring, err := token.NewKeyRing(key.Public().(ed25519.PublicKey)).MarshalText()
+	if err != nil {
+		return nil, err
+	}
+	cfg := agent.Config{
+		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
+		Listen:    "unix:" + agentRunPath + "/agent.sock",
+		FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
+		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
+		CodeUID: CodeUID, CodeGID: CodeGID,
+		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+	}
+	cj, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, configFile), cj, 0o600); err != nil {
+		return nil, err
+	}
+	specJSON, err := json.Marshal(decl)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	sess := &sandbox.Session{
+		ID: id, SandboxID: decl.ID, Platform: string(capability.Docker), State: sandbox.StateRunning,
+		Generation: 1, CreatedAt: now, ExpiresAt: now.Add(r.lifetime), Labels: decl.Labels, Spec: decl,
+	}
+	labels := map[string]string{
+		labelSession:    id,
+		labelSandbox:    decl.ID,
+		labelState:      b.tag,
+		labelCreated:    sess.CreatedAt.Format(time.RFC3339Nano),
+		labelExpires:    sess.ExpiresAt.Format(time.RFC3339Nano),
+		labelGeneration: "1",
+		labelSpec:       string(specJSON),
+	}
+	rs := b.runSpecFor(id, decl, r, ref, dir, workspace, tmp, labels)
+	cid, err := b.eng.create(ctx, rs)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.eng.start(ctx, cid); err != nil {
+		return nil, fmt.Errorf("%w%s", err, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
+	}
+	if err := b.waitAgent(ctx, id, decl.ID, cid); err != nil {
+		return nil, err
+	}
+	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "container", cid, "engine", b.eng.kind())
+	return sess, nil
+}
+
+func logTail(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	return "\ncontainer output:\n" + s
+}
+
+// waitAgent polls the agent until it answers for this sandbox, the container is gone, or ctx ends.
+func (b *Backend) waitAgent(ctx context.Context, id, sandboxID, cid string) error {
+	c := b.client(id, sandboxID)
+	defer c.Close()
+	sock := filepath.Join(b.opts.StateDir, id, runDir, "agent.sock")
+	var last error
+	for delay := time.Millisecond; ; {
+		if _, err := os.Stat(sock); err == nil {
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			h, err := c.Health(hctx)
+			cancel()
+			if err == nil {
+				if h.SandboxID != sandboxID {
+					return fmt.Errorf("%w: agent of %s answered for sandbox %q", sandbox.ErrUnreachable, id, h.SandboxID)
+				}
+				return nil
+			}
+			last = err
+		}
+		if cs, err := b.eng.list(ctx, map[string]string{labelSession: id, labelState: b.tag}); err == nil {
+			if len(cs) == 0 || isEnded(cs[0].Status) {
+				return fmt.Errorf("%w: the container of %s exited before its agent answered%s", sandbox.ErrUnreachable, id, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: agent of %s did not answer: %v (last error: %v)%s", sandbox.ErrDeadlineExceeded, id, ctx.Err(), last, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
+		case <-time.After(delay):
+		}
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// isEnded reports whether a container in this state will never run the agent again.
+func isEnded(status string) bool {
+	switch status {
+	case "exited", "dead", "removing", "stopped":
+		return true
+	}
+	return false
+}
+
+// sessionFrom rebuilds a session from its container's labels.
+func (b *Backend) sessionFrom(c containerInfo) (*sandbox.Session, error) {
+	l := c.Labels
+	s := &sandbox.Session{ID: l[labelSession], SandboxID: l[labelSandbox], Platform: string(capability.Docker)}
+	switch c.Status {
+	case "running":
+		s.State = sandbox.StateRunning
+	case "paused":
+		s.State = sandbox.StatePaused
+	default:
+		s.State = sandbox.StateTerminated
+	}
+	var err error
+	if s.Generation, err = strconv.ParseUint(l[labelGeneration], 10, 64); err != nil {
+		return nil, fmt.Errorf("container %s: label %s: %v", c.ID, labelGeneration, err)
+	}
+	if s.CreatedAt, err = time.Parse(time.RFC3339Nano, l[labelCreated]); err != nil {
+		return nil, fmt.Errorf("container %s: label %s: %v", c.ID, labelCreated, err)
+	}
+	if s.ExpiresAt, err = time.Parse(time.RFC3339Nano, l[labelExpires]); err != nil {
+		return nil, fmt.Errorf("container %s: label %s: %v", c.ID, labelExpires, err)
+	}
+	if err := json.Unmarshal([]byte(l[labelSpec]), &s.Spec); err != nil {
+		return nil, fmt.Errorf("container %s: label %s: %v", c.ID, labelSpec, err)
+	}
+	s.Labels = s.Spec.Labels
+	return s, nil
+}
+
+// lookup returns a live session's container.
+func (b *Backend) lookup(ctx context.Context, id string) (*sandbox.Session, error) {
+	if err := checkSessionID(id); err != nil {
+		return nil, err
+	}
+	cs, err := b.eng.list(ctx, map[string]string{labelSession: id, labelState: b.tag})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if isEnded(c.Status) {
+			continue
+		}
+		return b.sessionFrom(c)
+	}
+	return nil, fmt.Errorf("%w: session %s", sandbox.ErrNotFound, id)
+}
+
+// Get returns a live session.
+func (b *Backend) Get(ctx context.Context, sessionID string) (*sandbox.Session, error) {
+	return b.lookup(ctx, sessionID)
+}
+
+// List returns every live session of this state dir, oldest first.
+func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
+	cs, err := b.eng.list(ctx, map[string]string{labelState: b.tag})
+	if err != nil {
+		return nil, err
+	}
+	var out []*sandbox.Session
+	for _, c := range cs {
+		if isEnded(c.Status) || checkSessionID(c.Labels[labelSession]) != nil {
+			continue
+		}
+		s, err := b.sessionFrom(c)
+		if err != nil {
+			b.log.Warn("skipping a container with unreadable labels", "container", c.ID, "err", err)
+			continue
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, c *sandbox.Session) int { return a.CreatedAt.Compare(c.CreatedAt) })
+	return out, nil
+}
+
+// Connect returns an agent client whose every request carries a freshly minted execute token.
+func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent, error) {
+	s, err := b.lookup(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	return b.client(s.ID, s.SandboxID), nil
+}
+
+func (b *Backend) client(id, sandboxID string) *client.Client {
+	key, err := token.DeriveKey(b.master, id)
+	return client.New("unix:"+filepath.Join(b.opts.StateDir, id, runDir, "agent.sock"), func() string {
+		if err != nil {
+			return "" // the agent refuses an empty token; DeriveKey fails only on a bad master
+		}
+		now := time.Now()
+		tok, err := token.Mint(key, token.Claims{
+			Sandbox: sandboxID, Session: id, Generation: 1, Class: token.Execute,
+			IssuedAt: now.Unix(), Expiry: now.Add(tokenLifetime).Unix(),
+		})
+		if err != nil {
+			return ""
+		}
+		return tok
+	})
+}
+
+// Terminate removes the container and the session's directory, succeeding only once both are
+// confirmed gone; an absent session is not an error.
+func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
+	if err := checkSessionID(sessionID); err != nil {
+		return err
+	}
+	sel := map[string]string{labelSession: sessionID, labelState: b.tag}
+	cs, err := b.eng.list(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
+	}
+	for _, c := range cs {
+		if err := b.eng.remove(ctx, c.ID); err != nil {
+			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
+		}
+	}
+	for delay := time.Millisecond; ; {
+		cs, err := b.eng.list(ctx, sel)
+		if err != nil {
+			return fmt.Errorf("%w: terminate %s: confirm removal: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
+		}
+		if len(cs) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: terminate %s: container %s still exists (%s): %v", sandbox.ErrOutcomeUnknown, sessionID, cs[0].ID, cs[0].Status, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
+	}
+	return nil
+}

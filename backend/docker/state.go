@@ -1,0 +1,247 @@
+package docker
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+const (
+	masterFile = "master.key"
+	lockFile   = ".lock"
+	configFile = "agent.json"
+	runDir     = "run"
+	rwDir      = "rw"
+)
+
+var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)
+
+func newSessionID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "s-" + hex.EncodeToString(b[:]), nil
+}
+
+func checkSessionID(id string) error {
+	if !sessionIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
+	}
+	return nil
+}
+
+// stateTag names a state dir in container labels, so that two backends over different state
+// dirs never list, adopt or remove each other's containers.
+func stateTag(stateDir string) string {
+	h := sha256.Sum256([]byte(stateDir))
+	return hex.EncodeToString(h[:8])
+}
+
+// loadMaster reads the state dir's master secret, creating it (0600) on first use.
+func loadMaster(stateDir string) ([]byte, error) {
+	p := filepath.Join(stateDir, masterFile)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if _, err := f.Write(key); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return key, f.Close()
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("master secret %s: %w", p, err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sandbox.ErrRefused, p, fi.Mode().Perm())
+	}
+	key, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sandbox.ErrInvalid, p, len(key))
+	}
+	return key, nil
+}
+
+// flock takes the state dir's lock: exclusive while reconciling, shared while creating, so
+// that a reconcile never removes the directory of a sandbox still being created.
+func flock(stateDir string, how int) (release func(), err error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// makeScratch mounts the session's one tmpfs, sized to the disk limit, and makes in it the
+// directories bound at the workdir (owned by the code's uid) and at /tmp (sticky, 1777): a
+// write past the limit fails with ENOSPC wherever the code writes.
+func makeScratch(dir string, diskBytes int64) (workspace, tmp string, err error) {
+	rw := filepath.Join(dir, rwDir)
+	if err := os.Mkdir(rw, 0o755); err != nil {
+		return "", "", err
+	}
+	data := "size=" + strconv.FormatInt(diskBytes, 10) + ",mode=0755"
+	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return "", "", fmt.Errorf("mount the scratch tmpfs on %s: %w", rw, err)
+	}
+	workspace, tmp = filepath.Join(rw, "workspace"), filepath.Join(rw, "tmp")
+	if err := os.Mkdir(workspace, 0o755); err != nil {
+		return "", "", err
+	}
+	if err := os.Chown(workspace, CodeUID, CodeGID); err != nil {
+		return "", "", err
+	}
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		return "", "", err
+	}
+	if err := os.Chmod(tmp, 0o777|fs.ModeSticky); err != nil {
+		return "", "", err
+	}
+	return workspace, tmp, nil
+}
+
+// removeSessionDir unmounts the scratch tmpfs and removes the session directory, confirming
+// both are gone. An absent directory is not an error.
+func removeSessionDir(dir string) error {
+	rw := filepath.Join(dir, rwDir)
+	for range 8 { // a tmpfs mounted twice (should never happen) needs two unmounts
+		err := unix.Unmount(rw, unix.UMOUNT_NOFOLLOW)
+		if err == unix.EINVAL || err == unix.ENOENT {
+			break // not a mount point (any more), or no such directory
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", rw, err)
+		}
+	}
+	if mounted, err := isMountPoint(rw); err != nil {
+		return err
+	} else if mounted {
+		return fmt.Errorf("%s is still a mount point", rw)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("session dir %s still exists", dir)
+	}
+	return nil
+}
+
+// isMountPoint reports whether p is a mount point (false when p does not exist).
+func isMountPoint(p string) (bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := unix.Lstat(filepath.Dir(p), &parent); err != nil {
+		return false, err
+	}
+	return st.Dev != parent.Dev, nil
+}
+
+// resolveAgent finds the agent binary: the option, $AIRLOCK_AGENT, "airlock-agent" next to
+// this executable, on PATH, else this executable in "__agent" mode. It must be statically
+// linked: it runs inside images whose libc we know nothing about.
+func resolveAgent(opt string, args []string) (string, []string, error) {
+	check := func(p string) (string, error) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return "", err
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%w: agent binary %s is not a regular file", sandbox.ErrInvalid, abs)
+		}
+		if err := checkStatic(abs); err != nil {
+			return "", err
+		}
+		return abs, nil
+	}
+	if opt != "" {
+		p, err := check(opt)
+		return p, args, err
+	}
+	if env := os.Getenv("AIRLOCK_AGENT"); env != "" {
+		p, err := check(env)
+		if err != nil {
+			return "", nil, fmt.Errorf("$AIRLOCK_AGENT: %w", err)
+		}
+		return p, args, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	if p, err := check(filepath.Join(filepath.Dir(self), "airlock-agent")); err == nil {
+		return p, args, nil
+	}
+	if lp, err := exec.LookPath("airlock-agent"); err == nil {
+		if p, err := check(lp); err == nil {
+			return p, args, nil
+		}
+	}
+	p, err := check(self)
+	if err != nil {
+		return "", nil, fmt.Errorf("no usable agent binary (looked at the agent option, $AIRLOCK_AGENT, airlock-agent next to %s and on PATH, and %s itself): %w", self, self, err)
+	}
+	return p, append([]string{"__agent"}, args...), nil
+}
+
+// checkStatic refuses a dynamically linked ELF binary (one with a program interpreter).
+func checkStatic(p string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("%w: agent binary %s is not an ELF executable: %v", sandbox.ErrInvalid, p, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("%w: agent binary %s is dynamically linked; it runs inside arbitrary images, build it static: CGO_ENABLED=0 go build ./cmd/airlock-agent", sandbox.ErrInvalid, p)
+		}
+	}
+	return nil
+}
