@@ -84,6 +84,12 @@ func TestLifecycleOverSDK(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || o.Len() != 0 {
 		t.Fatalf("exec with empty stdin: %q %+v %v", o.String(), res, err)
 	}
+	// A terminal of the asked size.
+	o.Reset()
+	res, err = sb.ExecWith(ctx, sandbox.ExecRequest{Argv: []string{"stty", "size"}, TTY: true, Timeout: 30 * time.Second}, client.ExecOptions{Rows: 40, Cols: 120}, &o, nil)
+	if err != nil || res.ExitCode != 0 || strings.TrimSpace(o.String()) != "40 120" {
+		t.Fatalf("tty exec: %q %+v %v", o.String(), res, err)
+	}
 	// The deadline is the command's, reported in the result.
 	res, err = sb.Exec(ctx, sandbox.ExecRequest{Shell: "sleep 30", Timeout: 300 * time.Millisecond}, nil, nil)
 	if err != nil || !res.TimedOut {
@@ -578,6 +584,22 @@ func TestProcesses(t *testing.T) {
 	}
 	if _, err := sb.Process(ctx, p.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("removed process: %v", err)
+	}
+
+	// A terminal process, resized while it runs.
+	tp, err := sb.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Shell: "read x; stty size", TTY: true, Timeout: 30 * time.Second}, OpenStdin: true, ExecOptions: client.ExecOptions{Rows: 10, Cols: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Resize(ctx, 33, 99); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.WriteStdin(ctx, strings.NewReader("\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if res, err := tp.Attach(ctx, true, &out, nil); err != nil || res.ExitCode != 0 || !strings.Contains(out.String(), "33 99") {
+		t.Fatalf("resized tty process: %q %+v %v", out.String(), res, err)
 	}
 
 	long, err := sb.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"sleep", "60"}, Timeout: 120 * time.Second}})
