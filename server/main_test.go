@@ -168,14 +168,6 @@ func (h *harness) clientWith(t *testing.T, o client.Options) *client.Client {
 	return c
 }
 
-func randBytes(t testing.TB, n int) []byte {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // selfSigned makes a loopback server certificate and a pool that trusts it.
 func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
