@@ -70,6 +70,8 @@ type Options struct {
 	UIDBase int
 	// ImageProgress, if set, is called while an OCI image is unpacked.
 	ImageProgress func(done, total int64)
+	// RunscPath is runsc for runtime gvisor (default: runsc on PATH).
+	RunscPath string
 }
 
 // Backend is the local runtime.
@@ -81,6 +83,7 @@ type Backend struct {
 	master    []byte
 	cg        cgroupDriver
 	caps      capability.Set
+	runscPath string // found on first use
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -99,8 +102,9 @@ type session struct {
 	cmd  *exec.Cmd     // nil when adopted from another process
 	done chan struct{} // closed once init has exited (and, for our child, been reaped)
 
-	mu   sync.Mutex // serialises destroy
-	gone bool
+	mu        sync.Mutex // serialises destroy
+	gone      bool
+	stopTimer func() // stops the lifetime timer of a gVisor session
 }
 
 // New returns a local backend over opts.StateDir, reconciling what a previous process left:
@@ -161,7 +165,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.master, err = loadMaster(opts.StateDir); err != nil {
 		return nil, err
 	}
-	b.caps = probeCapabilities(b.cg)
+	b.caps = probeCapabilities(b.cg, opts.RunscPath)
 	if err := b.reconcile(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -273,6 +277,8 @@ type resolved struct {
 	rootKind string
 	rootSrc  string
 	env      map[string]string
+	hostname string
+	gvisor   bool
 }
 
 // deniedWorkdirs are paths the runtime mounts itself; a workdir there would shadow them.
@@ -285,13 +291,14 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	if err := spec.ValidateID(decl.ID); err != nil {
 		return nil, err
 	}
+	r := &resolved{hostname: decl.ID}
 	switch decl.Runtime {
 	case "", spec.RuntimeNative:
 	case spec.RuntimeGVisor:
-		if _, err := exec.LookPath("runsc"); err != nil {
-			return nil, fmt.Errorf("%w: runtime gvisor needs runsc on PATH: go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237", sandbox.ErrUnsupported)
+		if _, err := findRunsc(b.opts.RunscPath); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w: runtime gvisor is not implemented by the local backend yet", sandbox.ErrUnsupported)
+		r.gvisor = true
 	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
 	}
@@ -303,7 +310,6 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	if len(decl.PreviewPorts) > 0 {
 		return nil, fmt.Errorf("%w: previewPorts are not implemented by the local backend yet", sandbox.ErrUnsupported)
 	}
-	r := &resolved{}
 	var err error
 	if r.limits.CPUMillis, err = decl.Limits.CPUMillis(); err != nil {
 		return nil, fmt.Errorf("%w: limits.cpu: %v", sandbox.ErrInvalid, err)
@@ -356,9 +362,12 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 		}
 		r.rootKind, r.rootSrc = nsinit.RootDir, d
 	case spec.ImageOCILayout, spec.ImageTarball, spec.ImageRef:
-		dir, err := image.ResolveWith(ctx, decl.Image, b.opts.ImageCacheDir, image.ResolveOptions{
-			UIDBase: b.opts.UIDBase, IDCount: idRange, Progress: b.opts.ImageProgress, Logger: b.log,
-		})
+		// Native sandboxes map their ids onto UIDBase..: unpack so. gVisor maps none.
+		opts := image.ResolveOptions{UIDBase: b.opts.UIDBase, IDCount: idRange, Progress: b.opts.ImageProgress, Logger: b.log}
+		if r.gvisor {
+			opts.UIDBase, opts.IDCount = 0, 0
+		}
+		dir, err := image.ResolveWith(ctx, decl.Image, b.opts.ImageCacheDir, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -408,7 +417,12 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if err != nil {
 		return nil, err
 	}
-	s, err := b.start(ctx, id, decl, r, prog)
+	var s *session
+	if r.gvisor {
+		s, err = b.startGVisor(ctx, id, decl, r)
+	} else {
+		s, err = b.start(ctx, id, decl, r, prog)
+	}
 	if err != nil {
 		// Everything the attempt made goes; an error here is worth more than the first one
 		// only if the sandbox could not be removed.
@@ -804,8 +818,16 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	var rec *record
 	if s != nil {
 		rec = &s.rec
+		if s.stopTimer != nil {
+			s.stopTimer()
+		}
 	} else if r, err := readRecord(dir); err == nil {
 		rec = r
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runsc")); err == nil {
+		if err := b.stopGVisor(ctx, dir, id); err != nil {
+			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+		}
 	}
 	cg, err := b.cg.load(id)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -842,6 +864,11 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 				return fmt.Errorf("%w: terminate %s: cgroup %s still exists", sandbox.ErrOutcomeUnknown, id, d)
 			}
 		}
+	}
+	// runsc leaves a namespace file bind-mounted in its state (null-netns); nothing else of a
+	// sandbox is mounted in the host's namespace, but whatever is, goes.
+	if err := unmountUnder(dir); err != nil {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("%w: terminate %s: remove state: %v", sandbox.ErrOutcomeUnknown, id, err)

@@ -191,8 +191,10 @@ func leftovers(b *Backend, id string, initPID int) []string {
 	if _, err := os.Lstat(filepath.Join(b.opts.StateDir, id)); err == nil {
 		left = append(left, "state dir")
 	}
-	for _, c := range v1Controllers {
-		d := filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id)
+	// Every hierarchy, not only the ones this runtime uses: runsc makes cgroups in all.
+	hier, _ := filepath.Glob(filepath.Join(cgroupRoot, "*"))
+	for _, h := range hier {
+		d := filepath.Join(h, b.opts.CgroupParent, id)
 		if _, err := os.Stat(d); err == nil {
 			left = append(left, "cgroup "+d)
 		}

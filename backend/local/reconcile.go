@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -112,6 +112,9 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	b.sessions[rec.ID] = s
 	b.mu.Unlock()
 	b.watchAdopted(s, pidfd)
+	if rec.Runtime == string(spec.RuntimeGVisor) {
+		b.enforceLifetime(s)
+	}
 	return s, nil
 }
 
@@ -126,7 +129,7 @@ func shortHash(s string) string {
 // code lives in a pids cgroup of its own with exactly that limit; the sandbox's cgroup allows
 // agentPidsHeadroom (32) more for the agent's own threads, so a fork bomb cannot starve the
 // agent. On cgroup v2 the one limit (maxProcesses + 32) covers both.
-func probeCapabilities(cg cgroupDriver) capability.Set {
+func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	set := capability.Set{Platform: capability.Local, Entries: map[capability.Name]capability.Status{},
 		Bounds: capability.Bounds{MaxProcesses: idRange}}
 	no := func(n capability.Name, why string) { set.Entries[n] = capability.Status{Reason: why} }
@@ -150,10 +153,12 @@ func probeCapabilities(cg cgroupDriver) capability.Set {
 	}
 	no(capability.IdleTimeout, "not enforced by the local backend yet")
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
-	if _, err := exec.LookPath("runsc"); err != nil {
-		no(capability.GVisor, "runsc is not on PATH: go install gvisor.dev/gvisor/runsc@v0.0.0-20260905035102-160fafc42237")
+	if _, err := findRunsc(runsc); err != nil {
+		no(capability.GVisor, err.Error())
+	} else if cg == nil || cg.version() != 1 {
+		no(capability.GVisor, "runtime gvisor is only wired for cgroup v1 hosts so far")
 	} else {
-		no(capability.GVisor, "runsc is installed but the local backend does not drive it yet")
+		yes(capability.GVisor)
 	}
 	return set
 }

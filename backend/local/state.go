@@ -36,6 +36,8 @@ type record struct {
 	ExpiresAt     time.Time    `json:"expiresAt"`
 	Spec          spec.Sandbox `json:"spec"`
 	LandlockABI   int          `json:"landlockAbi"`
+	// Runtime is "gvisor" for a runsc sandbox, empty for the native runtime.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 const (
@@ -186,4 +188,58 @@ func flock(stateDir string, how int) (release func(), err error) {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// mountPoints returns the mount points listed in mountinfo text (field 5, octal escapes
+// decoded), in file order.
+func mountPoints(r io.Reader) ([]string, error) {
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 5 {
+			continue
+		}
+		out = append(out, unescapeOctal(f[4]))
+	}
+	return out, sc.Err()
+}
+
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmountUnder detaches every host mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	points, err := mountPoints(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		p := points[i]
+		if p != dir && !strings.HasPrefix(p, dir+"/") {
+			continue
+		}
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
 }

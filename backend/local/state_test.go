@@ -75,3 +75,19 @@ func TestCgroupParentPerStateDir(t *testing.T) {
 		t.Errorf("parents %q and %q must differ and be prefixed", a, b)
 	}
 }
+
+func TestMountPoints(t *testing.T) {
+	mi := `22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+90 27 0:4 net:[4026532] /run/airlock/s-0123456789abcdef/runsc/null-netns rw - nsfs nsfs rw
+91 27 0:50 / /tmp/with\040space rw - tmpfs tmpfs rw
+`
+	got, err := mountPoints(strings.NewReader(mi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/proc", "/", "/run/airlock/s-0123456789abcdef/runsc/null-netns", "/tmp/with space"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

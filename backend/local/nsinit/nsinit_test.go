@@ -7,7 +7,7 @@ import (
 )
 
 func TestGeneratedEtc(t *testing.T) {
-	files := generatedEtc(nil, nil, "/workspace")
+	files := GeneratedEtc(nil, nil, "/workspace")
 	if !strings.Contains(string(files["passwd"]), "sandbox:x:1000:1000:sandbox:/workspace:") {
 		t.Errorf("passwd: %q", files["passwd"])
 	}
@@ -19,11 +19,11 @@ func TestGeneratedEtc(t *testing.T) {
 	}
 	// An image's own passwd keeps its entries; uid 1000 is added only when missing.
 	img := []byte("root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh")
-	got := string(generatedEtc(img, nil, "/w")["passwd"])
+	got := string(GeneratedEtc(img, nil, "/w")["passwd"])
 	if strings.Count(got, ":1000:") != 1 || !strings.HasPrefix(got, "root:x:0:0") {
 		t.Errorf("passwd from an image with uid 1000: %q", got)
 	}
-	got = string(generatedEtc([]byte("root:x:0:0::/root:/bin/sh"), nil, "/w")["passwd"])
+	got = string(GeneratedEtc([]byte("root:x:0:0::/root:/bin/sh"), nil, "/w")["passwd"])
 	if !strings.HasSuffix(got, "sandbox:x:1000:1000:sandbox:/w:/bin/sh\n") || !strings.Contains(got, "/bin/sh\nsandbox") {
 		t.Errorf("passwd without a trailing newline: %q", got)
 	}

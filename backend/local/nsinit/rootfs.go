@@ -31,6 +31,17 @@ var hostEtc = []string{
 	"python3", "perl",
 }
 
+// HostEtc lists the host /etc entries (relative to /etc) a host-image sandbox sees.
+func HostEtc() []string {
+	names := append([]string(nil), hostEtc...)
+	// python3.X keeps sitecustomize in /etc/python3.X.
+	matches, _ := filepath.Glob("/etc/python3.*")
+	for _, m := range matches {
+		names = append(names, filepath.Base(m))
+	}
+	return names
+}
+
 // hostTop are the top-level host paths a host-image root takes: symlinks are recreated (a
 // merged-/usr host), directories bound read-only (a split one).
 var hostTop = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
@@ -174,18 +185,12 @@ func hostRoot(root, workdir string) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	for name, content := range generatedEtc(nil, nil, workdir) {
+	for name, content := range GeneratedEtc(nil, nil, workdir) {
 		if err := os.WriteFile(filepath.Join(etc, name), content, 0o644); err != nil {
 			return err
 		}
 	}
-	names := append([]string(nil), hostEtc...)
-	// python3.X keeps sitecustomize in /etc/python3.X.
-	matches, _ := filepath.Glob("/etc/python3.*")
-	for _, m := range matches {
-		names = append(names, filepath.Base(m))
-	}
-	for _, name := range names {
+	for _, name := range HostEtc() {
 		if err := mirror(filepath.Join("/etc", name), filepath.Join(etc, name)); err != nil {
 			return err
 		}
@@ -232,10 +237,10 @@ func mirror(src, dst string) error {
 
 const hostsFile = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 
-// generatedEtc returns the /etc files this runtime writes: passwd and group (the image's own,
+// GeneratedEtc returns the /etc files this runtime writes: passwd and group (the image's own,
 // when given, with the sandbox user added if missing), hosts, and an empty resolv.conf (under
 // egress deny there is no resolver to ask).
-func generatedEtc(imagePasswd, imageGroup []byte, workdir string) map[string][]byte {
+func GeneratedEtc(imagePasswd, imageGroup []byte, workdir string) map[string][]byte {
 	passwd := imagePasswd
 	if passwd == nil {
 		passwd = []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
@@ -311,7 +316,7 @@ func dirRoot(src, root, workdir string) error {
 	if err := os.MkdirAll(gen, 0o755); err != nil {
 		return err
 	}
-	for name, content := range generatedEtc(read("passwd"), read("group"), workdir) {
+	for name, content := range GeneratedEtc(read("passwd"), read("group"), workdir) {
 		target := filepath.Join(etc, name)
 		if err := os.WriteFile(filepath.Join(gen, name), content, 0o644); err != nil {
 			return err

@@ -1,0 +1,106 @@
+package local
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/conformance"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// runscForTest is $AIRLOCK_RUNSC, else runsc on PATH; the gVisor tests skip when it is not
+// usable (the capability then says why).
+func runscForTest(t *testing.T) string {
+	t.Helper()
+	p, err := findRunsc(os.Getenv("AIRLOCK_RUNSC"))
+	if err != nil {
+		t.Skipf("gVisor: %v", err)
+	}
+	return p
+}
+
+func newGVisorBackend(t *testing.T, runsc string) *Backend {
+	b := newTestBackend(t)
+	b.opts.RunscPath = runsc
+	b.caps = probeCapabilities(b.cg, runsc)
+	if !b.caps.Has("gvisor") {
+		t.Fatalf("runsc %s is usable but the capability says %q", runsc, b.caps.Entries["gvisor"].Reason)
+	}
+	return b
+}
+
+func TestConformanceGVisor(t *testing.T) {
+	runsc := runscForTest(t)
+	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newGVisorBackend(t, runsc) }, conformance.Options{
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Host: true}, Runtime: spec.RuntimeGVisor}
+		},
+	})
+}
+
+// TestGVisorKernel: the code talks to gVisor's kernel, not the host's, and the sandbox leaves
+// nothing behind.
+func TestGVisorKernel(t *testing.T) {
+	runsc := runscForTest(t)
+	b := newGVisorBackend(t, runsc)
+	ctx := context.Background()
+	d := hostDecl("gv")
+	d.Runtime = spec.RuntimeGVisor
+	sess, err := b.Create(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := b.sessionInitPID(sess.ID)
+	a, err := b.Connect(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	out, _, res := run(t, a, "uname -r; python3 -c 'print(2+2)'; id -u")
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	host := unix.ByteSliceToString(uts.Release[:])
+	lines := strings.Split(out, "\n")
+	if res.ExitCode != 0 || len(lines) < 3 || lines[0] == host || lines[1] != "4" || lines[2] != "1000" {
+		t.Fatalf("in gVisor: %q %+v (host kernel %s)", out, res, host)
+	}
+	if err := b.Terminate(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, b, sess.ID, pid)
+	_ = time.Second
+}
+
+// TestGVisorLifetime: a gVisor sandbox ends at its lifetime like a native one (here the
+// backend's timer ends it, gVisor's agent having no deadline of its own) and leaves nothing.
+func TestGVisorLifetime(t *testing.T) {
+	runsc := runscForTest(t)
+	b := newGVisorBackend(t, runsc)
+	ctx := context.Background()
+	d := hostDecl("gv-life")
+	d.Runtime = spec.RuntimeGVisor
+	life := int64(2)
+	d.Session.MaxLifetimeSeconds = &life
+	sess, err := b.Create(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := b.sessionInitPID(sess.ID)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := b.Get(ctx, sess.ID); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the gVisor sandbox outlived its lifetime")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assertGone(t, b, sess.ID, pid)
+}
