@@ -246,7 +246,7 @@ func (e *env) startWeb() {
 	e.serveHTTP(e.hostRun, ":80", false) // private service, metadata, the host's own address
 	e.serveEcho(e.inetRun, netip.AddrPortFrom(ipAllowed, 7).String())
 	e.serveUDP(e.inetRun, netip.AddrPortFrom(ipAllowed, 443).String()) // "QUIC"
-	e.serveUDP(e.hostRun, ":9053")                                      // a UDP service of the host
+	e.serveUDP(e.hostRun, ":9053")                                     // a UDP service of the host
 }
 
 // serveEcho echoes every byte back; for exact byte counters and throughput.

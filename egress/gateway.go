@@ -57,8 +57,9 @@ type Options struct {
 // Gateway attaches sandboxes to the network of one host namespace and numbers their links.
 type Gateway struct {
 	opts   Options
-	hostNS netns.NsHandle // always an open handle, closed by Close
-	host   nsRunner       // switches threads only when HostNetns was given
+	hostNS netns.NsHandle  // always an open handle, closed by Close
+	hostNL *netlink.Handle // netlink in hostNS, kept for the per-connection address check
+	host   nsRunner        // switches threads only when HostNetns was given
 	cls    classifier
 	log    *slog.Logger
 
@@ -124,6 +125,10 @@ func NewGateway(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: host netns: %w", err)
 	}
+	if g.hostNL, err = netlink.NewHandleAt(g.hostNS); err != nil {
+		g.hostNS.Close()
+		return nil, fmt.Errorf("egress: netlink in host netns: %w", err)
+	}
 	return g, nil
 }
 
@@ -159,6 +164,7 @@ func (g *Gateway) Close() error {
 		return fmt.Errorf("%w: egress gateway still has %d attachment(s); close them first", sandbox.ErrConflict, n)
 	}
 	g.closed = true
+	g.hostNL.Close()
 	return g.hostNS.Close()
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/spec"
@@ -189,24 +190,19 @@ func (a *Attachment) decide(ctx context.Context, pol *Policy, name string, dst n
 }
 
 // isHostAddr reports whether ip is configured on any link of the host namespace, read fresh
-// each time because the host's addresses change (DHCP, new links).
+// for each connection because the host's addresses change (DHCP, new links); any error
+// counts as "yes" so that an unknown answer refuses.
 func (g *Gateway) isHostAddr(ip netip.Addr) bool {
-	var found bool
-	err := g.host.do(func() error {
-		ifaddrs, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
+	addrs, err := g.hostNL.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		if x, ok := netip.AddrFromSlice(a.IP); ok && x.Unmap() == ip {
+			return true
 		}
-		for _, ia := range ifaddrs {
-			if ipn, ok := ia.(*net.IPNet); ok {
-				if a, ok := netip.AddrFromSlice(ipn.IP); ok && a.Unmap() == ip {
-					found = true
-				}
-			}
-		}
-		return nil
-	})
-	return found || err != nil // unknown means refuse
+	}
+	return false
 }
 
 // splice copies both ways until both directions end, counting bytes as they pass (in 1 MiB
