@@ -178,10 +178,18 @@ type v1Cgroup struct {
 
 func (c *v1Cgroup) dir(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, c.path) }
 
+// dirs are the cgroup's directories in the hierarchies this runtime uses, plus any other
+// hierarchy where one of that name exists (runsc makes its cgroups in every hierarchy).
 func (c *v1Cgroup) dirs() []string {
 	var out []string
 	for _, ctrl := range v1Controllers {
 		out = append(out, c.dir(ctrl))
+	}
+	others, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", c.path))
+	for _, d := range others {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
 	}
 	return out
 }
@@ -421,8 +429,8 @@ func (c *v1Cgroup) remove() error {
 	// Children first (the agent's per-exec cgroups, the code pids cgroup): the library
 	// deletes one level only.
 	var errs []error
-	for _, ctrl := range v1Controllers {
-		if err := rmdirTree(c.dir(ctrl)); err != nil {
+	for _, d := range c.dirs() {
+		if err := rmdirTree(d); err != nil {
 			errs = append(errs, err)
 		}
 	}

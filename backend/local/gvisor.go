@@ -60,10 +60,28 @@ func findRunsc(opt string) (string, error) {
 	return p, nil
 }
 
+// runscBinary finds runsc once per backend.
+func (b *Backend) runscBinary() (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.runscPath == "" {
+		p, err := findRunsc(b.opts.RunscPath)
+		if err != nil {
+			return "", err
+		}
+		b.runscPath = p
+	}
+	return b.runscPath, nil
+}
+
 // runsc runs a runsc command for session dir, returning its combined output.
 func (b *Backend) runsc(ctx context.Context, dir string, args ...string) ([]byte, error) {
+	bin, err := b.runscBinary()
+	if err != nil {
+		return nil, err
+	}
 	full := append([]string{"--root", filepath.Join(dir, "runsc"), "--network=none", "--host-uds=create"}, args...)
-	cmd := exec.CommandContext(ctx, b.runscPath, full...)
+	cmd := exec.CommandContext(ctx, bin, full...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
@@ -73,12 +91,8 @@ func (b *Backend) runsc(ctx context.Context, dir string, args ...string) ([]byte
 
 // startGVisor is start for runtime gvisor.
 func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox, r *resolved) (*session, error) {
-	if b.runscPath == "" {
-		p, err := findRunsc(b.opts.RunscPath)
-		if err != nil {
-			return nil, err
-		}
-		b.runscPath = p
+	if _, err := b.runscBinary(); err != nil {
+		return nil, err
 	}
 	if b.cg.version() != 1 {
 		return nil, fmt.Errorf("%w: runtime gvisor is only wired for cgroup v1 hosts so far", sandbox.ErrUnsupported)
@@ -144,7 +158,11 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, b.runscPath, "--root", filepath.Join(dir, "runsc"), "--network=none", "--host-uds=create",
+	bin, err := b.runscBinary()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "--root", filepath.Join(dir, "runsc"), "--network=none", "--host-uds=create",
 		"run", "--detach", "--bundle", bundle, id)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	err = cmd.Run()
@@ -351,15 +369,11 @@ func (b *Backend) enforceLifetime(s *session) {
 
 // stopGVisor kills and deletes the runsc container; the caller then removes what remains.
 func (b *Backend) stopGVisor(ctx context.Context, dir, id string) error {
-	if b.runscPath == "" {
-		p, err := findRunsc(b.opts.RunscPath)
-		if err != nil {
-			return err
-		}
-		b.runscPath = p
-	}
 	if _, err := os.Stat(filepath.Join(dir, "runsc")); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if _, err := b.runscBinary(); err != nil {
+		return err
 	}
 	out, err := b.runsc(ctx, dir, "delete", "--force", id)
 	if err != nil && !strings.Contains(string(out), "does not exist") && !strings.Contains(string(out), "not found") {

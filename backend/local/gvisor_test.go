@@ -28,6 +28,7 @@ func runscForTest(t *testing.T) string {
 func newGVisorBackend(t *testing.T, runsc string) *Backend {
 	b := newTestBackend(t)
 	b.opts.RunscPath = runsc
+	b.runscPath = ""
 	b.caps = probeCapabilities(b.cg, runsc)
 	if !b.caps.Has("gvisor") {
 		t.Fatalf("runsc %s is usable but the capability says %q", runsc, b.caps.Entries["gvisor"].Reason)
@@ -74,7 +75,6 @@ func TestGVisorKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, b, sess.ID, pid)
-	_ = time.Second
 }
 
 // TestGVisorLifetime: a gVisor sandbox ends at its lifetime like a native one (here the

@@ -180,7 +180,19 @@ func (b *Backend) Close() error {
 		b.closed = true
 		close(b.stop)
 	}
+	sessions := make([]*session, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		sessions = append(sessions, s)
+	}
 	b.mu.Unlock()
+	// gVisor lifetime timers are this process's; a later New re-arms them.
+	for _, s := range sessions {
+		s.mu.Lock()
+		if s.stopTimer != nil {
+			s.stopTimer()
+		}
+		s.mu.Unlock()
+	}
 	b.watchers.Wait()
 	return nil
 }
