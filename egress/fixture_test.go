@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -86,37 +85,15 @@ func (h *hitCounter) get(k string) int {
 	return h.m[k]
 }
 
-// newNetns creates an anonymous network namespace without moving any goroutine into it.
+// newNetns creates an anonymous network namespace that lives until the test ends.
 func newNetns(tb testing.TB) netns.NsHandle {
 	tb.Helper()
-	type res struct {
-		h   netns.NsHandle
-		err error
+	h, err := newThrowawayNetns()
+	if err != nil {
+		tb.Fatalf("new netns: %v", err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- res{err: err}
-			return
-		}
-		defer orig.Close()
-		h, err := netns.New()
-		if serr := netns.Set(orig); serr != nil {
-			ch <- res{h: h, err: errors.Join(err, serr)}
-			return // the thread stays locked and dies
-		}
-		runtime.UnlockOSThread()
-		ch <- res{h: h, err: err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		tb.Fatalf("new netns: %v", r.err)
-	}
-	tb.Cleanup(func() { r.h.Close() })
-	return r.h
+	tb.Cleanup(func() { h.Close() })
+	return h
 }
 
 func must(tb testing.TB, err error, what string) {

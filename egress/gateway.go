@@ -52,6 +52,9 @@ type Options struct {
 	DialTimeout time.Duration
 	// DNSTimeout bounds one upstream DNS exchange (default 5s).
 	DNSTimeout time.Duration
+	// MaxConns bounds one sandbox's simultaneous proxied connections (default 1024), so
+	// that a sandbox cannot spend the host's file descriptors.
+	MaxConns int
 }
 
 // Gateway attaches sandboxes to the network of one host namespace and numbers their links.
@@ -106,6 +109,9 @@ func NewGateway(opts Options) (*Gateway, error) {
 	}
 	if opts.DNSTimeout <= 0 {
 		opts.DNSTimeout = 5 * time.Second
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 1024
 	}
 	g := &Gateway{
 		opts:     opts,

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -541,4 +542,70 @@ func TestProxyServesOnlyItsSandbox(t *testing.T) {
 		t.Fatal("destination reached")
 	}
 	s.requireRefusal(t, m, ReasonUnexpectedSource, "")
+}
+
+func TestProbe(t *testing.T) {
+	testutil.RequireRoot(t)
+	if err := Probe(); err != nil {
+		t.Fatalf("this machine has veth and nftables (DESIGN.md), probe says: %v", err)
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	e := newEnv(t)
+	hostNS := e.host
+	g, err := NewGateway(Options{HostNetns: &hostNS, Pool: netip.MustParsePrefix("10.202.0.0/24"),
+		Upstream: []netip.AddrPort{netip.AddrPortFrom(ipUpstream, 53)}, ExtraPublic: e.gw.opts.ExtraPublic,
+		Logger: e.gw.log, MaxConns: 2})
+	must(t, err, "gateway")
+	defer g.Close()
+	ns := newNetns(t)
+	a, err := g.Setup(ctx10(t), "maxc", ns, Policy{Mode: spec.EgressAllow})
+	must(t, err, "setup")
+	defer a.Close()
+	s := &sbox{e: e, id: "maxc", ns: ns, run: nsRunner{ns: ns}, att: a}
+	ctx := ctx10(t)
+	echo := func() (net.Conn, error) {
+		c, err := s.dial(ctx, "tcp", "198.51.100.10:7")
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "x"); err == nil {
+			_, err = io.ReadFull(c, make([]byte, 1))
+		}
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	c1, err := echo()
+	must(t, err, "first")
+	defer c1.Close()
+	c2, err := echo()
+	must(t, err, "second")
+	m := s.mark()
+	if c3, err := echo(); err == nil {
+		c3.Close()
+		t.Fatal("a third simultaneous connection was proxied with MaxConns 2")
+	}
+	s.requireRefusal(t, m, ReasonTooManyConns, "")
+	c2.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		n := a.net.active.Load()
+		a.mu.Unlock()
+		if n < 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closed connection still counted (%d active)", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c4, err := echo()
+	must(t, err, "after one closed")
+	c4.Close()
 }

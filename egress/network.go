@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,7 @@ type network struct {
 	connMu sync.Mutex
 	conns  map[net.Conn]struct{}
 	done   bool
+	active atomic.Int64 // proxied connections being handled
 }
 
 // allocate reserves a free /30 in the pool: free of live reservations and of any address

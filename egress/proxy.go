@@ -41,6 +41,7 @@ const (
 	ReasonPolicyDeny       Reason = "egress denied"                                    //
 	ReasonNoOriginalDst    Reason = "original destination unknown"                     //
 	ReasonUnexpectedSource Reason = "connection not from the sandbox"                  //
+	ReasonTooManyConns     Reason = "too many simultaneous connections"                // Options.MaxConns
 )
 
 func (a *Attachment) refuse(proto, name string, dst netip.AddrPort, r Reason) {
@@ -67,9 +68,18 @@ func (n *network) serveProxy() {
 			c.Close()
 			return
 		}
+		if n.active.Add(1) > int64(n.a.g.opts.MaxConns) {
+			n.active.Add(-1)
+			n.a.ctr.connsDenied.Add(1)
+			n.a.refuse("tcp", "", netip.AddrPort{}, ReasonTooManyConns)
+			n.untrack(c)
+			resetClose(c.(*net.TCPConn))
+			continue
+		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
+			defer n.active.Add(-1)
 			defer n.untrack(c)
 			defer c.Close()
 			n.handle(c.(*net.TCPConn))
