@@ -2,8 +2,8 @@
 package egress
 
 import (
+	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -39,7 +39,11 @@ func (p Policy) Validate() error {
 			return fmt.Errorf("%w: egress.domains must name at least one domain with mode %q", sandbox.ErrInvalid, spec.EgressAllowDomains)
 		}
 		for i, d := range p.Domains {
-			if err := validatePattern(d); err != nil {
+			if err := spec.ValidateDomain(d); err != nil {
+				var fe *spec.FieldError
+				if errors.As(err, &fe) {
+					return fmt.Errorf("%w: egress.domains[%d] %q: %s", sandbox.ErrInvalid, i, d, fe.Message)
+				}
 				return fmt.Errorf("%w: egress.domains[%d] %q: %v", sandbox.ErrInvalid, i, d, err)
 			}
 		}
@@ -49,29 +53,9 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// validatePattern accepts "name" or "*.name" where name is a lower-case ASCII host name;
-// a wildcard needs at least two labels after "*." so that "*.com" cannot be written.
-func validatePattern(d string) error {
-	if d != strings.ToLower(d) {
-		return fmt.Errorf("must be lower case")
-	}
-	base, wild := strings.CutPrefix(d, "*.")
-	if strings.Contains(base, "*") {
-		return fmt.Errorf(`a wildcard is only allowed as a leading "*." label`)
-	}
-	if _, err := netip.ParseAddr(base); err == nil {
-		return fmt.Errorf("IP addresses are not allowed; use mode %q for public addresses", spec.EgressAllow)
-	}
-	if err := checkHostname(base); err != nil {
-		return err
-	}
-	if wild && !strings.Contains(base, ".") {
-		return fmt.Errorf(`a wildcard must cover at least two labels (like "*.example.com")`)
-	}
-	return nil
-}
-
-// checkHostname accepts LDH host names (RFC 1123, A-labels for IDNs), without a trailing dot.
+// checkHostname accepts the host names that can appear on the wire (SNI, Host, DNS question):
+// letters, digits, '-' and '_' in labels of 1 to 63, without a trailing dot. Whether a name is
+// allowed is spec.MatchDomain's business; this only keeps garbage out of logs and lookups.
 func checkHostname(s string) error {
 	if s == "" {
 		return fmt.Errorf("empty name")
@@ -106,22 +90,6 @@ func normalizeName(s string) string {
 	return s
 }
 
-// MatchDomain reports whether host matches pattern. "*.example.com" matches any name below
-// example.com at any depth but not example.com itself, and never "evil-example.com". Both are
-// compared case-insensitively, ignoring one trailing dot on host.
-// (spec/ had no MatchDomain when this was written; if it gains one, this should delegate.)
-func MatchDomain(pattern, host string) bool {
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	pattern = strings.ToLower(pattern)
-	if host == "" || pattern == "" {
-		return false
-	}
-	if base, ok := strings.CutPrefix(pattern, "*."); ok {
-		return strings.HasSuffix(host, "."+base) && len(host) > len(base)+1
-	}
-	return host == pattern
-}
-
 // allows reports whether the compiled policy permits name (already normalized).
 func (p Policy) allows(name string) bool {
 	switch p.Mode {
@@ -129,7 +97,7 @@ func (p Policy) allows(name string) bool {
 		return true
 	case spec.EgressAllowDomains:
 		for _, d := range p.Domains {
-			if MatchDomain(d, name) {
+			if spec.MatchDomain(d, name) {
 				return true
 			}
 		}

@@ -9,40 +9,13 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func TestMatchDomain(t *testing.T) {
-	cases := []struct {
-		pattern, host string
-		want          bool
-	}{
-		{"api.example.com", "api.example.com", true},
-		{"api.example.com", "API.Example.COM", true},
-		{"api.example.com", "api.example.com.", true},
-		{"api.example.com", "x.api.example.com", false},
-		{"api.example.com", "example.com", false},
-		{"*.example.com", "a.example.com", true},
-		{"*.example.com", "a.b.example.com", true},
-		{"*.example.com", "A.Example.Com.", true},
-		{"*.example.com", "example.com", false},
-		{"*.example.com", "evil-example.com", false},
-		{"*.example.com", "example.com.evil.org", false},
-		{"*.example.com", "aexample.com", false},
-		{"*.example.com", ".example.com", false},
-		{"*.example.com", "", false},
-		{"", "example.com", false},
-	}
-	for _, c := range cases {
-		if got := MatchDomain(c.pattern, c.host); got != c.want {
-			t.Errorf("MatchDomain(%q, %q) = %v, want %v", c.pattern, c.host, got, c.want)
-		}
-	}
-}
-
 func TestPolicyValidate(t *testing.T) {
 	good := []Policy{
 		{Mode: spec.EgressDeny},
 		{Mode: spec.EgressAllow},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"example.com"}},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com", "api.github.com", "xn--bcher-kva.example"}},
+		{Mode: spec.EgressAllowDomains, Domains: []string{"Example.com", "example.org."}}, // spec: case-insensitive, one trailing dot
 	}
 	for _, p := range good {
 		if err := p.Validate(); err != nil {
@@ -62,9 +35,8 @@ func TestPolicyValidate(t *testing.T) {
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"*.com"}}, `"*.com"`},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"a.*.com"}}, `"a.*.com"`},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"ok.com", "1.2.3.4"}}, `egress.domains[1] "1.2.3.4"`},
-		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"Example.com"}}, "lower case"},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"exa mple.com"}}, `"exa mple.com"`},
-		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"example.com."}}, `"example.com."`},
+		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"127.1"}}, `"127.1"`},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"-a.com"}}, `"-a.com"`},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{"bücher.example"}}, `"bücher.example"`},
 		{Policy{Mode: spec.EgressAllowDomains, Domains: []string{strings.Repeat("a", 64) + ".com"}}, "63"},
@@ -84,8 +56,9 @@ func TestPolicyValidate(t *testing.T) {
 func TestPolicyAllows(t *testing.T) {
 	p := Policy{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com", "api.other.org"}}
 	for name, want := range map[string]bool{
-		"a.example.com": true, "example.com": false, "evil-example.com": false,
-		"api.other.org": true, "x.api.other.org": false,
+		"a.example.com": true, "a.b.example.com": true, "example.com": false, "evil-example.com": false,
+		"aexample.com": false, "example.com.evil.org": false,
+		"api.other.org": true, "x.api.other.org": false, "other.org": false,
 	} {
 		if got := p.allows(name); got != want {
 			t.Errorf("allows(%q) = %v, want %v", name, got, want)
