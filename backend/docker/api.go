@@ -158,9 +158,6 @@ func apiConfigs(rs *runSpec) (*container.Config, *container.HostConfig) {
 		}
 		hc.Binds = append(hc.Binds, v)
 	}
-	for _, u := range rs.Ulimits {
-		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
-	}
 	return cfg, hc
 }
 

@@ -48,7 +48,12 @@ func (c *cliError) Unwrap() error { return c.err }
 // notFound reports whether the CLI said the object does not exist (each CLI words it its own way).
 func (c *cliError) notFound() bool {
 	s := strings.ToLower(c.stderr)
-	return strings.Contains(s, "no such") || strings.Contains(s, "not found") || strings.Contains(s, "does not exist")
+	for _, w := range []string{"no such", "not found", "does not exist", "not known"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *cliEngine) run(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {

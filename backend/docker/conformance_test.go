@@ -1,8 +1,13 @@
 package docker
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
@@ -34,7 +39,27 @@ func TestConformancePodman(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skip("podman is not installed (apt-get install podman)")
 	}
+	t.Setenv("CONTAINERS_CONF", podmanConf(t))
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t, EnginePodman) }, conformance.Options{
 		Decl: func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}} },
 	})
+}
+
+// podmanConf writes a containers.conf that podman 4.3 needs on this kind of machine:
+//   - default_ulimits within what a root without CAP_SYS_RESOURCE may set (podman's defaults,
+//     nofile 1048576 and nproc 4194304, make every start fail with "setrlimit: Operation not
+//     permitted"; nproc above 32768 fails too, podman runs the runtime with that hard limit);
+//   - runtime runc: crun 1.8 refuses the hybrid cgroup v1 layout ("cgroups in hybrid mode not
+//     supported, drop all controllers from cgroupv2").
+func podmanConf(t *testing.T) string {
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("[containers]\ndefault_ulimits = [\"nofile=%d:%d\", \"nproc=32768:32768\"]\n\n[engine]\nruntime = \"runc\"\n", nofile.Max, nofile.Max)
+	p := filepath.Join(t.TempDir(), "containers.conf")
+	if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

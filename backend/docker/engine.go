@@ -56,12 +56,6 @@ type bind struct {
 	ReadOnly       bool
 }
 
-// ulimit is a resource limit set in the container.
-type ulimit struct {
-	Name       string
-	Soft, Hard int64
-}
-
 // runSpec is one container to create, engine-neutral: the API and the CLIs both render it, and
 // the hardening tests check both renderings.
 type runSpec struct {
@@ -87,7 +81,6 @@ type runSpec struct {
 	CapDrop         []string
 	CapAdd          []string
 	SecurityOpt     []string
-	Ulimits         []ulimit
 	AutoRemove      bool
 }
 
@@ -147,9 +140,6 @@ func cliCreateArgs(kind string, rs *runSpec) ([]string, error) {
 	}
 	for _, o := range rs.SecurityOpt {
 		a = append(a, "--security-opt", o)
-	}
-	for _, u := range rs.Ulimits {
-		a = append(a, "--ulimit", fmt.Sprintf("%s=%d:%d", u.Name, u.Soft, u.Hard))
 	}
 	if rs.AutoRemove {
 		a = append(a, "--rm")
