@@ -576,6 +576,11 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 	}
 	// Born inside its cgroups; it still waits for the config before doing anything.
 	if err := cg.start(cmd); err != nil {
+		if cmd.Process != nil {
+			// Started, but the thread could not leave the cgroups: still ours to reap.
+			s.cmd = cmd
+			b.watchChild(s)
+		}
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
 	s.cmd = cmd
