@@ -1,0 +1,392 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// fakeCLIs puts scripts named after CLIs in a fresh directory and makes it the whole PATH.
+// Each script answers `info` with the given exit status and logs its calls to <name>.log.
+func fakeCLIs(t *testing.T, status map[string]int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, code := range status {
+		script := "#!/bin/sh\necho \"$@\" >> \"" + filepath.Join(dir, name+".log") + "\"\n" +
+			"if [ \"$1\" = info ]; then echo '" + name + " engine down' >&2; exit " + strconv.Itoa(code) + "; fi\nexit 0\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	return dir
+}
+
+func TestDetectOrder(t *testing.T) {
+	noSocket := "unix://" + filepath.Join(t.TempDir(), "absent.sock")
+	tests := []struct {
+		name   string
+		clis   map[string]int // name -> exit status of `info`
+		choice string
+		want   string
+	}{
+		{"docker first", map[string]int{"docker": 0, "podman": 0, "nerdctl": 0}, EngineAuto, "docker"},
+		{"podman when docker's engine is down", map[string]int{"docker": 1, "podman": 0, "nerdctl": 0}, EngineAuto, "podman"},
+		{"podman when docker is absent", map[string]int{"podman": 0, "nerdctl": 0}, EngineAuto, "podman"},
+		{"nerdctl last", map[string]int{"docker": 1, "podman": 1, "nerdctl": 0}, EngineAuto, "nerdctl"},
+		{"nerdctl alone", map[string]int{"nerdctl": 0}, EngineAuto, "nerdctl"},
+		{"chosen podman skips docker", map[string]int{"docker": 0, "podman": 0}, EnginePodman, "podman"},
+		{"chosen nerdctl", map[string]int{"docker": 0, "nerdctl": 0}, EngineNerdctl, "nerdctl"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := fakeCLIs(t, tc.clis)
+			e, err := detect(context.Background(), tc.choice, noSocket)
+			if err != nil {
+				t.Fatalf("detect: %v", err)
+			}
+			defer e.close()
+			if e.kind() != tc.want {
+				t.Fatalf("detected %s, want %s", e.describe(), tc.want)
+			}
+			if want := filepath.Join(dir, tc.want); !strings.Contains(e.describe(), want) {
+				t.Errorf("describe() = %q, want it to name %s", e.describe(), want)
+			}
+		})
+	}
+}
+
+func TestDetectNothingNamesWhatWasLookedFor(t *testing.T) {
+	noSocket := "unix://" + filepath.Join(t.TempDir(), "absent.sock")
+	for _, tc := range []struct {
+		name    string
+		clis    map[string]int
+		choice  string
+		want    []string
+		notWant []string
+	}{
+		{"nothing installed", nil, EngineAuto,
+			[]string{"Docker Engine API at " + noSocket, "no such socket", "docker (not on PATH)", "podman (not on PATH)", "nerdctl (not on PATH)", "apt-get install docker.io", "podman"}, nil},
+		{"installed but engines down", map[string]int{"docker": 1, "podman": 125}, EngineAuto,
+			[]string{"`docker info` failed: ", "docker engine down", "`podman info` failed", "nerdctl (not on PATH)"}, nil},
+		{"only the API chosen", map[string]int{"docker": 0}, EngineAPI,
+			[]string{"Docker Engine API at " + noSocket}, []string{"docker (", "podman (", "nerdctl ("}},
+		{"only docker chosen", map[string]int{"podman": 0}, EngineDocker,
+			[]string{"docker (not on PATH)"}, []string{"Engine API", "podman (", "nerdctl ("}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fakeCLIs(t, tc.clis)
+			_, err := detect(context.Background(), tc.choice, noSocket)
+			if !errors.Is(err, sandbox.ErrUnsupported) {
+				t.Fatalf("detect: %v, want ErrUnsupported", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(err.Error(), w) {
+					t.Errorf("error %q names %q, which was not looked for", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDetectRefusesRemoteHostAndUnknownChoice(t *testing.T) {
+	fakeCLIs(t, nil)
+	_, err := detect(context.Background(), EngineAPI, "tcp://127.0.0.1:2375")
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "not a unix:// socket") {
+		t.Errorf("tcp host: %v, want ErrUnsupported naming the unix socket requirement", err)
+	}
+	_, err = detect(context.Background(), "lxc", "")
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `"lxc"`) {
+		t.Errorf("unknown engine: %v, want ErrInvalid naming it", err)
+	}
+	// A regular file where the socket should be is not an engine.
+	f := filepath.Join(t.TempDir(), "docker.sock")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = detect(context.Background(), EngineAPI, "unix://"+f)
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("file as socket: %v", err)
+	}
+}
+
+// TestDetectUsesDockerHost: the API address comes from DOCKER_HOST when the option is empty.
+func TestDetectUsesDockerHost(t *testing.T) {
+	fakeCLIs(t, nil)
+	h := "unix://" + filepath.Join(t.TempDir(), "from-env.sock")
+	t.Setenv("DOCKER_HOST", h)
+	_, err := detect(context.Background(), EngineAuto, "")
+	if err == nil || !strings.Contains(err.Error(), "Docker Engine API at "+h) {
+		t.Errorf("detect: %v, want it to name %s", err, h)
+	}
+}
+
+func testSpec(t *testing.T) *runSpec {
+	t.Helper()
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}, Workdir: "/work"}
+	d.ApplyDefaults()
+	r, err := resolve(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{agentPath: "/opt/airlock-agent"}
+	return b.runSpecFor("s-0123456789abcdef", d, r, "img:1", "/run/ad/s-0123456789abcdef", "/run/ad/s-0123456789abcdef/rw/workspace", "/run/ad/s-0123456789abcdef/rw/tmp", map[string]string{labelSession: "s-0123456789abcdef"})
+}
+
+// hardening lists what every container must be given, as CLI argument pairs.
+var hardening = [][]string{
+	{"--network", "none"},
+	{"--memory", "536870912"},
+	{"--memory-swap", "536870912"},
+	{"--cpus", "1"},
+	{"--pids-limit", "256"},
+	{"--read-only"},
+	{"--cap-drop", "ALL"},
+	{"--security-opt", "no-new-privileges"},
+	{"--user", "0:0"},
+	{"--rm"},
+	{"--entrypoint", agentBinPath},
+	{"--volume", "/opt/airlock-agent:" + agentBinPath + ":ro"},
+	{"--volume", "/run/ad/s-0123456789abcdef/agent.json:" + agentConfigPath + ":ro"},
+	{"--volume", "/run/ad/s-0123456789abcdef/run:" + agentRunPath},
+	{"--volume", "/run/ad/s-0123456789abcdef/rw/workspace:/work"},
+	{"--volume", "/run/ad/s-0123456789abcdef/rw/tmp:/tmp"},
+}
+
+func containsSeq(args, seq []string) bool {
+	for i := range args {
+		if i+len(seq) <= len(args) && slices.Equal(args[i:i+len(seq)], seq) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCLIArgsCarryEveryHardeningFlag(t *testing.T) {
+	for _, kind := range []string{"docker", "podman", "nerdctl"} {
+		t.Run(kind, func(t *testing.T) {
+			args, err := cliCreateArgs(kind, testSpec(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if args[0] != "create" {
+				t.Errorf("args[0] = %q, want create", args[0])
+			}
+			for _, h := range hardening {
+				if !containsSeq(args, h) {
+					t.Errorf("%s create args lack %q: %q", kind, h, args)
+				}
+			}
+			// Exactly the agent's capabilities are added back, nothing else.
+			var added []string
+			for i, a := range args {
+				if a == "--cap-add" {
+					added = append(added, args[i+1])
+				}
+			}
+			slices.Sort(added)
+			if !slices.Equal(added, agentCaps) {
+				t.Errorf("--cap-add %q, want exactly %q", added, agentCaps)
+			}
+			for _, a := range args {
+				if a == "--privileged" || strings.HasPrefix(a, "--network=host") || a == "host" {
+					t.Errorf("args contain %q", a)
+				}
+			}
+			// The image, then the agent's command, end the line.
+			tail := args[len(args)-4:]
+			if want := []string{"img:1", "serve", "--config", agentConfigPath}; !slices.Equal(tail, want) {
+				t.Errorf("args end %q, want %q", tail, want)
+			}
+			podmanTmpfs := containsSeq(args, []string{"--read-only-tmpfs=false"})
+			if podmanTmpfs != (kind == "podman") {
+				t.Errorf("--read-only-tmpfs=false present = %v for %s", podmanTmpfs, kind)
+			}
+		})
+	}
+}
+
+func TestAPIConfigCarriesEveryHardeningSetting(t *testing.T) {
+	rs := testSpec(t)
+	cfg, hc := apiConfigs(rs)
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"network none", hc.NetworkMode == "none"},
+		{"memory", hc.Memory == 512<<20},
+		{"memory-swap equal to memory", hc.MemorySwap == hc.Memory},
+		{"cpus", hc.NanoCPUs == 1e9},
+		{"pids limit", hc.PidsLimit != nil && *hc.PidsLimit == 256},
+		{"read-only root", hc.ReadonlyRootfs},
+		{"cap-drop ALL", slices.Equal(hc.CapDrop, []string{"ALL"})},
+		{"cap-add only the agent's", slices.Equal(hc.CapAdd, agentCaps)},
+		{"no-new-privileges", slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"})},
+		{"auto-remove", hc.AutoRemove},
+		{"not privileged", !hc.Privileged},
+		{"shm size", hc.ShmSize == shmBytes},
+		{"user root (the agent)", cfg.User == "0:0"},
+		{"entrypoint is the agent", slices.Equal(cfg.Entrypoint, []string{agentBinPath})},
+		{"command serves the config", slices.Equal(cfg.Cmd, []string{"serve", "--config", agentConfigPath})},
+		{"labels", cfg.Labels[labelSession] == "s-0123456789abcdef"},
+		{"agent binary read-only", slices.Contains(hc.Binds, "/opt/airlock-agent:"+agentBinPath+":ro")},
+		{"agent config read-only", slices.Contains(hc.Binds, "/run/ad/s-0123456789abcdef/agent.json:"+agentConfigPath+":ro")},
+		{"workdir from the scratch tmpfs", slices.Contains(hc.Binds, "/run/ad/s-0123456789abcdef/rw/workspace:/work")},
+		{"/tmp from the scratch tmpfs", slices.Contains(hc.Binds, "/run/ad/s-0123456789abcdef/rw/tmp:/tmp")},
+		{"no extra mounts", len(hc.Binds) == 5 && len(hc.Mounts) == 0 && len(hc.Tmpfs) == 0},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			t.Errorf("%s: not set (config %+v, host config %+v)", c.what, cfg, hc)
+		}
+	}
+}
+
+func TestCLIArgsRefuseUnsafePaths(t *testing.T) {
+	rs := testSpec(t)
+	rs.Binds[0].Source = "/opt/a:b"
+	if _, err := cliCreateArgs("docker", rs); err == nil {
+		t.Error("a bind source with ':' was accepted")
+	}
+}
+
+func TestFormatCPUs(t *testing.T) {
+	for nano, want := range map[int64]string{1e9: "1", 250e6: "0.25", 2e9: "2", 10e6: "0.01", 1500e6: "1.5"} {
+		if got := formatCPUs(nano); got != want {
+			t.Errorf("formatCPUs(%d) = %q, want %q", nano, got, want)
+		}
+	}
+}
+
+func TestResolveRefuses(t *testing.T) {
+	i := func(v int64) *int64 { return &v }
+	base := func() spec.Sandbox {
+		return spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}}
+	}
+	tests := []struct {
+		name  string
+		mod   func(*spec.Sandbox)
+		class error
+		words []string
+	}{
+		{"egress allow", func(d *spec.Sandbox) { d.Egress.Mode = spec.EgressAllow }, sandbox.ErrUnsupported, []string{"allow", string(capability.PublicOnlyEgress)}},
+		{"egress domains", func(d *spec.Sandbox) {
+			d.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.com"}}
+		}, sandbox.ErrUnsupported, []string{"allowDomains", string(capability.DomainEgressRules)}},
+		{"gvisor", func(d *spec.Sandbox) { d.Runtime = spec.RuntimeGVisor }, sandbox.ErrUnsupported, []string{"gvisor"}},
+		{"preview ports", func(d *spec.Sandbox) { d.PreviewPorts = []int{8080} }, sandbox.ErrUnsupported, []string{"previewPorts"}},
+		{"host image", func(d *spec.Sandbox) { d.Image = spec.Image{Host: true} }, sandbox.ErrUnsupported, []string{"host", string(capability.ImageHost)}},
+		{"dir image", func(d *spec.Sandbox) { d.Image = spec.Image{Dir: "/x"} }, sandbox.ErrUnsupported, []string{"dir", string(capability.ImageDir)}},
+		{"tiny memory", func(d *spec.Sandbox) { d.Limits.Memory = "4Mi" }, sandbox.ErrInvalid, []string{"limits.memory", "4Mi", "6Mi"}},
+		{"few processes", func(d *spec.Sandbox) { d.Limits.MaxProcesses = i(8) }, sandbox.ErrInvalid, []string{"limits.maxProcesses", "8", "16"}},
+		{"tiny cpu", func(d *spec.Sandbox) { d.Limits.CPU = "5m" }, sandbox.ErrInvalid, []string{"limits.cpu", "5m"}},
+		{"workdir /tmp", func(d *spec.Sandbox) { d.Workdir = "/tmp" }, sandbox.ErrInvalid, []string{"workdir", "/tmp"}},
+		{"workdir under /.airlock", func(d *spec.Sandbox) { d.Workdir = "/.airlock/x" }, sandbox.ErrInvalid, []string{"workdir", "/.airlock"}},
+		{"workdir with a colon", func(d *spec.Sandbox) { d.Workdir = "/a:b" }, sandbox.ErrInvalid, []string{"workdir", "':'"}},
+		{"relative workdir", func(d *spec.Sandbox) { d.Workdir = "work" }, sandbox.ErrInvalid, []string{"workdir"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := base()
+			tc.mod(&d)
+			d.ApplyDefaults()
+			_, err := resolve(d)
+			if !errors.Is(err, tc.class) {
+				t.Fatalf("resolve: %v, want %v", err, tc.class)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	d := base()
+	d.ApplyDefaults()
+	if _, err := resolve(d); err != nil {
+		t.Errorf("a default declaration is refused: %v", err)
+	}
+}
+
+// TestCapabilitiesMatchRefusals: what resolve refuses is what Capabilities says is missing.
+func TestCapabilitiesMatchRefusals(t *testing.T) {
+	caps := capabilities()
+	if caps.Platform != capability.Docker {
+		t.Errorf("platform %q", caps.Platform)
+	}
+	for _, n := range capability.Names {
+		st, ok := caps.Entries[n]
+		if !ok {
+			t.Errorf("capability %s missing from the set", n)
+		}
+		if !st.Supported && st.Reason == "" {
+			t.Errorf("capability %s unsupported without a reason", n)
+		}
+	}
+	for _, n := range []capability.Name{capability.PublicOnlyEgress, capability.DomainEgressRules, capability.GVisor, capability.ImageHost, capability.ImageDir, capability.Preview, capability.SessionLifetime} {
+		if caps.Has(n) {
+			t.Errorf("capability %s claimed, but the backend does not enforce it", n)
+		}
+	}
+	for _, n := range []capability.Name{capability.EgressDeny, capability.EnforcedLimits, capability.ProcessLimit, capability.DiskLimit, capability.Files, capability.Env, capability.Workdir, capability.ImageRef, capability.ImageOCI, capability.DockerRuntime} {
+		if !caps.Has(n) {
+			t.Errorf("capability %s not claimed: %s", n, caps.Entries[n].Reason)
+		}
+	}
+}
+
+func TestCheckStatic(t *testing.T) {
+	// /bin/sh is dynamically linked on every Debian: refused, naming the fix.
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	if real, err := filepath.EvalSymlinks(sh); err == nil {
+		sh = real
+	}
+	err = checkStatic(sh)
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("checkStatic(%s) = %v, want a refusal naming CGO_ENABLED=0", sh, err)
+	}
+	// A script is not an ELF binary.
+	f := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkStatic(f); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("checkStatic(script) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestSessionIDs(t *testing.T) {
+	id, err := newSessionID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSessionID(id); err != nil {
+		t.Errorf("a fresh id is refused: %v", err)
+	}
+	for _, bad := range []string{"", "s-123", "../s-0123456789abcdef", "s-0123456789ABCDEF", "s-0123456789abcdef0"} {
+		if err := checkSessionID(bad); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("checkSessionID(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if stateTag("/a") == stateTag("/b") {
+		t.Error("two state dirs share a tag")
+	}
+}
