@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,29 @@ func TestGVisorLifetime(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	assertGone(t, b, sess.ID, pid)
+}
+
+// TestGVisorDirImage: a directory image under gVisor, read-only, with the runtime's mount
+// points made by runsc.
+func TestGVisorDirImage(t *testing.T) {
+	runsc := runscForTest(t)
+	root := minimalRootfs(t)
+	b := newGVisorBackend(t, runsc)
+	ctx := context.Background()
+	sess, err := b.Create(ctx, spec.Sandbox{ID: "gv-dir", Image: spec.Image{Dir: root}, Runtime: spec.RuntimeGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Connect(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	out, errs, res := run(t, a, "cat /hello; echo x > /hello 2>/dev/null || echo ro; echo w > probe && cat probe; id -u")
+	if res.ExitCode != 0 || out != "from the image\nro\nw\n1000\n" {
+		t.Errorf("out %q err %q res %+v", out, errs, res)
+	}
+	if _, err := os.Stat(filepath.Join(root, "workspace")); err == nil {
+		t.Error("runsc created the workdir inside the image directory")
+	}
 }
