@@ -1,0 +1,218 @@
+// Command airlock-operator runs the Sandbox warm-pool controller and the session broker.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/airlock-sandbox/airlock/operator"
+	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/operator/brokerapi"
+)
+
+const usage = `usage:
+  airlock-operator run [flags]            run the pool controller and the broker (see -h)
+  airlock-operator install-agent SRC DST  copy the agent binary (the sandbox pods' init container)
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "run":
+		if err := run(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-operator:", err)
+			os.Exit(1)
+		}
+	case "install-agent":
+		if len(os.Args) != 4 {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		if err := installAgent(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-operator install-agent:", err)
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+}
+
+// installAgent copies src to dst (0755) through a temporary file, so a half-copied agent never
+// runs.
+func installAgent(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".agent-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var (
+		namespace    = fs.String("namespace", os.Getenv("POD_NAMESPACE"), "the operator's namespace: master Secret, broker pods (default $POD_NAMESPACE)")
+		image        = fs.String("airlock-image", "", "image holding /airlock-agent and /airlock-operator (required)")
+		pullPolicy   = fs.String("image-pull-policy", "IfNotPresent", "pull policy of sandbox pods: Always, IfNotPresent or Never")
+		agentPort    = fs.Int("agent-port", operator.DefaultAgentPort, "agent port in sandbox pods")
+		secret       = fs.String("master-secret", "airlock-master", "Secret (in -namespace) whose key \"master\" derives the signing keys")
+		brokerAddr   = fs.String("broker-addr", ":8080", "broker listen address")
+		tlsCert      = fs.String("tls-cert", "", "broker TLS certificate (PEM); with -tls-key the broker serves HTTPS")
+		tlsKey       = fs.String("tls-key", "", "broker TLS key (PEM)")
+		healthAddr   = fs.String("health-addr", ":8081", "liveness/readiness probe address")
+		audience     = fs.String("audience", brokerapi.DefaultAudience, "audience callers' ServiceAccount tokens must carry")
+		gvisorClass  = fs.String("gvisor-runtime-class", "gvisor", "RuntimeClass for runtime: gvisor")
+		brokerLabels = fs.String("broker-labels", "app.kubernetes.io/name=airlock-operator", "labels of the broker pods (NetworkPolicy ingress source)")
+		tokenTTL     = fs.Duration("token-ttl", time.Hour, "longest life of a capability token (the session's end caps it too)")
+		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *namespace == "" {
+		return errors.New("-namespace is empty (and $POD_NAMESPACE is unset)")
+	}
+	if *image == "" {
+		return errors.New("-airlock-image is required")
+	}
+	pp := corev1.PullPolicy(*pullPolicy)
+	if pp != corev1.PullAlways && pp != corev1.PullIfNotPresent && pp != corev1.PullNever {
+		return fmt.Errorf("-image-pull-policy %q: allowed are Always, IfNotPresent, Never", *pullPolicy)
+	}
+	if *agentPort < 1 || *agentPort > 65535 {
+		return fmt.Errorf("-agent-port %d: allowed is 1..65535", *agentPort)
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together")
+	}
+	sel, err := labels.ConvertSelectorToLabelsMap(*brokerLabels)
+	if err != nil || len(sel) == 0 {
+		return fmt.Errorf("-broker-labels %q: want k=v[,k=v]", *brokerLabels)
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log.SetLogger(toLogr(logger))
+
+	if *kubeconfig != "" {
+		os.Setenv("KUBECONFIG", *kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	managed := labels.SelectorFromSet(labels.Set{operator.LabelManagedBy: operator.ManagedBy})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: *healthAddr,
+		// Only our own pods and policies are cached, not every pod of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                  {Label: managed},
+			&networkingv1.NetworkPolicy{}: {Label: managed},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	keys := &operator.Keys{Reader: mgr.GetAPIReader(), Namespace: *namespace, Secret: *secret}
+	pods := operator.PodOptions{
+		AirlockImage: *image, PullPolicy: pp, AgentPort: int32(*agentPort),
+		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass,
+	}
+	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, Log: logger}
+	if err := rec.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", func(*http.Request) error { return nil }); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", func(*http.Request) error { return nil }); err != nil {
+		return err
+	}
+	broker := &operator.Broker{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Reviewer:  &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience},
+		Keys:      keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
+		RetryAfter: 2 * time.Second, DeleteTimeout: 60 * time.Second, Log: logger,
+	}
+	srv := &http.Server{Addr: *brokerAddr, Handler: broker.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- mgr.Start(ctx) }()
+	go func() {
+		logger.Info("broker listening", "addr", *brokerAddr, "tls", *tlsCert != "")
+		var err error
+		if *tlsCert != "" {
+			err = srv.ListenAndServeTLS(*tlsCert, *tlsKey)
+		} else {
+			err = srv.ListenAndServe()
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	var first error
+	select {
+	case first = <-errc:
+	case <-ctx.Done():
+	}
+	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if first != nil && !strings.Contains(first.Error(), "context canceled") {
+		return first
+	}
+	return nil
+}

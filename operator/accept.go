@@ -1,0 +1,97 @@
+package operator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// RefusalError is a declaration the operator will not run, with the condition reason it reports.
+type RefusalError struct {
+	Reason string // a v1alpha1.Reason* constant
+	Err    error
+}
+
+func (e *RefusalError) Error() string { return e.Err.Error() }
+func (e *RefusalError) Unwrap() error { return e.Err }
+
+// Accept validates sb's declaration and refuses what a pod cannot enforce, naming the field,
+// the value and what is allowed. It returns the declaration with defaults applied. Properties
+// are refused as written (before defaults): see docs/kubernetes.md for maxProcesses and
+// idleTimeoutSeconds, which the operator does not enforce and so refuses when declared.
+func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
+	written := sb.Spec.Sandbox
+	d := sb.Declaration()
+	if written.ID != "" && written.ID != sb.Name {
+		return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, fmt.Errorf("%w: spec.id %q must equal metadata.name %q (or be left out)", sandbox.ErrInvalid, written.ID, sb.Name)}
+	}
+	if sb.Spec.PoolSize < 0 || sb.Spec.PoolSize > MaxPoolSize {
+		return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, fmt.Errorf("%w: spec.poolSize %d is outside 0..%d", sandbox.ErrInvalid, sb.Spec.PoolSize, MaxPoolSize)}
+	}
+	d.ApplyDefaults()
+	if fes := d.Validate("spec"); len(fes) > 0 {
+		errs := make([]error, len(fes))
+		for i, fe := range fes {
+			errs[i] = fe
+		}
+		return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, errors.Join(errs...)}
+	}
+	var bad []string
+	refuse := func(format string, a ...any) { bad = append(bad, fmt.Sprintf(format, a...)) }
+	if written.Image.Kind() != spec.ImageRef {
+		refuse("spec.image %s: a pod runs an image reference the cluster can pull (image.ref); %s is not reachable from a node", d.Image, d.Image.Kind())
+	}
+	switch d.Runtime {
+	case spec.RuntimeNative, spec.RuntimeGVisor:
+	default:
+		refuse("spec.runtime %q: allowed on kubernetes are native and gvisor (RuntimeClass gvisor)", d.Runtime)
+	}
+	if d.Egress.Mode == spec.EgressAllowDomains {
+		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny and allow (public internet only)")
+	}
+	if len(written.PreviewPorts) > 0 {
+		refuse("spec.previewPorts %v: the operator has no preview proxy; leave it empty", written.PreviewPorts)
+	}
+	if written.HostedBy != "" {
+		refuse("spec.hostedBy %q: only for gcp; leave it empty", written.HostedBy)
+	}
+	if written.Limits.MaxProcesses != nil {
+		refuse("spec.limits.maxProcesses %d: a pod spec has no per-pod pids limit; leave it out", *written.Limits.MaxProcesses)
+	}
+	if written.Session.IdleTimeoutSeconds != nil {
+		refuse("spec.session.idleTimeoutSeconds %d: the operator has no idle reaper (the lifetime is enforced); leave it out", *written.Session.IdleTimeoutSeconds)
+	}
+	if len(bad) > 0 {
+		return d, &RefusalError{v1alpha1.ReasonUnsupported, fmt.Errorf("%w: %s", sandbox.ErrRefused, strings.Join(bad, "; "))}
+	}
+	return d, nil
+}
+
+// MaxPoolSize bounds spec.poolSize.
+const MaxPoolSize = 1000
+
+// templateHash identifies what a pool pod was built from (declaration, key ring, image, port):
+// idle pods whose hash differs are replaced.
+func templateHash(parts ...any) string {
+	h := sha256.New()
+	for _, p := range parts {
+		b, _ := json.Marshal(p)
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:20]
+}
+
+// sameDeclaration reports whether a and b (both defaulted) describe the same sandbox.
+func sameDeclaration(a, b spec.Sandbox) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(ja) == string(jb)
+}

@@ -1,0 +1,94 @@
+// Package v1alpha1 is the airlock.dev/v1alpha1 Kubernetes API: the Sandbox resource and its pool.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Group and version of the API; Resource is the plural the broker authorises "claim" on.
+const (
+	Group    = "airlock.dev"
+	Version  = "v1alpha1"
+	Resource = "sandboxes"
+	Kind     = "Sandbox"
+)
+
+// GroupVersion is airlock.dev/v1alpha1.
+var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// AddToScheme registers Sandbox and SandboxList.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &Sandbox{}, &SandboxList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
+
+// Sandbox is a sandbox declaration the operator keeps a warm pool of pods for; each pod is one
+// session, claimed through the broker.
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxSpec   `json:"spec"`
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxSpec is the airlock declaration (spec.Sandbox, inline: image, limits, egress, session,
+// env, workdir, runtime, labels) plus the pool size. Its id is the object's name: an id field, if
+// written, must equal the name.
+type SandboxSpec struct {
+	spec.Sandbox `json:",inline"`
+	// PoolSize is how many idle, ready pods the operator keeps for claims (0 to 1000).
+	PoolSize int32 `json:"poolSize"`
+}
+
+// Condition types.
+const (
+	// ConditionReady is true when the declaration is accepted and at least one idle pod is ready.
+	ConditionReady = "Ready"
+	// ConditionAccepted is false, with a reason below, when the declaration cannot run here.
+	ConditionAccepted = "Accepted"
+)
+
+// Condition reasons: stable, documented in docs/kubernetes.md; tests and tooling match on them.
+const (
+	ReasonAccepted           = "Accepted"
+	ReasonInvalidDeclaration = "InvalidDeclaration"
+	ReasonUnsupported        = "Unsupported"         // a declared property the operator cannot enforce
+	ReasonRuntimeClassAbsent = "RuntimeClassMissing" // runtime gvisor declared, no RuntimeClass gvisor
+	ReasonKeysUnavailable    = "KeysUnavailable"     // the master Secret is missing or too short
+	ReasonPoolReady          = "PoolReady"
+	ReasonPoolFilling        = "PoolFilling"
+	ReasonPoolEmpty          = "PoolEmpty" // poolSize 0
+)
+
+// SandboxStatus is what the operator observed at ObservedGeneration.
+type SandboxStatus struct {
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Idle counts ready, unclaimed pods; Starting counts unclaimed pods not ready yet; Claimed
+	// counts pods bound to a session.
+	Idle       int32              `json:"idle"`
+	Starting   int32              `json:"starting"`
+	Claimed    int32              `json:"claimed"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SandboxList is a list of Sandbox.
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}
+
+// Declaration returns the airlock declaration with its id set from the object's name when empty.
+func (s *Sandbox) Declaration() spec.Sandbox {
+	d := deepCopyDecl(s.Spec.Sandbox)
+	if d.ID == "" {
+		d.ID = s.Name
+	}
+	return d
+}

@@ -1,0 +1,247 @@
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// PoolReconciler keeps each Sandbox's pool of idle pods at spec.poolSize.
+type PoolReconciler struct {
+	Client client.Client
+	// APIReader reads pods uncached: counting from a cache that has not seen the pods just created
+	// would create them twice.
+	APIReader client.Reader
+	Keys      *Keys
+	Pods      PodOptions
+	Log       *slog.Logger
+}
+
+// SetupWithManager registers the reconciler: Sandboxes, and the pods and policies they own.
+func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Sandbox{}).
+		Owns(&corev1.Pod{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Named("sandbox-pool").
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var sb v1alpha1.Sandbox
+	if err := r.Client.Get(ctx, req.NamespacedName, &sb); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if sb.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // owner references let the garbage collector remove the pods
+	}
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(sb.Namespace),
+		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy}); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A finished pod (failed, lifetime reached, agent exited) serves nobody.
+	live := pods.Items[:0]
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			r.delete(ctx, p, "finished")
+			continue
+		}
+		live = append(live, *p)
+	}
+
+	st := v1alpha1.SandboxStatus{ObservedGeneration: sb.Generation, Conditions: slices.Clone(sb.Status.Conditions)}
+	d, reason, err := r.accept(ctx, &sb)
+	if err != nil {
+		// Nothing of a refused declaration stays warm; claimed sessions run to their end.
+		for i := range live {
+			if live[i].Labels[LabelState] == StateIdle {
+				r.delete(ctx, &live[i], "declaration refused")
+			} else {
+				st.Claimed++
+			}
+		}
+		setCond(&st, sb.Generation, v1alpha1.ConditionAccepted, false, reason, err.Error())
+		setCond(&st, sb.Generation, v1alpha1.ConditionReady, false, reason, "declaration not accepted")
+		r.Log.Info("sandbox refused", "sandbox", req.String(), "reason", reason, "err", err)
+		if uerr := r.updateStatus(ctx, &sb, st); uerr != nil {
+			return ctrl.Result{}, uerr
+		}
+		if reason == v1alpha1.ReasonKeysUnavailable || reason == v1alpha1.ReasonRuntimeClassAbsent {
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil // fixed outside the Sandbox
+		}
+		return ctrl.Result{}, nil
+	}
+	ring, err := r.Keys.Ring(ctx, sb.Namespace, sb.Name)
+	if err != nil {
+		return ctrl.Result{}, err // accept checked the Secret; a transient read error retries
+	}
+	if err := r.ensurePolicy(ctx, &sb, d); err != nil {
+		return ctrl.Result{}, err
+	}
+	tmpl := templateHash(d, ring, r.Pods)
+
+	var fresh []*corev1.Pod
+	for i := range live {
+		p := &live[i]
+		switch {
+		case p.Labels[LabelState] != StateIdle:
+			st.Claimed++
+		case p.Labels[LabelTemplate] != tmpl:
+			r.delete(ctx, p, "built from an older declaration")
+		default:
+			fresh = append(fresh, p)
+		}
+	}
+	// Extra idle pods go, not-ready ones first.
+	sort.SliceStable(fresh, func(i, j int) bool { return !podReady(fresh[i]) && podReady(fresh[j]) })
+	want := int(sb.Spec.PoolSize)
+	for len(fresh) > want {
+		r.delete(ctx, fresh[0], "pool shrank")
+		fresh = fresh[1:]
+	}
+	for _, p := range fresh {
+		if podReady(p) {
+			st.Idle++
+		} else {
+			st.Starting++
+		}
+	}
+	var createErr error
+	for n := len(fresh); n < want; n++ {
+		pod, err := BuildPod(&sb, d, r.Pods, ring, newSessionID(), tmpl)
+		if err == nil {
+			err = r.Client.Create(ctx, pod)
+		}
+		if err != nil {
+			createErr = fmt.Errorf("create pool pod for %s: %w", req, err)
+			break
+		}
+		st.Starting++
+	}
+
+	setCond(&st, sb.Generation, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "declaration accepted")
+	switch {
+	case want == 0:
+		setCond(&st, sb.Generation, v1alpha1.ConditionReady, false, v1alpha1.ReasonPoolEmpty, "poolSize is 0")
+	case st.Idle > 0:
+		setCond(&st, sb.Generation, v1alpha1.ConditionReady, true, v1alpha1.ReasonPoolReady, fmt.Sprintf("%d of %d idle pods ready", st.Idle, want))
+	default:
+		setCond(&st, sb.Generation, v1alpha1.ConditionReady, false, v1alpha1.ReasonPoolFilling, fmt.Sprintf("0 of %d idle pods ready", want))
+	}
+	if err := r.updateStatus(ctx, &sb, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, createErr
+}
+
+// accept runs Accept and the checks that need the cluster: the RuntimeClass and the master key.
+func (r *PoolReconciler) accept(ctx context.Context, sb *v1alpha1.Sandbox) (spec.Sandbox, string, error) {
+	d, err := Accept(sb)
+	if err != nil {
+		var re *RefusalError
+		if errors.As(err, &re) {
+			return d, re.Reason, err
+		}
+		return d, v1alpha1.ReasonInvalidDeclaration, err
+	}
+	if d.Runtime == spec.RuntimeGVisor {
+		var rc nodev1.RuntimeClass
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: r.Pods.GVisorClassName}, &rc); err != nil {
+			return d, v1alpha1.ReasonRuntimeClassAbsent,
+				fmt.Errorf("spec.runtime gvisor needs RuntimeClass %q in the cluster: %v", r.Pods.GVisorClassName, err)
+		}
+	}
+	if _, err := r.Keys.Private(ctx, sb.Namespace, sb.Name); err != nil {
+		return d, v1alpha1.ReasonKeysUnavailable, err
+	}
+	return d, "", nil
+}
+
+func (r *PoolReconciler) ensurePolicy(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox) error {
+	want := BuildNetworkPolicy(sb, d, r.Pods)
+	var have networkingv1.NetworkPolicy
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.Client.Create(ctx, want)
+	case err != nil:
+		return err
+	case equality.Semantic.DeepEqual(have.Spec, want.Spec):
+		return nil
+	}
+	have.Spec = want.Spec
+	return r.Client.Update(ctx, &have)
+}
+
+func (r *PoolReconciler) delete(ctx context.Context, p *corev1.Pod, why string) {
+	// Preconditioned on the version we looked at, so a pod the broker claimed a moment ago is
+	// never deleted as idle.
+	err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID, ResourceVersion: &p.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		r.Log.Warn("delete pool pod", "pod", p.Namespace+"/"+p.Name, "why", why, "err", err)
+	}
+}
+
+func (r *PoolReconciler) updateStatus(ctx context.Context, sb *v1alpha1.Sandbox, st v1alpha1.SandboxStatus) error {
+	if equality.Semantic.DeepEqual(sb.Status, st) {
+		return nil
+	}
+	sb.Status = st
+	err := r.Client.Status().Update(ctx, sb)
+	if apierrors.IsConflict(err) {
+		return nil // a newer version is queued already
+	}
+	return err
+}
+
+func setCond(st *v1alpha1.SandboxStatus, gen int64, typ string, ok bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func newSessionID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,44 @@
+// Package operator is airlock on Kubernetes: the Sandbox warm-pool controller and the session broker.
+package operator
+
+// Pod labels and annotations. Pod labels are the source of truth for sessions: the broker keeps
+// no state of its own, so a restarted broker finds every session again.
+const (
+	LabelSandbox   = "airlock.dev/sandbox"
+	LabelSession   = "airlock.dev/session"
+	LabelState     = "airlock.dev/state"
+	LabelTemplate  = "airlock.dev/template" // hash of what the pod was built from
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "airlock-operator"
+
+	StateIdle    = "idle"
+	StateClaimed = "claimed"
+
+	AnnotationAgentConfig = "airlock.dev/agent-config"
+	AnnotationGeneration  = "airlock.dev/generation"
+	AnnotationOwner       = "airlock.dev/owner"
+	AnnotationClaimedAt   = "airlock.dev/claimed-at"
+	AnnotationExpiresAt   = "airlock.dev/expires-at"
+
+	// LabelClient marks application pods allowed through a sandbox's NetworkPolicy to its agent.
+	LabelClient = "airlock.dev/client"
+)
+
+// Fixed layout of a sandbox pod.
+const (
+	ContainerName     = "sandbox"
+	InitContainerName = "airlock-agent-install"
+	AgentDir          = "/airlock" // emptyDir: the agent binary, read-only for the sandbox
+	AgentBinary       = AgentDir + "/airlock-agent"
+	ConfigDir         = "/airlock-config" // downward API: the agent config from the annotation
+	ConfigFile        = ConfigDir + "/config.json"
+	ImageAgentPath    = "/airlock-agent"    // where the airlock image holds the lean agent
+	ImageOperatorPath = "/airlock-operator" // and this binary (it copies the agent)
+	DefaultAgentPort  = 7070
+	// CodeUID/CodeGID run user code; the agent itself runs as uid 0 with only the capabilities it
+	// needs to drop to them (see docs/kubernetes.md).
+	CodeUID = 1000
+	CodeGID = 1000
+	// InstallUID runs the init container that copies the agent.
+	InstallUID = 65532
+)

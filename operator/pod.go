@@ -1,0 +1,240 @@
+package operator
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// PodOptions are the cluster-wide settings every sandbox pod is built with.
+type PodOptions struct {
+	// AirlockImage holds ImageAgentPath and ImageOperatorPath (static binaries).
+	AirlockImage    string
+	PullPolicy      corev1.PullPolicy
+	AgentPort       int32
+	OperatorNS      string            // where the broker runs
+	BrokerSelector  map[string]string // the broker pods' labels
+	GVisorClassName string            // RuntimeClass used for runtime gvisor
+}
+
+// Generation of every pool pod: a pod serves one session and is never reused, so its agent's
+// generation never has to move.
+const podGeneration = 1
+
+// CPU requests are a fraction of the limit (memory requests equal the limit): the limit is what
+// is enforced; the request only reserves scheduling room, and a warm pool of mostly idle pods
+// reserving whole cores would leave the node empty.
+const cpuRequestDivisor = 10
+
+// agentConfig is what the pod's agent serves with: public keys only.
+func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32) ([]byte, error) {
+	cfg := agent.Config{
+		SandboxID:        d.ID,
+		SessionID:        sessionID,
+		Generation:       podGeneration,
+		KeyRing:          keyRing,
+		Listen:           fmt.Sprintf("tcp:0.0.0.0:%d", port),
+		FilesRoot:        "/",
+		DenyPaths:        []string{AgentDir, ConfigDir, "/dev", "/proc", "/sys"},
+		Workdir:          d.Workdir,
+		Env:              d.Env,
+		CodeUID:          CodeUID,
+		CodeGID:          CodeGID,
+		MaxTimeout:       time.Duration(d.Session.Lifetime()) * time.Second,
+		DefaultOutputCap: 16 << 20,
+	}
+	return json.Marshal(cfg)
+}
+
+// BuildPod returns the pool pod for session sessionID of sb (d is Accept's result).
+func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessionID, template string) (*corev1.Pod, error) {
+	cfg, err := agentConfig(d, sessionID, keyRing, o.AgentPort)
+	if err != nil {
+		return nil, err
+	}
+	cpuMilli, err := d.Limits.CPUMillis()
+	if err != nil {
+		return nil, err
+	}
+	memBytes, err := d.Limits.MemoryBytes()
+	if err != nil {
+		return nil, err
+	}
+	diskBytes, err := d.Limits.DiskBytes()
+	if err != nil {
+		return nil, err
+	}
+	cpuReq := max(cpuMilli/cpuRequestDivisor, 1)
+	limits := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(memBytes, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(diskBytes, resource.BinarySI),
+	}
+	requests := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(cpuReq, resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(memBytes, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(diskBytes, resource.BinarySI),
+	}
+	disk := resource.NewQuantity(diskBytes, resource.BinarySI)
+	yes, no := true, false
+	installUID := int64(InstallUID)
+	rootUID := int64(0)
+	labels := map[string]string{
+		LabelSandbox:   sb.Name,
+		LabelSession:   sessionID,
+		LabelState:     StateIdle,
+		LabelTemplate:  template,
+		LabelManagedBy: ManagedBy,
+	}
+	for k, v := range d.Labels {
+		if _, ours := labels[k]; !ours {
+			labels[k] = v
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: sb.Name + "-",
+			Namespace:    sb.Namespace,
+			Labels:       labels,
+			Annotations: map[string]string{
+				AnnotationAgentConfig: string(cfg),
+				AnnotationGeneration:  fmt.Sprint(podGeneration),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, v1alpha1.GroupVersion.WithKind(v1alpha1.Kind))},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			InitContainers: []corev1.Container{{
+				Name:            InitContainerName,
+				Image:           o.AirlockImage,
+				ImagePullPolicy: o.PullPolicy,
+				Command:         []string{ImageOperatorPath, "install-agent", ImageAgentPath, AgentBinary},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "airlock-bin", MountPath: AgentDir}},
+				Resources: corev1.ResourceRequirements{
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                &installUID,
+					RunAsGroup:               &installUID,
+					RunAsNonRoot:             &yes,
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           d.Image.Ref,
+				ImagePullPolicy: o.PullPolicy,
+				Command:         []string{AgentBinary, "serve", "--config", ConfigFile},
+				WorkingDir:      d.Workdir,
+				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: o.AgentPort, Protocol: corev1.ProtocolTCP}},
+				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "airlock-bin", MountPath: AgentDir, ReadOnly: true},
+					{Name: "airlock-config", MountPath: ConfigDir, ReadOnly: true},
+					{Name: "workdir", MountPath: d.Workdir},
+					{Name: "tmp", MountPath: "/tmp"},
+				},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(o.AgentPort)}},
+					PeriodSeconds:    1,
+					FailureThreshold: 3,
+				},
+				// The agent runs as uid 0 holding only what it needs to run code as CodeUID (setuid,
+				// setgid, kill across uids) and to hand files to that uid (chown, dac_override,
+				// fowner). Code loses every capability at setuid; no_new_privs stops it regaining any.
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                &rootUID,
+					RunAsGroup:               &rootUID,
+					RunAsNonRoot:             &no,
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities: &corev1.Capabilities{
+						Drop: []corev1.Capability{"ALL"},
+						Add:  []corev1.Capability{"SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"},
+					},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "airlock-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("64Mi"))}}},
+				{Name: "airlock-config", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+					Items: []corev1.DownwardAPIVolumeFile{{
+						Path:     "config.json",
+						FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationAgentConfig)},
+					}},
+				}}},
+				{Name: "workdir", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: disk}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: disk}}},
+			},
+		},
+	}
+	if d.Runtime == spec.RuntimeGVisor {
+		pod.Spec.RuntimeClassName = ptr(o.GVisorClassName)
+	}
+	return pod, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// privateRanges are refused to a public-only sandbox: RFC 1918, CGNAT, link-local (cloud
+// metadata), loopback, and their IPv6 counterparts.
+var privateRanges = map[bool][]string{
+	false: {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8"},
+	true:  {"fc00::/7", "fe80::/10", "::1/128"},
+}
+
+// BuildNetworkPolicy returns the policy for sb's pods: ingress only to the agent port and only
+// from the broker and from pods labelled airlock.dev/client=true in the sandbox's namespace;
+// egress none (deny) or the public internet only (allow).
+func BuildNetworkPolicy(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions) *networkingv1.NetworkPolicy {
+	tcp := corev1.ProtocolTCP
+	port := intstr.FromInt32(o.AgentPort)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            "airlock-" + sb.Name,
+			Namespace:       sb.Namespace,
+			Labels:          map[string]string{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sb, v1alpha1.GroupVersion.WithKind(v1alpha1.Kind))},
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+				From: []networkingv1.NetworkPolicyPeer{
+					{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": o.OperatorNS}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: o.BrokerSelector},
+					},
+					{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelClient: "true"}}},
+				},
+			}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{}, // deny: no rule allows anything
+		},
+	}
+	if d.Egress.Mode == spec.EgressAllow {
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
+			{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: privateRanges[false]}},
+			{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: privateRanges[true]}},
+		}}}
+	}
+	return np
+}
