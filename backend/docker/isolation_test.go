@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/moby/moby/client"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -64,6 +66,40 @@ func TestIsolation(t *testing.T) {
 		Limits: spec.Limits{CPU: "500m", Memory: "96Mi", Disk: "8Mi", MaxProcesses: &procs},
 	})
 
+	t.Run("EngineHoldsTheHardening", func(t *testing.T) {
+		// What cannot be seen from inside on this machine (no swap; a dockerd without a bridge
+		// gives even a "bridge" container only lo) is checked in the engine's own record.
+		api := b.eng.(*apiEngine)
+		cs, err := b.eng.list(context.Background(), map[string]string{labelSession: s.ID})
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("list: %v %v", cs, err)
+		}
+		r, err := api.c.ContainerInspect(context.Background(), cs[0].ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := r.Container.HostConfig
+		checks := []struct {
+			what string
+			ok   bool
+		}{
+			{"network none", hc.NetworkMode == "none"},
+			{"memory", hc.Memory == 96<<20},
+			{"memory-swap equal to memory", hc.MemorySwap == hc.Memory},
+			{"cpus", hc.NanoCPUs == 500e6},
+			{"pids limit", hc.PidsLimit != nil && *hc.PidsLimit == procs},
+			{"read-only root", hc.ReadonlyRootfs},
+			{"no-new-privileges", slices.Contains(hc.SecurityOpt, "no-new-privileges")},
+			{"cap-drop ALL", slices.Equal(hc.CapDrop, []string{"ALL"})},
+			{"auto-remove", hc.AutoRemove},
+			{"not privileged", !hc.Privileged},
+		}
+		for _, c := range checks {
+			if !c.ok {
+				t.Errorf("%s: not in the engine's record %+v", c.what, hc)
+			}
+		}
+	})
 	t.Run("CodeIsUnprivileged", func(t *testing.T) {
 		out, _, _ := run(t, a, "id -u; id -g; id -G; grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs)' /proc/self/status")
 		want := "1000\n1000\n1000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
@@ -170,8 +206,11 @@ os.killpg(0, 9)
 				t.Errorf("files API wrote %s", p)
 			}
 		}
-		if _, err := a.ReadFile(ctx, "/.airlock/agent.json", 0, -1); err == nil {
-			t.Error("files API read the agent config")
+		// Refused outright, not merely read-only: podman's may be writable.
+		for _, p := range []string{"/.airlock/agent.json", "/etc/hosts", "/etc/resolv.conf"} {
+			if _, err := a.ReadFile(ctx, p, 0, -1); !errors.Is(err, sandbox.ErrForbidden) {
+				t.Errorf("files API read of %s: %v, want ErrForbidden", p, err)
+			}
 		}
 	})
 	t.Run("TerminateLeavesNothing", func(t *testing.T) {
