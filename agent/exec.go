@@ -38,6 +38,8 @@ type execSpec struct {
 }
 
 const (
+	pipeSize    = 256 << 10
+	readSize    = 64 << 10
 	defaultRows = 24
 	defaultCols = 80
 	maxTermSize = 10000
@@ -223,7 +225,8 @@ func classify(err error) error {
 
 // sink receives a job's output. output returns false once the consumer is gone.
 type sink interface {
-	output(typ byte, data []byte) bool
+	// more says that further output is already waiting in the pipe, so a flush can wait.
+	output(typ byte, data []byte, more bool) bool
 }
 
 // job is one running command and its kill scope.
@@ -312,6 +315,8 @@ func (s *server) start(sp *execSpec) (*job, error) {
 			if err != nil {
 				return fail(fmt.Errorf("%w: output pipe: %v", sandbox.ErrRefused, err))
 			}
+			// A larger pipe lets a fast writer run ahead of the agent between reads.
+			_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, pipeSize)
 			j.outs = append(j.outs, r)
 			child = append(child, w)
 		}
@@ -366,7 +371,7 @@ func (j *job) signal(sig syscall.Signal) error {
 // the cap never blocks the command.
 func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync.WaitGroup) {
 	defer wg.Done()
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, readSize)
 	var sent int64
 	gone := false
 	for {
@@ -378,8 +383,10 @@ func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync
 				*truncated = true
 			}
 			if m > 0 {
-				gone = !out.output(typ, buf[:m])
 				sent += m
+				// Hold the flush only when more output is already waiting and will be
+				// forwarded: past the cap nothing follows, so this frame must go now.
+				gone = !out.output(typ, buf[:m], sent < limit && pending(r))
 			}
 		}
 		if err != nil {
@@ -387,6 +394,20 @@ func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync
 			return
 		}
 	}
+}
+
+// pending reports whether more bytes are readable right now (FIONREAD), so the writer can
+// batch frames into fewer flushes without delaying any output that is not already there.
+func pending(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+	})
+	return err == nil && n > 0
 }
 
 // supervise waits for the job to end (exit, deadline or ctx), makes sure nothing it started

@@ -155,6 +155,35 @@ func TestExecOutputCaps(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.dir, "done")); err != nil {
 		t.Errorf("command did not run to completion past the cap: %v", err)
 	}
+	// Output up to the cap arrives while the command still runs (it is flushed, not held
+	// back until the end): `yes` never ends on its own.
+	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Argv: []string{"yes"}, MaxStdout: 100, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for b.Len() < 100 {
+			ev, err := s.Next()
+			if err != nil || ev.Output == nil {
+				break
+			}
+			b.Write(ev.Output.Data)
+		}
+		got <- b.String()
+	}()
+	select {
+	case g := <-got:
+		if g != strings.Repeat("y\n", 50) {
+			t.Errorf("capped live output %q", g)
+		}
+	case <-time.After(20 * time.Second): // hang guard, not a timing assertion
+		t.Error("output up to the cap was not delivered while the command ran")
+		s.Close()
+		<-got
+	}
+	s.Close()
 	out, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "printf 12345", MaxStdout: 5})
 	if out != "12345" || res.Truncated {
 		t.Errorf("output exactly at the cap: %q %+v, want untruncated", out, res)

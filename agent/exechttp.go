@@ -26,7 +26,7 @@ type frameWriter struct {
 	gone func() // called once when the client is found gone
 }
 
-func (f *frameWriter) output(typ byte, data []byte) bool {
+func (f *frameWriter) output(typ byte, data []byte, more bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -34,7 +34,7 @@ func (f *frameWriter) output(typ byte, data []byte) bool {
 	}
 	f.seq++
 	f.buf = wire.AppendOutput(f.buf[:0], typ, f.seq, data)
-	f.write(f.buf)
+	f.write(f.buf, !more)
 	return f.err == nil
 }
 
@@ -52,12 +52,12 @@ func (f *frameWriter) terminal(typ byte, v any) {
 	f.buf = append(f.buf[:0], typ, 0, 0, 0, 0)
 	f.buf[1], f.buf[2], f.buf[3], f.buf[4] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
 	f.buf = append(f.buf, b...)
-	f.write(f.buf)
+	f.write(f.buf, true)
 }
 
-func (f *frameWriter) write(b []byte) {
+func (f *frameWriter) write(b []byte, flush bool) {
 	_, err := f.w.Write(b)
-	if err == nil {
+	if err == nil && flush {
 		err = f.rc.Flush()
 	}
 	if err != nil {

@@ -44,13 +44,13 @@ func TestParsePids(t *testing.T) {
 
 func TestRing(t *testing.T) {
 	r := newRing(10)
-	r.output(1, []byte("abcd"))
-	r.output(2, []byte("efgh"))
+	r.output(1, []byte("abcd"), false)
+	r.output(2, []byte("efgh"), false)
 	frames, _, closed := r.since(0)
 	if len(frames) != 2 || closed || frames[0].seq != 1 || frames[1].seq != 2 {
 		t.Fatalf("since(0) = %+v %v", frames, closed)
 	}
-	r.output(1, []byte("ijkl")) // 12 bytes > 10: the oldest frame goes
+	r.output(1, []byte("ijkl"), false) // 12 bytes > 10: the oldest frame goes
 	frames, notify, _ := r.since(0)
 	if len(frames) != 2 || frames[0].seq != 2 || frames[1].seq != 3 {
 		t.Fatalf("after overflow: %+v", frames)
@@ -72,7 +72,7 @@ func TestRing(t *testing.T) {
 	}
 	// A single frame larger than the ring is kept: the newest output is never dropped.
 	big := newRing(2)
-	big.output(1, []byte("too big"))
+	big.output(1, []byte("too big"), false)
 	if frames, _, _ := big.since(0); len(frames) != 1 {
 		t.Errorf("oversized frame dropped: %+v", frames)
 	}

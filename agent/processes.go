@@ -403,7 +403,7 @@ type ringFrame struct {
 
 func newRing(limit int) *ring { return &ring{limit: limit, notify: make(chan struct{})} }
 
-func (r *ring) output(typ byte, data []byte) bool {
+func (r *ring) output(typ byte, data []byte, _ bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++

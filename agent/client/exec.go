@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -51,6 +52,7 @@ type Stream struct {
 	// ID is the exec or process id the agent assigned.
 	ID   string
 	body io.ReadCloser
+	r    *bufio.Reader
 	buf  []byte
 	done bool
 	last uint64
@@ -81,7 +83,7 @@ func (c *Client) ExecStream(ctx context.Context, req sandbox.ExecRequest, opts .
 }
 
 func newStream(resp *http.Response) *Stream {
-	return &Stream{ID: resp.Header.Get("X-Airlock-Exec-Id"), body: resp.Body}
+	return &Stream{ID: resp.Header.Get("X-Airlock-Exec-Id"), body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10)}
 }
 
 // Next returns the next event. After the terminal event it returns io.EOF. A stream that ends
@@ -90,7 +92,7 @@ func (s *Stream) Next() (Event, error) {
 	if s.done {
 		return Event{}, io.EOF
 	}
-	f, buf, err := wire.ReadFrame(s.body, s.buf)
+	f, buf, err := wire.ReadFrame(s.r, s.buf)
 	s.buf = buf
 	if err != nil {
 		s.done = true
