@@ -263,12 +263,15 @@ start kube-controller-manager "$BIN/kube-controller-manager" \
   --leader-elect=false --bind-address 127.0.0.1 --secure-port 10257 \
   --controllers '*,-nodeipam,-cloud-node-lifecycle' \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
-  --use-service-account-credentials=false
+  --use-service-account-credentials=true
 
 node_ready() {
   [[ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
 }
 wait_for "node $NODE_NAME Ready" 120 node_ready
+# The node lifecycle controller lifts the not-ready taint; until then nothing schedules.
+untainted() { [[ -z "$(kc get node "$NODE_NAME" -o jsonpath='{.spec.taints}')" ]]; }
+wait_for "node $NODE_NAME untainted" 120 untainted
 sa_ready() { kc -n default get serviceaccount default; }
 wait_for "default ServiceAccount" 60 sa_ready
 for p in etcd kube-apiserver containerd kubelet kube-scheduler kube-controller-manager; do

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -67,13 +68,15 @@ func run(out, tag, entrypoint, user string, files []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := cf.Config
+	cf = cf.DeepCopy()
+	// ctr import keeps only images for this platform: an image without os/architecture is dropped.
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	if entrypoint != "" {
-		cfg.Entrypoint = []string{entrypoint}
+		cf.Config.Entrypoint = []string{entrypoint}
 	}
-	cfg.User = user
-	cfg.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	img, err = mutate.Config(img, cfg)
+	cf.Config.User = user
+	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err
 	}
