@@ -368,7 +368,8 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 	// dead: killing everything listed is already race-free. The freezer is the fallback for
 	// anything that stays (a process put in the cgroup from outside the namespace).
 	for attempt := 0; ; attempt++ {
-		frozen := attempt > 0 && c.setFreezer(ctx, "FROZEN") == nil
+		// A paused sandbox (pause.go) is frozen already: kill it frozen, then thaw it.
+		frozen := (attempt > 0 || c.frozen()) && c.setFreezer(ctx, "FROZEN") == nil
 		pids, err := c.procs()
 		if err != nil {
 			return err

@@ -717,6 +717,9 @@ func (s *session) public() *sandbox.Session {
 	case <-s.done:
 		state = sandbox.StateTerminated
 	default:
+		if s.paused() { // pause.go
+			state = sandbox.StatePaused
+		}
 	}
 	return &sandbox.Session{
 		ID: s.rec.ID, SandboxID: s.rec.SandboxID, Platform: string(capability.Local), State: state,
@@ -797,7 +800,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 	if err != nil {
 		return nil, err
 	}
-	return b.client(s), nil
+	return b.pausableClient(s), nil // pause.go: refuses calls while paused
 }
 
 func (b *Backend) client(s *session) *client.Client {

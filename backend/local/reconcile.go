@@ -92,16 +92,10 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	s := &session{rec: *rec, dir: dir, key: key, done: make(chan struct{})}
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c := b.client(s)
-	h, err := c.Health(hctx)
-	c.Close()
-	if err != nil {
+	// pause.go: the agent answers for the right sandbox, or the sandbox is paused.
+	if err := b.checkAgent(hctx, s); err != nil {
 		unix.Close(pidfd)
 		return nil, err
-	}
-	if h.SandboxID != rec.SandboxID {
-		unix.Close(pidfd)
-		return nil, fmt.Errorf("agent answered for sandbox %q, want %q", h.SandboxID, rec.SandboxID)
 	}
 	b.mu.Lock()
 	if prev := b.sessions[rec.ID]; prev != nil {
@@ -115,6 +109,7 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	if rec.Runtime == string(spec.RuntimeGVisor) {
 		b.enforceLifetime(s)
 	}
+	b.adoptedPaused(s) // pause.go
 	return s, nil
 }
 
@@ -147,6 +142,7 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		capability.ImageOCI, capability.ImageRef, capability.DiskLimit)
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
+		yes(capability.SuspendResume) // pause.go: the cgroup freezer
 	} else {
 		no(capability.EnforcedLimits, "no usable cgroup hierarchy")
 		no(capability.ProcessLimit, "no usable cgroup hierarchy")
