@@ -33,7 +33,8 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		dir := filepath.Join(b.opts.StateDir, id)
-		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) {
+		// pool.go: a pooled sandbox nobody claimed, whose pool's process is gone, is reaped.
+		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) {
 			if _, err := b.adopt(ctx, dir, rec); err == nil {
 				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
 				continue

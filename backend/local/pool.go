@@ -1,0 +1,532 @@
+package local
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Labels of a sandbox a pool created. They are set at creation, so session.json says from
+// birth that a sandbox is pooled and which process's pool holds it; a claim is recorded as a
+// file (claimedFile) in the session's state dir. A later process's reconcile reaps a pooled,
+// unclaimed sandbox whose pool's process is gone (see reapablePooled); nobody else could ever
+// claim it.
+const (
+	// LabelPool names the pool (a hash of its template) a sandbox was made for.
+	LabelPool = "airlock.pool"
+	// LabelPoolOwner is the process holding the pool: "<pid>-<start time in clock ticks>".
+	LabelPoolOwner = "airlock.pool.owner"
+	claimedFile    = "claimed"
+)
+
+// Pool bounds.
+const (
+	// MaxPoolSize bounds PoolOptions.Max.
+	MaxPoolSize = 4096
+	// DefaultPoolIdleExpiry is how long a ready sandbox waits before it is replaced.
+	DefaultPoolIdleExpiry = 10 * time.Minute
+	// reapQueue is how many discarded sandboxes may wait for the background reaper before
+	// Discard terminates on the caller's path (back-pressure).
+	reapQueue = 256
+	// maxRefillBackoff bounds the wait between failed refills.
+	maxRefillBackoff = 30 * time.Second
+)
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Size is how many ready sandboxes the pool keeps (at least 1).
+	Size int
+	// Max is the most the pool keeps, ready or being created (default Size, at most
+	// MaxPoolSize). Each claim that finds the pool empty raises the pool's target by one, up to
+	// Max; each sandbox that expires unclaimed lowers it by one, down to Size.
+	Max int
+	// IdleExpiry is how long a ready sandbox may wait unclaimed before it is terminated and
+	// replaced (default DefaultPoolIdleExpiry); it must be shorter than the template's lifetime,
+	// and a claimed sandbox has at least lifetime - IdleExpiry left.
+	IdleExpiry time.Duration
+	Logger     *slog.Logger
+}
+
+// PoolStats count what a pool did.
+type PoolStats struct {
+	// Hits are claims served from the pool; Misses claims that found it empty and fell back to
+	// a cold create.
+	Hits, Misses uint64
+	// Size is how many sandboxes are ready now; Creating how many are being created; Target
+	// how many the pool aims to hold.
+	Size, Creating, Target int
+	// Refills are sandboxes the pool created in the background; Failures its failed creates;
+	// Expired ready sandboxes terminated for waiting longer than IdleExpiry; Dead ready
+	// sandboxes found ended at claim time (skipped).
+	Refills, Failures, Expired, Dead uint64
+	// ReapFailures are background terminations (Discard, expiry) that failed (logged).
+	ReapFailures uint64
+}
+
+// Pool keeps sandboxes of one template created and their agents answering, so that a claim is
+// a pop instead of a create. Claimed sandboxes are single-use: the caller terminates them
+// (Terminate, or Discard to do it off the caller's path). Close the pool before its backend.
+type Pool struct {
+	b     *Backend
+	tmpl  spec.Sandbox
+	key   string
+	owner string
+	opts  PoolOptions
+	log   *slog.Logger
+
+	ctx    context.Context // ends in-flight creates on Close
+	cancel context.CancelFunc
+	wake   chan struct{}
+	reapQ  chan string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	ready  []pooled // claims pop the newest (most lifetime left); expiry takes the oldest
+	target int
+	closed bool
+	stats  PoolStats
+
+	// beforeCreate, when set (tests), runs before each background create.
+	beforeCreate func(ctx context.Context)
+}
+
+type pooled struct {
+	sess  *sandbox.Session
+	s     *session
+	since time.Time
+}
+
+// PoolKey is the pool name for a template: a hash of everything that shapes a sandbox (image,
+// limits, egress, runtime, lifetime, workdir, env), not of its id or labels.
+func PoolKey(tmpl spec.Sandbox) (string, error) {
+	t := tmpl
+	t.ApplyDefaults()
+	t.ID, t.Labels = "", nil
+	b, err := json.Marshal(t)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.Sum256(b)
+	return "p" + hex.EncodeToString(h[:8]), nil
+}
+
+// NewPool starts a pool of sandboxes declared by tmpl on b and begins filling it in the
+// background; it returns at once.
+func NewPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOptions) (*Pool, error) {
+	return newPool(ctx, b, tmpl, opts, nil)
+}
+
+func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOptions, beforeCreate func(context.Context)) (*Pool, error) {
+	bad := func(field string, value any, msg string) error {
+		return fmt.Errorf("%w: pool %s %v: %s", sandbox.ErrInvalid, field, value, msg)
+	}
+	if b == nil {
+		return nil, fmt.Errorf("%w: pool: no backend", sandbox.ErrInvalid)
+	}
+	if opts.Max == 0 {
+		opts.Max = opts.Size
+	}
+	if opts.IdleExpiry == 0 {
+		opts.IdleExpiry = DefaultPoolIdleExpiry
+	}
+	tmpl.ApplyDefaults()
+	if tmpl.ID == "" {
+		tmpl.ID = "pool"
+	}
+	life := time.Duration(tmpl.Session.Lifetime()) * time.Second
+	switch {
+	case opts.Size < 1:
+		return nil, bad("size", opts.Size, "must be at least 1")
+	case opts.Max < opts.Size || opts.Max > MaxPoolSize:
+		return nil, bad("max", opts.Max, fmt.Sprintf("must be %d (size) to %d", opts.Size, MaxPoolSize))
+	case opts.IdleExpiry < time.Second:
+		return nil, bad("idleExpiry", opts.IdleExpiry, "must be at least 1s")
+	case opts.IdleExpiry >= life:
+		return nil, bad("idleExpiry", opts.IdleExpiry, fmt.Sprintf("must be shorter than the template's lifetime (%v), or sandboxes would end in the pool", life))
+	}
+	if errs := tmpl.Validate(""); len(errs) > 0 {
+		return nil, fmt.Errorf("%w: pool template: %v", sandbox.ErrInvalid, errors.Join(fieldErrors(errs)...))
+	}
+	for k := range tmpl.Labels {
+		if k == LabelPool || k == LabelPoolOwner {
+			return nil, bad("template label", k, "is set by the pool itself")
+		}
+	}
+	// The template must create: resolve it now (image unpacked, limits checked) rather than
+	// fail in the background forever.
+	if _, err := b.resolve(ctx, tmpl); err != nil {
+		return nil, fmt.Errorf("pool template: %w", err)
+	}
+	key, err := PoolKey(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	start, err := startTime(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = b.log
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &Pool{
+		b: b, tmpl: tmpl, key: key, owner: fmt.Sprintf("%d-%d", os.Getpid(), start), opts: opts,
+		log: opts.Logger.With("pool", key), ctx: pctx, cancel: cancel,
+		wake: make(chan struct{}, 1), reapQ: make(chan string, reapQueue), target: opts.Size,
+		beforeCreate: beforeCreate,
+	}
+	p.wg.Add(2)
+	go p.refiller()
+	go p.reaper()
+	return p, nil
+}
+
+func fieldErrors(fes []*spec.FieldError) []error {
+	out := make([]error, len(fes))
+	for i, fe := range fes {
+		out[i] = fe
+	}
+	return out
+}
+
+// Key is the pool's name, the value of LabelPool on its sandboxes.
+func (p *Pool) Key() string { return p.key }
+
+// Template is the declaration the pool's sandboxes are created from (defaults applied; each
+// sandbox gets its own id).
+func (p *Pool) Template() spec.Sandbox { return p.tmpl }
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Size = len(p.ready)
+	st.Target = p.target
+	return st
+}
+
+// Claim hands out a ready sandbox no other claim gets, or, when none is ready, creates one (a
+// miss, counted). The caller owns the sandbox: it is single-use, terminate it when done.
+func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: pool %s is closed", sandbox.ErrConflict, p.key)
+		}
+		n := len(p.ready)
+		if n == 0 {
+			p.stats.Misses++
+			if p.target < p.opts.Max {
+				p.target++
+			}
+			p.mu.Unlock()
+			p.signal()
+			return p.b.Create(ctx, p.decl(false))
+		}
+		it := p.ready[n-1]
+		p.ready[n-1] = pooled{}
+		p.ready = p.ready[:n-1]
+		p.mu.Unlock()
+		p.signal()
+		if it.s.exited() {
+			p.count(func(st *PoolStats) { st.Dead++ })
+			p.enqueueReap(it.sess.ID)
+			continue
+		}
+		// Recorded on disk: a claimed sandbox outlives a crash of this process like any other.
+		if err := os.WriteFile(filepath.Join(it.s.dir, claimedFile), nil, 0o600); err != nil {
+			p.log.Warn("pool: recording a claim failed; discarding the sandbox", "session", it.sess.ID, "err", err)
+			p.enqueueReap(it.sess.ID)
+			continue
+		}
+		p.count(func(st *PoolStats) { st.Hits++ })
+		return it.sess, nil
+	}
+}
+
+// Discard terminates a claimed sandbox in the background, off the caller's path; Close waits
+// for every discarded sandbox to be gone. When the queue is full (or the pool closed) it
+// terminates on the caller's path. Errors are logged and counted (ReapFailures).
+func (p *Pool) Discard(sessionID string) {
+	if !p.enqueueReap(sessionID) {
+		p.terminate(sessionID)
+	}
+}
+
+// enqueueReap hands id to the reaper; false when it cannot take it.
+func (p *Pool) enqueueReap(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	select {
+	case p.reapQ <- id:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Pool) terminate(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.b.Terminate(ctx, id); err != nil {
+		p.count(func(st *PoolStats) { st.ReapFailures++ })
+		p.log.Error("pool: terminating a sandbox failed", "session", id, "err", err)
+	}
+}
+
+func (p *Pool) count(f func(*PoolStats)) {
+	p.mu.Lock()
+	f(&p.stats)
+	p.mu.Unlock()
+}
+
+func (p *Pool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// decl is one sandbox of the template, with its own id; pooled ones carry the pool's labels.
+func (p *Pool) decl(pooled bool) spec.Sandbox {
+	d := p.tmpl
+	prefix := d.ID
+	if len(prefix) > 55 {
+		prefix = prefix[:55]
+	}
+	d.ID = prefix + "-" + randomSuffix()
+	d.Labels = make(map[string]string, len(p.tmpl.Labels)+2)
+	for k, v := range p.tmpl.Labels {
+		d.Labels[k] = v
+	}
+	if pooled {
+		d.Labels[LabelPool] = p.key
+		d.Labels[LabelPoolOwner] = p.owner
+	}
+	return d
+}
+
+func randomSuffix() string {
+	id, _ := newSessionID() // s-<16 hex>; crypto/rand.Read does not fail
+	return id[2:10]
+}
+
+// refiller keeps the pool at its target and expires ready sandboxes that waited too long.
+func (p *Pool) refiller() {
+	defer p.wg.Done()
+	var backoff time.Duration
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := p.expire()
+		if backoff == 0 && p.startCreate() {
+			if p.createOne() {
+				backoff = 0
+			} else {
+				backoff = min(max(2*backoff, 100*time.Millisecond), maxRefillBackoff)
+			}
+			continue
+		}
+		wait := next
+		if backoff > 0 && (wait == 0 || backoff < wait) {
+			wait = backoff
+		}
+		if wait == 0 {
+			wait = time.Hour
+		}
+		timer.Reset(wait)
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.wake:
+		case <-timer.C:
+			backoff = 0
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// startCreate reserves a create when the pool is below its target.
+func (p *Pool) startCreate() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.ready)+p.stats.Creating >= p.target {
+		return false
+	}
+	p.stats.Creating++
+	return true
+}
+
+// createOne creates one pooled sandbox; false when the create failed.
+func (p *Pool) createOne() bool {
+	if p.beforeCreate != nil {
+		p.beforeCreate(p.ctx)
+	}
+	sess, err := p.b.Create(p.ctx, p.decl(true))
+	var s *session
+	if err == nil {
+		p.b.mu.Lock()
+		s = p.b.sessions[sess.ID]
+		p.b.mu.Unlock()
+		if s == nil {
+			err = fmt.Errorf("session %s is not registered", sess.ID)
+		}
+	}
+	p.mu.Lock()
+	p.stats.Creating--
+	if err != nil {
+		closed := p.closed
+		if !closed {
+			p.stats.Failures++
+		}
+		p.mu.Unlock()
+		if !closed {
+			p.log.Warn("pool: creating a sandbox failed", "err", err)
+		}
+		if sess != nil {
+			p.terminate(sess.ID)
+		}
+		return false
+	}
+	if p.closed {
+		p.mu.Unlock()
+		p.terminate(sess.ID)
+		return true
+	}
+	p.ready = append(p.ready, pooled{sess: sess, s: s, since: time.Now()})
+	p.stats.Refills++
+	p.mu.Unlock()
+	return true
+}
+
+// expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until
+// the next one expires (0: none is ready).
+func (p *Pool) expire() time.Duration {
+	now := time.Now()
+	var old []string
+	var next time.Duration
+	p.mu.Lock()
+	keep := p.ready[:0:0]
+	for _, it := range p.ready {
+		left := p.opts.IdleExpiry - now.Sub(it.since)
+		if left <= 0 || it.s.exited() {
+			old = append(old, it.sess.ID)
+			if it.s.exited() {
+				p.stats.Dead++
+			} else {
+				p.stats.Expired++
+			}
+			if p.target > p.opts.Size {
+				p.target--
+			}
+			continue
+		}
+		keep = append(keep, it)
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	if len(old) > 0 {
+		p.ready = keep
+	}
+	p.mu.Unlock()
+	for _, id := range old {
+		if !p.enqueueReap(id) {
+			p.terminate(id)
+		}
+	}
+	return next
+}
+
+// reaper terminates discarded and expired sandboxes until Close has closed the queue.
+func (p *Pool) reaper() {
+	defer p.wg.Done()
+	for id := range p.reapQ {
+		p.terminate(id)
+	}
+}
+
+// Close stops refilling, waits for every discarded sandbox to be terminated, and terminates
+// every sandbox still unclaimed. Claimed sandboxes are their callers'. Close is idempotent.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	close(p.reapQ) // no sender left: every send holds mu and checks closed
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+
+	errs := make([]error, len(ready))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, it := range ready {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := p.b.Terminate(ctx, it.sess.ID); err != nil {
+				errs[i] = fmt.Errorf("pool %s: terminate %s: %w", p.key, it.sess.ID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// reapablePooled reports whether a sandbox found at reconcile is a pooled one nobody claimed
+// and whose pool's process is gone: nothing can ever claim it, so it goes.
+func (b *Backend) reapablePooled(dir string, rec *record) bool {
+	key := rec.Spec.Labels[LabelPool]
+	if key == "" {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(dir, claimedFile)); err == nil {
+		return false
+	}
+	if ownerAlive(rec.Spec.Labels[LabelPoolOwner]) {
+		return false
+	}
+	b.log.Info("reaping an unclaimed pool sandbox whose pool's process is gone", "session", rec.ID, "pool", key, "owner", rec.Spec.Labels[LabelPoolOwner])
+	return true
+}
+
+// ownerAlive parses "<pid>-<start>" and reports whether that process still runs.
+func ownerAlive(owner string) bool {
+	pidS, startS, ok := strings.Cut(owner, "-")
+	if !ok {
+		return false
+	}
+	pid, err1 := strconv.Atoi(pidS)
+	start, err2 := strconv.ParseUint(startS, 10, 64)
+	return err1 == nil && err2 == nil && alive(pid, start)
+}

@@ -1,0 +1,400 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func poolTemplate() spec.Sandbox {
+	return spec.Sandbox{ID: "pt", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "pool-test"}}
+}
+
+// newTestPool starts a pool that the test's cleanup closes (before the backend's cleanup runs).
+func newTestPool(t *testing.T, b *Backend, opts PoolOptions, beforeCreate func(context.Context)) *Pool {
+	t.Helper()
+	p, err := newPool(t.Context(), b, poolTemplate(), opts, beforeCreate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	return p
+}
+
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d ready sandboxes", n), func() bool { return p.Stats().Size >= n })
+}
+
+// pooledIDs lists the backend's sandboxes carrying the pool's label and not claimed.
+func pooledIDs(t *testing.T, b *Backend, key string) []string {
+	t.Helper()
+	list, err := b.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range list {
+		if s.Labels[LabelPool] != key {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, claimedFile)); err == nil {
+			continue
+		}
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+func TestPoolKey(t *testing.T) {
+	a := poolTemplate()
+	b := poolTemplate()
+	b.ID, b.Labels = "other", map[string]string{"x": "y"}
+	c := poolTemplate()
+	c.Limits.Memory = "64Mi"
+	ka, _ := PoolKey(a)
+	kb, _ := PoolKey(b)
+	kc, _ := PoolKey(c)
+	if ka != kb {
+		t.Errorf("id and labels changed the key: %s vs %s", ka, kb)
+	}
+	if ka == kc {
+		t.Errorf("a different memory limit kept the key %s", ka)
+	}
+	if errs := (&spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Labels: map[string]string{LabelPool: ka, LabelPoolOwner: "123-456"}}).Validate(""); len(errs) > 0 {
+		t.Errorf("the pool's labels are not valid labels: %v", errs)
+	}
+}
+
+func TestOwnerAlive(t *testing.T) {
+	start, err := startTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		owner string
+		want  bool
+	}{
+		{fmt.Sprintf("%d-%d", os.Getpid(), start), true},
+		{fmt.Sprintf("%d-%d", os.Getpid(), start+1), false}, // a reused pid
+		{"", false},
+		{"12x-3", false},
+		{"1", false},
+	}
+	for _, tt := range tests {
+		if got := ownerAlive(tt.owner); got != tt.want {
+			t.Errorf("ownerAlive(%q) = %v, want %v", tt.owner, got, tt.want)
+		}
+	}
+}
+
+func TestPoolRefusals(t *testing.T) {
+	b := newTestBackend(t)
+	short := poolTemplate()
+	life := int64(5)
+	short.Session.MaxLifetimeSeconds = &life
+	reserved := poolTemplate()
+	reserved.Labels[LabelPool] = "mine"
+	badMem := poolTemplate()
+	badMem.Limits.Memory = "lots"
+	tests := []struct {
+		name string
+		tmpl spec.Sandbox
+		opts PoolOptions
+	}{
+		{"size 0", poolTemplate(), PoolOptions{Size: 0}},
+		{"max below size", poolTemplate(), PoolOptions{Size: 3, Max: 2}},
+		{"max too large", poolTemplate(), PoolOptions{Size: 1, Max: MaxPoolSize + 1}},
+		{"idle expiry under a second", poolTemplate(), PoolOptions{Size: 1, IdleExpiry: time.Millisecond}},
+		{"idle expiry past the lifetime", short, PoolOptions{Size: 1, IdleExpiry: 5 * time.Second}},
+		{"reserved label", reserved, PoolOptions{Size: 1}},
+		{"bad template", badMem, PoolOptions{Size: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPool(t.Context(), b, tt.tmpl, tt.opts)
+			if err == nil {
+				p.Close(context.Background())
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, sandbox.ErrInvalid) {
+				t.Fatalf("%v, want invalid", err)
+			}
+		})
+	}
+}
+
+// TestPoolClaimRefillClose: a claim is a ready sandbox, recorded as claimed and no longer the
+// pool's; the pool refills; Close terminates every unclaimed sandbox and nothing else.
+func TestPoolClaimRefillClose(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	p := newTestPool(t, b, PoolOptions{Size: 2}, nil)
+	waitReady(t, p, 2)
+	before := pooledIDs(t, b, p.Key())
+	if len(before) != 2 {
+		t.Fatalf("pooled sandboxes %v, want 2", before)
+	}
+	s, err := p.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Labels[LabelPool] != p.Key() || s.Labels["purpose"] != "pool-test" {
+		t.Errorf("claimed labels %v: want the template's and the pool's", s.Labels)
+	}
+	if st := p.Stats(); st.Hits != 1 || st.Misses != 0 {
+		t.Errorf("stats after a claim from a full pool: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, claimedFile)); err != nil {
+		t.Errorf("claim not recorded: %v", err)
+	}
+	a, err := b.Connect(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, res := run(t, a, "echo claimed"); res.ExitCode != 0 || out != "claimed\n" {
+		t.Errorf("exec in a claimed sandbox: %q %+v", out, res)
+	}
+	a.Close()
+	waitFor(t, "the pool to refill", func() bool { st := p.Stats(); return st.Size == 2 && st.Refills >= 3 })
+	unclaimed := pooledIDs(t, b, p.Key())
+	pids := map[string]int{}
+	for _, id := range unclaimed {
+		pids[id] = b.sessionInitPID(id)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range unclaimed {
+		assertGone(t, b, id, pids[id])
+	}
+	if _, err := b.Get(ctx, s.ID); err != nil {
+		t.Errorf("Close terminated the claimed sandbox: %v", err)
+	}
+	if _, err := p.Claim(ctx); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("claim from a closed pool: %v, want conflict", err)
+	}
+	if err := b.Terminate(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolConcurrentClaims: many claims at once never get the same sandbox (run with -race).
+func TestPoolConcurrentClaims(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	const size, claimers = 6, 16
+	p := newTestPool(t, b, PoolOptions{Size: size}, nil)
+	waitReady(t, p, size)
+	var (
+		mu   sync.Mutex
+		ids  = map[string]int{}
+		wg   sync.WaitGroup
+		errs = make(chan error, claimers)
+	)
+	start := make(chan struct{})
+	for i := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			s, err := p.Claim(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			if prev, dup := ids[s.ID]; dup {
+				errs <- fmt.Errorf("claimers %d and %d both got %s", prev, i, s.ID)
+			}
+			ids[s.ID] = i
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := p.Stats()
+	if len(ids) != claimers || st.Hits+st.Misses != claimers {
+		t.Errorf("%d distinct sandboxes, stats %+v; want %d claims", len(ids), st, claimers)
+	}
+	if st.Hits < 1 || st.Hits > size+st.Refills {
+		t.Errorf("hits %d with %d prefilled and %d refills", st.Hits, size, st.Refills)
+	}
+	for id := range ids {
+		p.Discard(id)
+	}
+}
+
+// TestPoolMissFallsBack: a claim on an empty pool creates a sandbox cold, counts a miss and
+// raises the target (up to Max).
+func TestPoolMissFallsBack(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	gate := make(chan struct{})
+	p := newTestPool(t, b, PoolOptions{Size: 1, Max: 2}, func(ctx context.Context) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	})
+	s, err := p.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pooled := s.Labels[LabelPool]; pooled {
+		t.Errorf("a cold sandbox carries the pool label: %v", s.Labels)
+	}
+	st := p.Stats()
+	if st.Misses != 1 || st.Hits != 0 || st.Target != 2 {
+		t.Errorf("stats after a miss: %+v, want 1 miss and target 2", st)
+	}
+	if _, err := p.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Misses != 2 || st.Target != 2 {
+		t.Errorf("stats after a second miss: %+v, want the target held at max 2", st)
+	}
+	close(gate)
+	waitReady(t, p, 2)
+	s2, err := p.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.Labels[LabelPool] != p.Key() || p.Stats().Hits != 1 {
+		t.Errorf("claim after the refill: labels %v, stats %+v", s2.Labels, p.Stats())
+	}
+	if err := b.Terminate(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolIdleExpiry: a sandbox left unclaimed past IdleExpiry is terminated and replaced.
+func TestPoolIdleExpiry(t *testing.T) {
+	b := newTestBackend(t)
+	p := newTestPool(t, b, PoolOptions{Size: 1, IdleExpiry: time.Second}, nil)
+	waitReady(t, p, 1)
+	first := pooledIDs(t, b, p.Key())
+	if len(first) != 1 {
+		t.Fatalf("pooled %v, want 1", first)
+	}
+	pid := b.sessionInitPID(first[0])
+	waitFor(t, "the sandbox to expire", func() bool { return p.Stats().Expired >= 1 })
+	assertGone(t, b, first[0], pid)
+	waitFor(t, "a replacement", func() bool {
+		ids := pooledIDs(t, b, p.Key())
+		return len(ids) == 1 && ids[0] != first[0]
+	})
+}
+
+// TestPoolReconcileKeepsLiveOwners: another backend on the same state dir leaves the pooled
+// sandboxes of a live pool alone.
+func TestPoolReconcileKeepsLiveOwners(t *testing.T) {
+	b1 := newTestBackend(t)
+	p := newTestPool(t, b1, PoolOptions{Size: 2}, nil)
+	waitReady(t, p, 2)
+	ids := pooledIDs(t, b1, p.Key())
+	b2 := newTestBackendAt(t, b1.opts.StateDir)
+	for _, id := range ids {
+		if _, err := b2.Get(t.Context(), id); err != nil {
+			t.Errorf("the second backend lost %s of a live pool: %v", id, err)
+		}
+	}
+	s, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Discard(s.ID)
+}
+
+// TestPoolReconcileReapsOrphans: when the pool's process dies, the next backend reaps its
+// unclaimed sandboxes and keeps the claimed one.
+func TestPoolReconcileReapsOrphans(t *testing.T) {
+	testutil.RequireRoot(t)
+	state := testStateDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPoolHelperProcess$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_POOL_HELPER="+state, "AIRLOCK_HELPER_AGENT="+agentBin)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var report poolHelperReport
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if json.Unmarshal(sc.Bytes(), &report) == nil && report.Claimed != "" {
+			break
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if report.Claimed == "" || len(report.Pooled) == 0 {
+		t.Fatalf("helper reported %+v", report)
+	}
+	b := newTestBackendAt(t, state)
+	for id, pid := range report.Pooled {
+		assertGone(t, b, id, pid)
+	}
+	if _, err := b.Get(t.Context(), report.Claimed); err != nil {
+		t.Errorf("the claimed sandbox was reaped: %v", err)
+	}
+}
+
+type poolHelperReport struct {
+	Claimed string         `json:"claimed"`
+	Pooled  map[string]int `json:"pooled"` // session id → init pid
+}
+
+// TestPoolHelperProcess is the other process of TestPoolReconcileReapsOrphans: it fills a
+// pool, claims one sandbox, reports, and waits to be killed.
+func TestPoolHelperProcess(t *testing.T) {
+	state := os.Getenv("AIRLOCK_POOL_HELPER")
+	if state == "" {
+		t.Skip("helper process only")
+	}
+	ctx := context.Background()
+	b, err := New(ctx, Options{StateDir: state, AgentPath: os.Getenv("AIRLOCK_HELPER_AGENT")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPool(ctx, b, poolTemplate(), PoolOptions{Size: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 2)
+	s, err := p.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 2)
+	rep := poolHelperReport{Claimed: s.ID, Pooled: map[string]int{}}
+	for _, id := range pooledIDs(t, b, p.Key()) {
+		rep.Pooled[id] = b.sessionInitPID(id)
+	}
+	line, _ := json.Marshal(rep)
+	fmt.Printf("%s\n", line)
+	time.Sleep(time.Hour)
+}
