@@ -3,6 +3,7 @@ package operator
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,14 @@ const cpuRequestDivisor = 10
 
 // agentConfig is what the pod's agent serves with: public keys only.
 func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32) ([]byte, error) {
+	// The agent gives code only this environment (the image's is not read: the operator never
+	// pulls images), so the usual basics come first and the declaration overrides them.
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME": d.Workdir,
+		"LANG": "C.UTF-8",
+	}
+	maps.Copy(env, d.Env)
 	cfg := agent.Config{
 		SandboxID:        d.ID,
 		SessionID:        sessionID,
@@ -47,7 +56,7 @@ func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32) ([]byte,
 		FilesRoot:        "/",
 		DenyPaths:        []string{AgentDir, ConfigDir, "/dev", "/proc", "/sys"},
 		Workdir:          d.Workdir,
-		Env:              d.Env,
+		Env:              env,
 		CodeUID:          CodeUID,
 		CodeGID:          CodeGID,
 		MaxTimeout:       time.Duration(d.Session.Lifetime()) * time.Second,

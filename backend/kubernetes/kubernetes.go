@@ -1,0 +1,309 @@
+// Package kubernetes is the sandbox.Backend for applications in a cluster: the airlock broker's client plus the agent client.
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/operator/brokerapi"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// DefaultTokenFile is where a pod's projected ServiceAccount token for the broker is mounted
+// (see docs/kubernetes.md: a projected volume with audience airlock-broker).
+const DefaultTokenFile = "/var/run/secrets/airlock/token"
+
+// Config says how to reach the broker and who the caller is.
+type Config struct {
+	// BrokerURL is the broker's base URL, e.g. http://airlock-broker.airlock-system.svc.
+	BrokerURL string
+	// Namespace holds the Sandboxes this backend claims from.
+	Namespace string
+	// Token returns the caller's ServiceAccount token (audience airlock-broker). Default: read
+	// TokenFile on every call, so a rotated projected token is picked up.
+	Token func(ctx context.Context) (string, error)
+	// TokenFile is read when Token is nil (default DefaultTokenFile).
+	TokenFile string
+	// HTTPClient talks to the broker (default: a client with a 30 s timeout).
+	HTTPClient *http.Client
+}
+
+// Backend implements sandbox.Backend against the broker. Create claims a warm pod of the Sandbox
+// named like the declaration's id; the declaration must equal the Sandbox's.
+type Backend struct {
+	cfg  Config
+	base *url.URL
+	hc   *http.Client
+
+	mu     sync.Mutex
+	grants map[string]*brokerapi.Grant // by session id: endpoint and tokens
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New checks cfg and returns a backend.
+func New(cfg Config) (*Backend, error) {
+	u, err := url.Parse(cfg.BrokerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: kubernetes backend: broker URL %q is not http(s)://host[:port]", sandbox.ErrInvalid, cfg.BrokerURL)
+	}
+	if cfg.Namespace == "" {
+		return nil, fmt.Errorf("%w: kubernetes backend: namespace is empty", sandbox.ErrInvalid)
+	}
+	if cfg.Token == nil {
+		f := cfg.TokenFile
+		if f == "" {
+			f = DefaultTokenFile
+		}
+		cfg.Token = func(context.Context) (string, error) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", fmt.Errorf("%w: broker token: %v", sandbox.ErrUnauthenticated, err)
+			}
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 90 * time.Second}
+	}
+	return &Backend{cfg: cfg, base: u, hc: hc, grants: map[string]*brokerapi.Grant{}}, nil
+}
+
+// Platform implements sandbox.Backend.
+func (b *Backend) Platform() capability.Platform { return capability.Kubernetes }
+
+// Capabilities implements sandbox.Backend: the operator's published set.
+func (b *Backend) Capabilities(context.Context) capability.Set {
+	s, _ := capability.For(capability.Kubernetes)
+	return s
+}
+
+// Error is a broker answer other than success. errors.Is matches the sandbox error class of its code.
+type Error struct {
+	Status     int
+	Code       string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("airlock broker: HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Unwrap returns the sandbox error class of the code.
+func (e *Error) Unwrap() error {
+	switch e.Code {
+	case brokerapi.CodeInvalid:
+		return sandbox.ErrInvalid
+	case brokerapi.CodeUnauthenticated:
+		return sandbox.ErrUnauthenticated
+	case brokerapi.CodeForbidden:
+		return sandbox.ErrForbidden
+	case brokerapi.CodeNotFound:
+		return sandbox.ErrNotFound
+	case brokerapi.CodeConflict:
+		return sandbox.ErrConflict
+	case brokerapi.CodeRefused:
+		return sandbox.ErrRefused
+	case brokerapi.CodeOutcomeUnknown:
+		return sandbox.ErrOutcomeUnknown
+	case brokerapi.CodeUnavailable:
+		return sandbox.ErrUnreachable
+	}
+	return nil
+}
+
+// call sends one broker request and decodes a 2xx JSON answer into out (if non-nil).
+func (b *Backend) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	tok, err := b.cfg.Token(ctx)
+	if err != nil {
+		return err
+	}
+	u := *b.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		if method == http.MethodGet {
+			return fmt.Errorf("%w: broker %s %s: %w", sandbox.ErrUnreachable, method, path, err)
+		}
+		return fmt.Errorf("%w: broker %s %s: %w", sandbox.ErrOutcomeUnknown, method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var be brokerapi.Error
+		if json.Unmarshal(raw, &be) != nil || be.Code == "" {
+			be = brokerapi.Error{Code: brokerapi.CodeInternal, Message: strings.TrimSpace(string(raw))}
+		}
+		e := &Error{Status: resp.StatusCode, Code: be.Code, Message: be.Message}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%w: broker %s %s: decode answer: %v", sandbox.ErrOutcomeUnknown, method, path, err)
+	}
+	return nil
+}
+
+// Claim asks the broker once for a session of Sandbox name (the declaration, if non-nil, must
+// match it). An empty pool is an *Error with Status 503 and RetryAfter set.
+func (b *Backend) Claim(ctx context.Context, name string, decl *spec.Sandbox) (*brokerapi.Grant, error) {
+	var g brokerapi.Grant
+	err := b.call(ctx, http.MethodPost, brokerapi.PathClaim, nil,
+		brokerapi.ClaimRequest{Namespace: b.cfg.Namespace, Sandbox: name, Declaration: decl}, &g)
+	if err != nil {
+		return nil, err
+	}
+	b.remember(&g)
+	return &g, nil
+}
+
+func (b *Backend) remember(g *brokerapi.Grant) {
+	b.mu.Lock()
+	b.grants[g.Session.ID] = g
+	b.mu.Unlock()
+}
+
+func toSession(s brokerapi.Session) *sandbox.Session {
+	return &sandbox.Session{
+		ID: s.ID, SandboxID: s.Spec.ID, Platform: string(capability.Kubernetes), State: sandbox.StateRunning,
+		Generation: s.Generation, CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, Labels: s.Spec.Labels, Spec: s.Spec,
+	}
+}
+
+// Create claims a warm pod of the Sandbox named decl.ID, waiting (as Retry-After says) while the
+// pool is empty, and returns once the pod's agent answers.
+func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	for {
+		g, err := b.Claim(ctx, decl.ID, &decl)
+		var be *Error
+		if errors.As(err, &be) && be.Status == http.StatusServiceUnavailable && be.RetryAfter > 0 {
+			t := time.NewTimer(be.RetryAfter)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("%w: waiting for a warm pod of %s: %w (last: %v)", sandbox.ErrDeadlineExceeded, decl.ID, ctx.Err(), err)
+			case <-t.C:
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		a := b.agent(g)
+		defer a.Close()
+		// The pod was ready when claimed; one health call proves the agent answers this caller.
+		if _, err := a.Health(ctx); err != nil {
+			return nil, fmt.Errorf("session %s claimed but its agent does not answer: %w", g.Session.ID, err)
+		}
+		return toSession(g.Session), nil
+	}
+}
+
+// reconnect fetches fresh tokens for session id.
+func (b *Backend) reconnect(ctx context.Context, id string) (*brokerapi.Grant, error) {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return nil, fmt.Errorf("%w: session id %q", sandbox.ErrInvalid, id)
+	}
+	var g brokerapi.Grant
+	if err := b.call(ctx, http.MethodGet, brokerapi.PathSessions+b.cfg.Namespace+"/"+id, nil, nil, &g); err != nil {
+		return nil, err
+	}
+	b.remember(&g)
+	return &g, nil
+}
+
+// Get implements sandbox.Backend: the session as the cluster has it now.
+func (b *Backend) Get(ctx context.Context, id string) (*sandbox.Session, error) {
+	g, err := b.reconnect(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return toSession(g.Session), nil
+}
+
+// List implements sandbox.Backend: the caller's sessions in the namespace.
+func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
+	var ss []brokerapi.Session
+	if err := b.call(ctx, http.MethodGet, brokerapi.PathSessions, url.Values{"namespace": {b.cfg.Namespace}}, nil, &ss); err != nil {
+		return nil, err
+	}
+	out := make([]*sandbox.Session, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, toSession(s))
+	}
+	return out, nil
+}
+
+// tokenMargin: a token this close to expiry is renewed before use.
+const tokenMargin = 30 * time.Second
+
+// Connect implements sandbox.Backend: an agent client carrying the session's execute token.
+func (b *Backend) Connect(ctx context.Context, id string) (sandbox.Agent, error) {
+	b.mu.Lock()
+	g := b.grants[id]
+	b.mu.Unlock()
+	if g == nil || time.Until(g.TokenExpiresAt) < tokenMargin {
+		var err error
+		if g, err = b.reconnect(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return b.agent(g), nil
+}
+
+func (b *Backend) agent(g *brokerapi.Grant) *client.Client {
+	tok := g.ExecuteToken
+	return client.New(g.Endpoint, func() string { return tok })
+}
+
+// Terminate implements sandbox.Backend: the broker deletes the pod and answers once it is gone.
+func (b *Backend) Terminate(ctx context.Context, id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#") {
+		return fmt.Errorf("%w: session id %q", sandbox.ErrInvalid, id)
+	}
+	if err := b.call(ctx, http.MethodDelete, brokerapi.PathSessions+b.cfg.Namespace+"/"+id, nil, nil, nil); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.grants, id)
+	b.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ci.sh: the Kubernetes suites end to end on a real single-node cluster built on this machine:
+# build (cached) → up → images (this checkout) → load → deploy → go test -tags cluster → down.
+# The cluster is stopped whatever happens (set AIRLOCK_K8S_KEEP=1 to leave it running).
+#   hack/testcluster/ci.sh [go test flags...]     e.g. -run TestConformance -v
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+cleanup() {
+  local rc=$?
+  if ((rc != 0)) && [[ -d "$LOGS" ]]; then
+    log "failed (rc=$rc); last lines of the component logs:"
+    for f in "$LOGS"/*.log; do echo "== $f"; tail -n 15 "$f"; done >&2
+    "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" -n airlock-system logs deploy/airlock-operator --tail=40 >&2 2>/dev/null || true
+  fi
+  if [[ "${AIRLOCK_K8S_KEEP:-0}" != 1 ]]; then "$HERE/down.sh"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+"$HERE/build.sh"
+"$HERE/up.sh" >/dev/null
+mapfile -t images < <("$HERE/images.sh")
+"$HERE/load-image.sh" "${images[@]}" >&2
+"$HERE/deploy.sh"
+cd "$REPO"
+AIRLOCK_K8S_KUBECONFIG="$KUBECONFIG_OUT" AIRLOCK_K8S_KUBECTL="$BIN/kubectl" \
+  go test -tags cluster -count=1 -timeout 30m "$@" ./backend/kubernetes/... ./operator/...
