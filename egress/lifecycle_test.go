@@ -571,8 +571,13 @@ func TestMaxConns(t *testing.T) {
 			return nil, err
 		}
 		c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.WriteString(c, "x"); err == nil {
-			_, err = io.ReadFull(c, make([]byte, 1))
+		got := make([]byte, 1)
+		_, err = io.WriteString(c, "x")
+		if err == nil {
+			_, err = io.ReadFull(c, got)
+		}
+		if err == nil && got[0] != 'x' {
+			err = fmt.Errorf("echo returned %q", got)
 		}
 		if err != nil {
 			c.Close()
