@@ -131,11 +131,20 @@ func NewGateway(opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: host netns: %w", err)
 	}
-	if g.hostNL, err = netlink.NewHandleAt(g.hostNS); err != nil {
+	if g.hostNL, err = g.hostHandle(); err != nil {
 		g.hostNS.Close()
 		return nil, fmt.Errorf("egress: netlink in host netns: %w", err)
 	}
 	return g, nil
+}
+
+// hostHandle opens netlink in the host namespace; in our own namespace without a setns,
+// which would need CAP_SYS_ADMIN even to "switch" to where we already are.
+func (g *Gateway) hostHandle() (*netlink.Handle, error) {
+	if g.opts.HostNetns == nil {
+		return netlink.NewHandle()
+	}
+	return netlink.NewHandleAt(g.hostNS)
 }
 
 func privatePool(p netip.Prefix) bool {

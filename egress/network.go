@@ -75,7 +75,7 @@ func (g *Gateway) release(blk netip.Prefix) {
 
 // buildNetwork makes the link, rules and listeners for a; on error it undoes what it made.
 func (g *Gateway) buildNetwork(ctx context.Context, a *Attachment) (_ *network, err error) {
-	hh, err := netlink.NewHandleAt(g.hostNS)
+	hh, err := g.hostHandle()
 	if err != nil {
 		return nil, fmt.Errorf("egress: netlink in host netns: %w", err)
 	}
@@ -235,7 +235,7 @@ func (n *network) teardown() error {
 }
 
 func (g *Gateway) deleteLink(name string) error {
-	h, err := netlink.NewHandleAt(g.hostNS)
+	h, err := g.hostHandle()
 	if err != nil {
 		return fmt.Errorf("egress: netlink in host netns: %w", err)
 	}

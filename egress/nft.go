@@ -37,7 +37,11 @@ import (
 const droppedCounter = "dropped"
 
 func (g *Gateway) nftConn() (*nftables.Conn, error) {
-	c, err := nftables.New(nftables.WithNetNSFd(int(g.hostNS)))
+	var opts []nftables.ConnOption
+	if g.opts.HostNetns != nil { // else our own namespace, with no setns
+		opts = append(opts, nftables.WithNetNSFd(int(g.hostNS)))
+	}
+	c, err := nftables.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("egress: nftables: %w", err)
 	}
