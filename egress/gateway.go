@@ -311,7 +311,7 @@ func (a *Attachment) ResolvConf() []byte {
 	if !r.IsValid() {
 		return []byte("# airlock: egress denied, no DNS\n")
 	}
-	return []byte("nameserver " + r.String() + "\noptions edns0 trust-ad\n")
+	return []byte("nameserver " + r.String() + "\noptions edns0\n")
 }
 
 // Policy returns the policy in force.
