@@ -155,7 +155,7 @@ func run(args []string) error {
 		HealthProbeBindAddress: *healthAddr,
 		// Only our own pods and policies are cached, not every pod of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                  {Label: managed},
+			&corev1.Pod{}:                 {Label: managed},
 			&networkingv1.NetworkPolicy{}: {Label: managed},
 		}},
 	})
@@ -179,8 +179,8 @@ func run(args []string) error {
 	}
 	broker := &operator.Broker{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Reviewer:  &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience},
-		Keys:      keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
+		Reviewer: &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience},
+		Keys:     keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
 		RetryAfter: 2 * time.Second, DeleteTimeout: 60 * time.Second, Log: logger,
 	}
 	srv := &http.Server{Addr: *brokerAddr, Handler: broker.Handler(), ReadHeaderTimeout: 10 * time.Second}
