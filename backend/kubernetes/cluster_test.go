@@ -99,6 +99,7 @@ func (e *env) backend(sa string) *kb.Backend {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.t.Cleanup(func() { b.Close() })
 	return b
 }
 

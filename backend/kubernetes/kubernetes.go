@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -49,9 +50,16 @@ type Backend struct {
 	base *url.URL
 	hc   *http.Client
 
+	// agentHC is shared by every agent client: one connection pool, and a dial timeout, because
+	// a deleted pod's address silently drops SYNs and the kernel's retries take minutes.
+	agentHC *http.Client
+
 	mu     sync.Mutex
 	grants map[string]*brokerapi.Grant // by session id: endpoint and tokens
 }
+
+// AgentDialTimeout bounds connecting to a pod's agent.
+const AgentDialTimeout = 5 * time.Second
 
 var _ sandbox.Backend = (*Backend)(nil)
 
@@ -81,7 +89,22 @@ func New(cfg Config) (*Backend, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 90 * time.Second}
 	}
-	return &Backend{cfg: cfg, base: u, hc: hc, grants: map[string]*brokerapi.Grant{}}, nil
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: AgentDialTimeout}).DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		// The agent speaks HTTP/1.1; frame streams and full-duplex stdin rely on it.
+		ForceAttemptHTTP2: false,
+		Proxy:             nil,
+	}
+	return &Backend{cfg: cfg, base: u, hc: hc, agentHC: &http.Client{Transport: tr}, grants: map[string]*brokerapi.Grant{}}, nil
+}
+
+// Close releases idle agent connections.
+func (b *Backend) Close() error {
+	b.agentHC.CloseIdleConnections()
+	return nil
 }
 
 // Platform implements sandbox.Backend.
@@ -227,7 +250,10 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 		if err != nil {
 			return nil, err
 		}
-		a := b.agent(g)
+		a, err := b.agent(g)
+		if err != nil {
+			return nil, err
+		}
 		defer a.Close()
 		// The pod was ready when claimed; one health call proves the agent answers this caller.
 		if _, err := a.Health(ctx); err != nil {
@@ -286,12 +312,16 @@ func (b *Backend) Connect(ctx context.Context, id string) (sandbox.Agent, error)
 			return nil, err
 		}
 	}
-	return b.agent(g), nil
+	return b.agent(g)
 }
 
-func (b *Backend) agent(g *brokerapi.Grant) *client.Client {
+func (b *Backend) agent(g *brokerapi.Grant) (*client.Client, error) {
+	hostport, ok := strings.CutPrefix(g.Endpoint, "tcp:")
+	if !ok || hostport == "" {
+		return nil, fmt.Errorf("%w: broker gave agent endpoint %q, want tcp:host:port", sandbox.ErrOutcomeUnknown, g.Endpoint)
+	}
 	tok := g.ExecuteToken
-	return client.New(g.Endpoint, func() string { return tok })
+	return client.NewHTTP("http://"+hostport, b.agentHC, func() string { return tok }), nil
 }
 
 // Terminate implements sandbox.Backend: the broker deletes the pod and answers once it is gone.

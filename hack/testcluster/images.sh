@@ -18,6 +18,15 @@ go run ./hack/testcluster/imgpack -out "$OUT/airlock.tar" -tag airlock.local/air
   -entrypoint /airlock-operator \
   -file "/airlock-agent=$OUT/bin/airlock-agent" -file "/airlock-operator=$OUT/bin/airlock-operator"
 log "building the sandbox test image"
-hack/mkrootfs.sh --docker-archive "$OUT/sandbox.tar" --tag airlock.local/sandbox:test "$OUT/sandbox-rootfs" >&2
+hack/mkrootfs.sh "$OUT/sandbox-rootfs" >&2
+# The conformance suite also needs echo, pwd, test, true and false as programs (argv exec, not
+# shell builtins); they are coreutils, linked only against the libc the root already holds.
+rm -rf "$OUT/sandbox-rootfs-k8s"
+cp -a "$OUT/sandbox-rootfs" "$OUT/sandbox-rootfs-k8s"
+for b in echo pwd test true false sleep cat env printf; do
+  [[ -e "$OUT/sandbox-rootfs-k8s/usr/bin/$b" ]] || cp -p "/usr/bin/$b" "$OUT/sandbox-rootfs-k8s/usr/bin/$b"
+done
+go run ./image/cmd/mkimage -rootfs "$OUT/sandbox-rootfs-k8s" -docker-archive "$OUT/sandbox.tar" \
+  -tag airlock.local/sandbox:test >&2
 echo "$OUT/airlock.tar"
 echo "$OUT/sandbox.tar"
