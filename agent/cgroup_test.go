@@ -75,10 +75,12 @@ func execCgroups(t *testing.T, base string) []string {
 // double-forked setsid'd grandchild (its parent exits at once), a plain background child. It
 // prints "ready" once every pid is on disk, then waits.
 func treeScript(dir string) string {
+	// The tree's output goes to /dev/null so that a survivor shows as a live pid, not as a
+	// stream that never ends.
 	return fmt.Sprintf(`cd %s
-setsid sh -c 'echo $$ > p1; exec sleep 1000' &
-sh -c 'setsid sh -c "echo \$\$ > p2; exec sleep 1001" &' 
-sleep 1002 & echo $! > p3
+setsid sh -c 'echo $$ > p1; exec sleep 1000' >/dev/null 2>&1 &
+sh -c 'setsid sh -c "echo \$\$ > p2; exec sleep 1001" &' >/dev/null 2>&1
+sleep 1002 >/dev/null 2>&1 & echo $! > p3
 while [ ! -s p1 ] || [ ! -s p2 ] || [ ! -s p3 ]; do sleep 0.01; done
 echo ready
 sleep 1003`, dir)
@@ -111,7 +113,9 @@ func TestCgroupKill(t *testing.T) {
 			h := newHarness(t)
 			base := setup(h)
 			h.start()
-			ctx := context.Background()
+			// A hang guard: a kill that does not work shows as a failed call, not a stuck suite.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			hl, err := h.cl.Health(ctx)
 			if err != nil || hl.KillScope != kind {
 				t.Fatalf("health %+v %v, want killScope %s", hl, err, kind)
@@ -163,7 +167,7 @@ func TestCgroupKill(t *testing.T) {
 
 			t.Run("leftovers die with the exec", func(t *testing.T) {
 				dir := t.TempDir()
-				out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf(`cd %s; setsid sleep 1000 & echo $! > p1; sh -c 'setsid sleep 1000 & echo $! > p2'; sleep 1000 & echo $! > p3; echo done`, dir)})
+				out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf(`cd %s; setsid sleep 1000 >/dev/null 2>&1 & echo $! > p1; sh -c 'setsid sleep 1000 >/dev/null 2>&1 & echo $! > p2'; sleep 1000 >/dev/null 2>&1 & echo $! > p3; echo done`, dir)})
 				if out != "done\n" || res.ExitCode != 0 || res.TimedOut {
 					t.Fatalf("stdout %q result %+v", out, res)
 				}

@@ -421,7 +421,9 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 		wg.Add(1)
 		go pump(f, types[i], limits[i], out, &truncated[i], &wg)
 	}
-	timer := time.NewTimer(j.spec.timeout)
+	// A closed channel, not a timer's one-shot one: the deadline is waited on twice.
+	expired := make(chan struct{})
+	timer := time.AfterFunc(j.spec.timeout, func() { close(expired) })
 	defer timer.Stop()
 	var (
 		ws        syscall.WaitStatus
@@ -431,7 +433,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	)
 	select {
 	case ws = <-j.exited:
-	case <-timer.C:
+	case <-expired:
 		timedOut = true
 		errs = append(errs, j.group.kill())
 		ws = <-j.exited
@@ -450,7 +452,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 		// A setsid'd escapee may hold the pipes open; it gets until the deadline, not forever.
 		select {
 		case <-pumpsDone:
-		case <-timer.C:
+		case <-expired:
 		case <-ctx.Done():
 		}
 		for _, f := range j.outs {

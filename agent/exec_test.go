@@ -197,7 +197,7 @@ func TestExecDeadlineKillsGroup(t *testing.T) {
 	h := newHarness(t).start()
 	pidFile := filepath.Join(h.dir, "pid")
 	out, _, res := run(t, h.cl, sandbox.ExecRequest{
-		Shell:   "sleep 1000 & echo $! > " + pidFile + "; wait",
+		Shell:   "sleep 1000 >/dev/null 2>&1 & echo $! > " + pidFile + "; wait",
 		Timeout: 1500 * time.Millisecond,
 	})
 	if !res.TimedOut || res.Signal != "SIGKILL" || res.ExitCode != -1 {

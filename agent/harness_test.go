@@ -153,6 +153,8 @@ func (h *harness) start() *harness {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// atexit_sleep_ms: the race runtime otherwise sleeps a second at every agent exit.
 	cmd.Env = append(os.Environ(), envConfig+"="+cfgFile, "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	// If the test binary dies (a timeout panic), its agent must not outlive it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	h.stderr = &syncBuffer{}
 	cmd.Stderr = h.stderr
 	out, err := cmd.StdoutPipe()
