@@ -75,6 +75,8 @@ type harness struct {
 	proc   *exec.Cmd
 	stderr *syncBuffer
 	exited chan struct{}
+	// cloneflags start the agent in new namespaces (CLONE_NEWPID: the agent is PID 1).
+	cloneflags uintptr
 }
 
 type syncBuffer struct {
@@ -154,7 +156,7 @@ func (h *harness) start() *harness {
 	// atexit_sleep_ms: the race runtime otherwise sleeps a second at every agent exit.
 	cmd.Env = append(os.Environ(), envConfig+"="+cfgFile, "GORACE=atexit_sleep_ms=0 halt_on_error=1")
 	// If the test binary dies (a timeout panic), its agent must not outlive it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: h.cloneflags}
 	h.stderr = &syncBuffer{}
 	cmd.Stderr = h.stderr
 	out, err := cmd.StdoutPipe()
