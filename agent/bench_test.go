@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,3 +71,26 @@ func BenchmarkFileWriteRead(b *testing.B) {
 type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// BenchmarkExecTrueCgroupV1 is BenchmarkExecTrue with a per-exec v1 freezer cgroup (root).
+func BenchmarkExecTrueCgroupV1(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for a freezer cgroup")
+	}
+	h := newHarness(b)
+	dir := filepath.Join("/sys/fs/cgroup/freezer", "airlock-test-"+randHex(4))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = syscall.Rmdir(dir) })
+	h.cfg.CgroupV1Freezer = dir
+	h.start()
+	ctx := context.Background()
+	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
+	for b.Loop() {
+		res, err := h.cl.Exec(ctx, req, nil, nil)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+}

@@ -171,3 +171,48 @@ func TestLeanDependencies(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStartup is the agent binary's start-up as a sandbox pays it: exec, config read,
+// listen, first health answer.
+func BenchmarkStartup(b *testing.B) {
+	dir := b.TempDir()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ring, err := token.NewKeyRing(pub).MarshalText()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := agent.Config{
+		SandboxID: "sbx", SessionID: "ses", KeyRing: string(ring),
+		Listen: "unix:" + filepath.Join(dir, "agent.sock"), FilesRoot: dir,
+		CodeUID: uint32(os.Getuid()), CodeGID: uint32(os.Getgid()), AllowRootCode: true,
+		MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20,
+	}
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		cmd := exec.Command(agentBin, "serve", "--config", "-")
+		cmd.Stdin = strings.NewReader(string(js))
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(stderr).ReadString('\n'); !strings.Contains(line, "listening") {
+			b.Fatalf("agent: %q", line)
+		}
+		cl := client.New(cfg.Listen, nil)
+		if _, err := cl.Health(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		cl.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+}
