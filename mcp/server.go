@@ -18,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -46,6 +47,9 @@ type Options struct {
 	// wait for a slot. 0 means DefaultMaxConcurrentRuns.
 	MaxConcurrentRuns int
 	Logger            *slog.Logger
+	// Pool, when set, is a warm pool run_code claims its sandboxes from (see runcode.Options);
+	// its owner closes it after the server.
+	Pool runcode.Pool
 }
 
 // Server is the airlock MCP server over one backend. Sessions created through it are

@@ -217,7 +217,7 @@ func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, 
 	}
 	res, err := runcode.Run(ctx, s.backend, runcode.Request{
 		Language: in.Language, Code: in.Code, TimeoutSeconds: in.TimeoutSeconds, Network: in.Network, Stdin: in.Stdin,
-	}, runcode.Options{Image: s.opts.Image, Logger: s.log})
+	}, runcode.Options{Image: s.opts.Image, Logger: s.log, Pool: s.opts.Pool})
 	if err != nil {
 		return runcode.Result{}, "", err
 	}

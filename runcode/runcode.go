@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -179,6 +180,22 @@ type Options struct {
 	// Labels are added to the sandbox's labels.
 	Labels map[string]string
 	Logger *slog.Logger
+	// Pool, when set, supplies the sandbox of a run whose declaration fits the pool's template
+	// (see Fits): a claim instead of a create. The claimed sandbox is still single-use; it is
+	// handed back to Pool.Discard, which terminates it off the caller's path (so its errors are
+	// logged by the pool, not returned). Runs that do not fit are created as without a pool.
+	Pool Pool
+}
+
+// Pool hands out fresh sandboxes created ahead of time from one template
+// (backend/local.Pool implements it).
+type Pool interface {
+	// Template is the declaration the pool's sandboxes are made from.
+	Template() spec.Sandbox
+	// Claim returns a sandbox no other claim gets, creating one when none is ready.
+	Claim(ctx context.Context) (*sandbox.Session, error)
+	// Discard terminates a claimed sandbox, off the caller's path.
+	Discard(sessionID string)
 }
 
 // Result is what one run produced.
@@ -373,11 +390,20 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	}
 	decl.ApplyDefaults()
 
-	sess, err := backend.Create(ctx, decl)
+	sess, pooled, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
-		return Result{}, fmt.Errorf("creating the sandbox: %w", err)
+		return Result{}, err
+	}
+	if sess == nil {
+		if sess, err = backend.Create(ctx, decl); err != nil {
+			return Result{}, fmt.Errorf("creating the sandbox: %w", err)
+		}
 	}
 	defer func() {
+		if pooled {
+			opts.Pool.Discard(sess.ID)
+			return
+		}
 		// The sandbox goes whatever happened, with a context of its own: a cancelled
 		// caller must not leave it behind.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
@@ -417,9 +443,58 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 		return Result{}, fmt.Errorf("running the code: %w", err)
 	}
 	res.Language = req.Language
-	res.SandboxID = decl.ID
+	res.SandboxID = sess.SandboxID
 	res.Memory = string(decl.Limits.Memory)
 	return res, nil
+}
+
+// claimMargin is how much lifetime a claimed sandbox must have beyond the run's timeout.
+const claimMargin = 5 * time.Second
+
+// claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
+// has lifetime enough for the timeout; nil (and no error) means create one.
+func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (*sandbox.Session, bool, error) {
+	if pool == nil || !Fits(decl, pool.Template()) {
+		return nil, false, nil
+	}
+	sess, err := pool.Claim(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("claiming a sandbox from the pool: %w", err)
+	}
+	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+claimMargin {
+		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)
+		pool.Discard(sess.ID)
+		return nil, false, nil
+	}
+	return sess, true, nil
+}
+
+// Fits reports whether a run declared as decl may use a sandbox of tmpl: the same image,
+// limits, egress, runtime, working directory, environment and ports. Ids, labels and the
+// session's clocks may differ (a claim checks the lifetime left instead).
+func Fits(decl, tmpl spec.Sandbox) bool {
+	norm := func(s spec.Sandbox) spec.Sandbox {
+		s.ApplyDefaults()
+		s.ID, s.Labels, s.Session = "", nil, spec.Session{}
+		if len(s.Env) == 0 {
+			s.Env = nil
+		}
+		return s
+	}
+	return reflect.DeepEqual(norm(decl), norm(tmpl))
+}
+
+// PoolTemplate is the sandbox a pool for run_code keeps ready: what Declaration gives a run
+// with opts and network off, living long enough for the longest timeout after idleExpiry in
+// the pool.
+func PoolTemplate(opts Options, idleExpiry time.Duration) spec.Sandbox {
+	d := Declaration(Request{Language: string(Python), TimeoutSeconds: MaxTimeoutSeconds}, opts)
+	d.ID = "run"
+	delete(d.Labels, "airlock.dev/language")
+	life := int64(MaxTimeoutSeconds+lifetimeMargin) + int64((idleExpiry+time.Second-1)/time.Second)
+	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = &life, &life
+	d.ApplyDefaults()
+	return d
 }
 
 // Exec runs req on agent and captures its output the way Run does (opts.Stdout, Stderr

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -9,10 +10,13 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/runcode"
 )
 
 func init() { commands = append(commands, newMCPCmd) }
@@ -22,6 +26,9 @@ type mcpFlags struct {
 	image       string
 	maxSessions int
 	maxRuns     int
+	pool        int
+	poolMax     int
+	poolIdle    time.Duration
 	logLevel    string
 	backend     backendFlags
 }
@@ -38,9 +45,14 @@ sandbox_write_file, sandbox_list and sandbox_terminate.
 By default the server speaks MCP over standard input and output, for a client that starts it
 (stdout carries only the protocol; logs go to stderr). With --http it serves the streamable
 HTTP transport at http://ADDR/mcp instead, on a loopback address only: the transport has no
-authentication. Sandboxes created with sandbox_create are terminated when the server stops.`,
+authentication. Sandboxes created with sandbox_create are terminated when the server stops.
+
+With --pool N the server keeps N run_code sandboxes created and their agents ready, so a call
+claims one instead of creating it; each is still used by one call only and then terminated,
+and the pool refills in the background (a call that finds it empty creates one as usual).`,
 		Example: `  airlock mcp
   airlock mcp --http 127.0.0.1:8765
+  airlock mcp --pool 4            # run_code claims warm sandboxes instead of creating them
 
   # Claude Desktop, Cursor and other stdio clients:
   {"mcpServers": {"airlock": {"command": "sudo", "args": ["airlock", "mcp"]}}}`,
@@ -52,6 +64,9 @@ authentication. Sandboxes created with sandbox_create are terminated when the se
 	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
 	fl.IntVar(&f.maxRuns, "max-runs", mcp.DefaultMaxConcurrentRuns, "most run_code calls running at once (more wait)")
+	fl.IntVar(&f.pool, "pool", 0, "keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
+	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
+	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	f.backend.add(cmd)
 	return cmd
@@ -71,6 +86,15 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	}
 	if f.maxRuns < 1 {
 		return usageError("--max-runs %d must be at least 1", f.maxRuns)
+	}
+	if f.pool < 0 || f.pool > local.MaxPoolSize {
+		return usageError("--pool %d must be 0 (no pool) to %d", f.pool, local.MaxPoolSize)
+	}
+	if f.poolMax != 0 && (f.poolMax < f.pool || f.poolMax > local.MaxPoolSize) {
+		return usageError("--pool-max %d must be --pool (%d) to %d", f.poolMax, f.pool, local.MaxPoolSize)
+	}
+	if f.poolIdle < time.Second {
+		return usageError("--pool-idle %v must be at least 1s", f.poolIdle)
 	}
 	var ln net.Listener
 	if f.http != "" {
@@ -92,7 +116,24 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 		return err
 	}
 	defer b.Close()
-	s := mcp.New(b, mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log})
+	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log}
+	if f.pool > 0 {
+		tmpl := runcode.PoolTemplate(runcode.Options{Image: img}, f.poolIdle)
+		pool, err := local.NewPool(ctx, b, tmpl, local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--pool: %w", err)
+		}
+		// Deferred after b.Close: runs before it, so the pool's sandboxes go first.
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+			defer cancel()
+			if err := pool.Close(cctx); err != nil {
+				log.Error("closing the warm pool", "err", err)
+			}
+		}()
+		opts.Pool = pool
+	}
+	s := mcp.New(b, opts)
 
 	if ln == nil {
 		return s.ServeStdio(ctx, cmd.InOrStdin(), cmd.OutOrStdout())

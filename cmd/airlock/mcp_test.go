@@ -48,6 +48,9 @@ func TestMCPCommandUsage(t *testing.T) {
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--max-sessions", "0"}, "--max-sessions"},
 		{[]string{"--max-runs", "0"}, "--max-runs"},
+		{[]string{"--pool", "-1"}, "--pool"},
+		{[]string{"--pool", "4", "--pool-max", "2"}, "--pool-max"},
+		{[]string{"--pool", "1", "--pool-idle", "10ms"}, "--pool-idle"},
 		{[]string{"--image", ""}, "--image"},
 		{[]string{"extra"}, "takes no arguments"},
 	} {
