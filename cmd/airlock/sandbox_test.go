@@ -176,8 +176,15 @@ func TestSandboxCommands(t *testing.T) {
 		t.Fatalf("cp between local paths: %d %s", code, errs)
 	}
 
-	if code, _, errs := cli(t, "", "sandbox", "pause", id); code != 1 || !strings.Contains(errs, "cannot pause") {
-		t.Fatalf("pause on local: %d %s", code, errs)
+	// The local runtime pauses with the cgroup freezer: a paused sandbox refuses exec, a resumed one runs.
+	if code, _, errs := cli(t, "", "sandbox", "pause", id); code != 0 {
+		t.Fatalf("pause: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "", "sandbox", "exec", id, "--", "true"); code == 0 || !strings.Contains(errs, "paused") {
+		t.Fatalf("exec in a paused sandbox: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "", "sandbox", "resume", id); code != 0 {
+		t.Fatalf("resume: %d %s", code, errs)
 	}
 
 	// A delegated token: exec works, removal needs manage.
