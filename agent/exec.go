@@ -243,6 +243,9 @@ type job struct {
 
 	stdin   *os.File // write end, nil when closed or none
 	stdinMu sync.Mutex
+
+	mu   sync.Mutex // guards pidfd and done against signal()
+	done bool       // the main process has been reaped
 	outs    []*os.File // read ends (stdout, stderr) or the pty master
 	ptm     *os.File   // pty master (also in outs), for resize and stdin
 }
@@ -344,10 +347,19 @@ func (j *job) closeIO() {
 	for _, f := range j.outs {
 		f.Close()
 	}
+	j.mu.Lock()
 	if j.pidfd >= 0 {
 		unix.Close(j.pidfd)
 		j.pidfd = -1
 	}
+	j.mu.Unlock()
+}
+
+// reaped records that the main process is gone, so signal() never reaches a recycled pid.
+func (j *job) reaped() {
+	j.mu.Lock()
+	j.done = true
+	j.mu.Unlock()
 }
 
 func (j *job) closeStdin() {
@@ -361,9 +373,15 @@ func (j *job) closeStdin() {
 
 // signal delivers sig to the main process through its pidfd, so a recycled pid is never hit.
 func (j *job) signal(sig syscall.Signal) error {
-	if j.pidfd >= 0 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.done:
+		return unix.ESRCH
+	case j.pidfd >= 0:
 		return unix.PidfdSendSignal(j.pidfd, sig, nil, 0)
 	}
+	// Kernels without pidfd: the pid is ours until reaped, and reaped() is recorded at once.
 	return unix.Kill(j.pid, sig)
 }
 
@@ -443,6 +461,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 		ws = <-j.exited
 	}
 	end := time.Now()
+	j.reaped()
 	// The exec owns everything it started: what outlives the main process dies with it.
 	errs = append(errs, j.group.destroy())
 	j.closeStdin()

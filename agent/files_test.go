@@ -343,6 +343,9 @@ func specialFiles(t *testing.T, device bool) {
 // path) as fast as it can while reading and writing through it: no access may ever land
 // outside the root or inside the denied path.
 func TestFilesSwapRace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("race loop: not a unit test")
+	}
 	h := newHarness(t).start()
 	outside := escapeFixture(t, h)
 	for _, target := range []string{"../outside", ".airlock"} {
