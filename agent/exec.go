@@ -246,8 +246,8 @@ type job struct {
 
 	mu   sync.Mutex // guards pidfd and done against signal()
 	done bool       // the main process has been reaped
-	outs    []*os.File // read ends (stdout, stderr) or the pty master
-	ptm     *os.File   // pty master (also in outs), for resize and stdin
+	outs []*os.File // read ends (stdout, stderr) or the pty master
+	ptm  *os.File   // pty master (also in outs), for resize and stdin
 }
 
 func newID() string {
