@@ -1,0 +1,191 @@
+package operator
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/spec"
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+var testPodOpts = PodOptions{AirlockImage: "airlock.local/airlock:dev", PullPolicy: corev1.PullIfNotPresent,
+	AgentPort: DefaultAgentPort, OperatorNS: "airlock-system",
+	BrokerSelector: map[string]string{"app.kubernetes.io/name": "airlock-operator"}, GVisorClassName: "gvisor"}
+
+func testRing(t *testing.T) (string, ed25519.PrivateKey) {
+	t.Helper()
+	key, err := token.DeriveKey([]byte(strings.Repeat("m", 32)), "ns/box")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := token.NewKeyRing(key.Public().(ed25519.PublicKey)).MarshalText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), key
+}
+
+func buildTestPod(t *testing.T, mut func(*spec.Sandbox)) (*corev1.Pod, spec.Sandbox) {
+	t.Helper()
+	sb := sbx("box", nil)
+	if mut != nil {
+		mut(&sb.Spec.Sandbox)
+	}
+	d, err := Accept(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, _ := testRing(t)
+	p, err := BuildPod(sb, d, testPodOpts, ring, "sess1", "tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, d
+}
+
+func TestBuildPodIsHardened(t *testing.T) {
+	p, _ := buildTestPod(t, nil)
+	s := p.Spec
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Error("service account token is mounted")
+	}
+	if s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+		t.Error("service links are enabled")
+	}
+	if s.HostNetwork || s.HostPID || s.HostIPC {
+		t.Error("pod shares a host namespace")
+	}
+	if s.SecurityContext == nil || s.SecurityContext.SeccompProfile == nil || s.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Error("no RuntimeDefault seccomp profile")
+	}
+	if s.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restartPolicy %s: a session's pod must not restart with a fresh state", s.RestartPolicy)
+	}
+	all := append(slices.Clone(s.InitContainers), s.Containers...)
+	for _, c := range all {
+		sc := c.SecurityContext
+		if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: privilege escalation allowed", c.Name)
+			continue
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: root filesystem writable", c.Name)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: privileged", c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("%s: capabilities not dropped: %+v", c.Name, sc.Capabilities)
+		}
+	}
+	init := s.InitContainers[0].SecurityContext
+	if init.RunAsNonRoot == nil || !*init.RunAsNonRoot || len(init.Capabilities.Add) != 0 {
+		t.Errorf("install container runs as root or with capabilities: %+v", init)
+	}
+	main := s.Containers[0]
+	wantCaps := []corev1.Capability{"SETUID", "SETGID", "KILL", "CHOWN", "DAC_OVERRIDE", "FOWNER"}
+	if !slices.Equal(main.SecurityContext.Capabilities.Add, wantCaps) {
+		t.Errorf("agent capabilities %v, want exactly %v", main.SecurityContext.Capabilities.Add, wantCaps)
+	}
+	if main.Command[0] != AgentBinary || main.Image != "example.org/py:3" {
+		t.Errorf("the user's image does not run our agent: image %s command %v", main.Image, main.Command)
+	}
+	for _, m := range main.VolumeMounts {
+		if (m.MountPath == AgentDir || m.MountPath == ConfigDir) && !m.ReadOnly {
+			t.Errorf("%s is writable by the sandbox", m.MountPath)
+		}
+	}
+	lim := main.Resources.Limits
+	if lim.Cpu().MilliValue() != 500 || lim.Memory().Value() != 256<<20 || lim.StorageEphemeral().Value() != 128<<20 {
+		t.Errorf("limits %v, want the declaration's cpu 500m memory 256Mi disk 128Mi", lim)
+	}
+	if req := main.Resources.Requests; req.Memory().Value() != 256<<20 {
+		t.Errorf("memory request %v, want the limit", req.Memory())
+	}
+	if s.RuntimeClassName != nil {
+		t.Errorf("runtimeClassName %q for runtime native", *s.RuntimeClassName)
+	}
+	if s.ActiveDeadlineSeconds != nil {
+		t.Error("an idle pool pod has a deadline: its session's lifetime starts at claim")
+	}
+}
+
+func TestBuildPodGVisor(t *testing.T) {
+	p, _ := buildTestPod(t, func(d *spec.Sandbox) { d.Runtime = spec.RuntimeGVisor })
+	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
+		t.Fatalf("runtimeClassName %v, want gvisor", p.Spec.RuntimeClassName)
+	}
+}
+
+func TestAgentConfigHoldsPublicKeysOnly(t *testing.T) {
+	p, d := buildTestPod(t, func(d *spec.Sandbox) { d.Env = map[string]string{"PATH": "/opt/bin", "A": "b"} })
+	var cfg agent.Config
+	dec := json.NewDecoder(strings.NewReader(p.Annotations[AnnotationAgentConfig]))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ring, key := testRing(t)
+	if cfg.KeyRing != ring {
+		t.Errorf("key ring %q, want %q", cfg.KeyRing, ring)
+	}
+	if strings.Contains(p.Annotations[AnnotationAgentConfig], string(key.Seed())) {
+		t.Error("the private key is in the pod")
+	}
+	if _, err := token.ParseKeyRing([]byte(cfg.KeyRing)); err != nil {
+		t.Errorf("key ring does not parse: %v", err)
+	}
+	if cfg.CodeUID == 0 || cfg.CodeGID == 0 || cfg.AllowRootCode {
+		t.Errorf("code runs as %d/%d (allowRootCode %v)", cfg.CodeUID, cfg.CodeGID, cfg.AllowRootCode)
+	}
+	if cfg.SandboxID != d.ID || cfg.SessionID != "sess1" || cfg.Generation != podGeneration || cfg.Listen != "tcp:0.0.0.0:7070" {
+		t.Errorf("identity %q/%q/%d listen %q", cfg.SandboxID, cfg.SessionID, cfg.Generation, cfg.Listen)
+	}
+	if cfg.Env["PATH"] != "/opt/bin" || cfg.Env["A"] != "b" || cfg.Env["HOME"] != d.Workdir {
+		t.Errorf("env %v: the declaration overrides the basics", cfg.Env)
+	}
+	if p.Labels[LabelSession] != "sess1" || p.Labels[LabelState] != StateIdle {
+		t.Errorf("labels %v", p.Labels)
+	}
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	for _, mode := range []spec.EgressMode{spec.EgressDeny, spec.EgressAllow} {
+		t.Run(string(mode), func(t *testing.T) {
+			sb := sbx("box", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = mode })
+			d, err := Accept(sb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			np := BuildNetworkPolicy(sb, d, testPodOpts)
+			if !slices.Contains(np.Spec.PolicyTypes, "Egress") || !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
+				t.Fatalf("policy types %v", np.Spec.PolicyTypes)
+			}
+			if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != DefaultAgentPort {
+				t.Fatalf("ingress %+v, want only the agent port", np.Spec.Ingress)
+			}
+			if mode == spec.EgressDeny {
+				if len(np.Spec.Egress) != 0 {
+					t.Fatalf("deny has egress rules %+v", np.Spec.Egress)
+				}
+				return
+			}
+			if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].To) != 2 || len(np.Spec.Egress[0].Ports) != 0 {
+				t.Fatalf("egress %+v", np.Spec.Egress)
+			}
+			v4 := np.Spec.Egress[0].To[0].IPBlock
+			for _, private := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"} {
+				if !slices.Contains(v4.Except, private) {
+					t.Errorf("public-only egress reaches %s", private)
+				}
+			}
+		})
+	}
+}
