@@ -42,6 +42,9 @@ const (
 	agentBinPath    = agentDir + "/bin/airlock-agent"
 	agentConfigPath = agentDir + "/" + configFile
 	agentRunPath    = agentDir + "/" + runDir
+	agentFreezer    = agentDir + "/cgroup/freezer"
+	// containerMemoryV1 is where runc and crun mount the container's own v1 memory cgroup.
+	containerMemoryV1 = cgroupRoot + "/memory"
 	// Container labels.
 	labelSession    = "airlock.session"
 	labelSandbox    = "airlock.sandbox"
@@ -110,7 +113,10 @@ type Backend struct {
 	agentArgs []string
 	master    []byte
 	tag       string // this state dir's airlock.state label value
-	caps      capability.Set
+	// freezer is set when the host has a v1 freezer hierarchy: each session gets a freezer
+	// cgroup the agent kills execs through (kill scope cgroup-v1, not process-group).
+	freezer bool
+	caps    capability.Set
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -156,6 +162,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	b.caps = capabilities()
+	b.freezer = freezerV1()
 	if err := b.reconcile(ctx); err != nil {
 		b.eng.close()
 		return nil, err
@@ -205,7 +212,24 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 		b.log.Debug("removed the remains of an ended session", "session", e.Name())
 	}
+	cgs, err := os.ReadDir(b.freezerParent())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	for _, e := range cgs {
+		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
+			continue
+		}
+		if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+	}
 	return nil
+}
+
+// freezerParent is the v1 freezer cgroup this state dir's sessions get theirs under.
+func (b *Backend) freezerParent() string {
+	return filepath.Join(cgroupRoot, "freezer", "airlock-docker-"+b.tag)
 }
 
 // resolved is a declaration turned into what the runtime needs.
@@ -415,7 +439,7 @@ func agentEnv(workdir string, imageEnv []string, declEnv map[string]string) map[
 
 // runSpecFor is the container for one session: every hardening setting is here.
 func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, sessionDir, workspace, tmp string, labels map[string]string) *runSpec {
-	return &runSpec{
+	rs := &runSpec{
 		Name:       "airlock-" + id,
 		Image:      ref,
 		Labels:     labels,
@@ -444,6 +468,10 @@ func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, ses
 		SecurityOpt:     []string{"no-new-privileges"},
 		AutoRemove:      true,
 	}
+	if b.freezer {
+		rs.Binds = append(rs.Binds, bind{Source: filepath.Join(b.freezerParent(), id), Target: agentFreezer})
+	}
+	return rs
 }
 
 // start makes the session directory and the container and waits until the agent answers. On
@@ -460,6 +488,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if err != nil {
 		return nil, err
 	}
+	if b.freezer {
+		if err := makeFreezer(filepath.Join(b.freezerParent(), id)); err != nil {
+			return nil, err
+		}
+	}
 	key, err := token.DeriveKey(b.master, id)
 	if err != nil {
 		return nil, err
@@ -475,6 +508,9 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
 		CodeUID: CodeUID, CodeGID: CodeGID,
 		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+	}
+	if b.freezer {
+		cfg.CgroupV1Freezer, cfg.CgroupV1Memory = agentFreezer, containerMemoryV1
 	}
 	cj, err := json.Marshal(cfg)
 	if err != nil {
@@ -701,6 +737,9 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 		if delay < 100*time.Millisecond {
 			delay *= 2
 		}
+	}
+	if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -100,6 +100,35 @@ func TestIsolation(t *testing.T) {
 			}
 		}
 	})
+	t.Run("KillScopeIsTheCgroup", func(t *testing.T) {
+		if !b.freezer {
+			t.Skip("no cgroup v1 freezer on this host: the agent kills by process group")
+		}
+		h, err := a.Health(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.KillScope != "cgroup-v1" {
+			t.Fatalf("kill scope %q, want cgroup-v1", h.KillScope)
+		}
+		// A child in its own session survives a process-group kill, not a cgroup kill.
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := a.Exec(ctx, sandbox.ExecRequest{Timeout: 2 * time.Second, Shell: `python3 -c '
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(600)
+time.sleep(600)
+'`}, &out, &out)
+		if err != nil || !res.TimedOut {
+			t.Fatalf("exec: %+v %v", res, err)
+		}
+		if got, _, _ := run(t, a, "ps -e -o comm= | grep -c python3 || true"); strings.TrimSpace(got) != "0" {
+			t.Errorf("%s python3 processes survived the timeout", strings.TrimSpace(got))
+		}
+	})
 	t.Run("CodeIsUnprivileged", func(t *testing.T) {
 		out, _, _ := run(t, a, "id -u; id -g; id -G; grep -E '^(CapPrm|CapEff|CapAmb|NoNewPrivs)' /proc/self/status")
 		want := "1000\n1000\n1000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n"
@@ -144,9 +173,12 @@ func TestIsolation(t *testing.T) {
 		run(t, a, "rm -f big /tmp/big")
 	})
 	t.Run("MemoryLimit", func(t *testing.T) {
-		_, _, res := run(t, a, "python3 -c 'b = bytearray(400 << 20); print(len(b))'")
+		_, _, res := run(t, a, "exec python3 -c 'b = bytearray(400 << 20); print(len(b))'")
 		if res.ExitCode == 0 {
 			t.Errorf("400Mi allocated under a 96Mi limit: %+v", res)
+		}
+		if b.freezer && !res.OOMKilled {
+			t.Errorf("result %+v: the agent reads the container's memory cgroup, want oomKilled", res)
 		}
 		if out, _, _ := run(t, a, "echo alive"); out != "alive\n" {
 			t.Errorf("the agent did not survive the code's OOM: %q", out)
@@ -221,8 +253,10 @@ os.killpg(0, 9)
 		if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), s.ID) {
 			t.Errorf("a host mount naming %s remains (%v)", s.ID, err)
 		}
-		if _, err := os.Lstat(filepath.Join(b.opts.StateDir, s.ID)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("session dir remains: %v", err)
+		for _, p := range []string{filepath.Join(b.opts.StateDir, s.ID), filepath.Join(b.freezerParent(), s.ID)} {
+			if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s remains: %v", p, err)
+			}
 		}
 		if cs, err := b.eng.list(ctx, map[string]string{labelSession: s.ID}); err != nil || len(cs) != 0 {
 			t.Errorf("containers remain: %v %v", cs, err)

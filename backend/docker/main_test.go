@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -234,6 +235,15 @@ func newTestBackend(t *testing.T, engine string) *Backend {
 			if e.IsDir() {
 				t.Errorf("cleanup: session dir %s left", e.Name())
 			}
+		}
+		cgs, _ := os.ReadDir(b.freezerParent())
+		for _, e := range cgs {
+			if e.IsDir() {
+				t.Errorf("cleanup: freezer cgroup %s left", e.Name())
+			}
+		}
+		if err := os.Remove(b.freezerParent()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cleanup: %v", err)
 		}
 		b.Close()
 	})
