@@ -80,7 +80,7 @@ func (s *spawner) start(prepare func() error) error {
 	signal.Notify(s.sigs, syscall.SIGCHLD)
 	ready := make(chan error, 1)
 	s.done.Add(2)
-	go s.loop(prepare, ready)
+	go s.loop(prepare, ready, nil)
 	go s.reap()
 	if err := <-ready; err != nil {
 		close(s.stop)
@@ -99,11 +99,23 @@ func (s *spawner) close() {
 	signal.Stop(s.sigs)
 }
 
-func (s *spawner) loop(prepare func() error, ready chan<- error) {
-	defer s.done.Done()
-	// Never unlocked: when this goroutine returns the thread exits with it, taking its
-	// filters along instead of handing a filtered thread back to the scheduler.
+func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- struct{}) {
+	// Never unlocked once the thread is changed: when this goroutine returns the thread exits
+	// with it, taking its filters along instead of handing a filtered thread back.
 	runtime.LockOSThread()
+	if locked != nil {
+		close(locked)
+	}
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is never terminated by the runtime and is what /proc/<pid>/status
+		// describes: keep it unfiltered. Holding it locked, start again on another thread.
+		next := make(chan struct{})
+		go s.loop(prepare, ready, next)
+		<-next
+		runtime.UnlockOSThread()
+		return
+	}
+	defer s.done.Done()
 	if s.homeV1 != "" {
 		if err := writeTID(s.homeV1); err != nil {
 			ready <- fmt.Errorf("agent: move spawner thread into %s: %w", s.homeV1, err)
