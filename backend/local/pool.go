@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -395,6 +396,9 @@ func (p *Pool) createOne() bool {
 			err = fmt.Errorf("session %s is not registered", sess.ID)
 		}
 	}
+	if err == nil {
+		p.warmUp(sess.ID)
+	}
 	p.mu.Lock()
 	p.stats.Creating--
 	if err != nil {
@@ -420,6 +424,23 @@ func (p *Pool) createOne() bool {
 	p.stats.Refills++
 	p.mu.Unlock()
 	return true
+}
+
+// warmUp runs one command in a new sandbox before it is offered: an agent's first exec costs
+// several times a later one (its first child cgroup, first fork, pages touched the first time),
+// and that belongs off the claimer's path. It runs "true" (found on PATH, or failing to be: the
+// spawn path is exercised either way) and leaves nothing behind; its result does not matter.
+func (p *Pool) warmUp(id string) {
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	a, err := p.b.Connect(ctx, id)
+	if err != nil {
+		return
+	}
+	defer a.Close()
+	if _, err := a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second}, io.Discard, io.Discard); err != nil {
+		p.log.Debug("pool: warm-up exec failed", "session", id, "err", err)
+	}
 }
 
 // expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until

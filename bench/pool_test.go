@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// newWarmPool starts a run_code pool on be and waits until it holds size ready sandboxes.
+// Closed (its sandboxes terminated) before the backend is.
+func newWarmPool(b *testing.B, be *local.Backend, size int) *local.Pool {
+	b.Helper()
+	p, err := local.NewPool(context.Background(), be, runcode.PoolTemplate(runcode.Options{}, 10*time.Minute),
+		local.PoolOptions{Size: size, IdleExpiry: 10 * time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil {
+			b.Error(err)
+		}
+	})
+	waitPool(b, p, size)
+	return p
+}
+
+// waitPool waits (timer stopped by the caller if it matters) until n sandboxes are ready.
+func waitPool(b *testing.B, p *local.Pool, n int) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.Stats().Size < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("pool stuck at %+v, want %d ready", p.Stats(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ensureReady keeps a measured iteration warm: when the previous ones emptied the pool, the
+// timer stops while it refills (a miss would measure a cold create).
+func ensureReady(b *testing.B, p *local.Pool) {
+	if p.Stats().Size > 0 {
+		return
+	}
+	b.StopTimer()
+	waitPool(b, p, 1)
+	b.StartTimer()
+}
+
+func reportPool(b *testing.B, p *local.Pool) {
+	st := p.Stats()
+	b.ReportMetric(float64(st.Hits), "hits")
+	b.ReportMetric(float64(st.Misses), "misses")
+}
+
+// BenchmarkWarmRunCode is run_code python from a warm pool next to host python3 -c, in one
+// run: each call claims a ready sandbox, writes the code, runs python3 main.py and hands the
+// sandbox to the pool's reaper (terminated off the caller's path). Everything the caller waits
+// for is measured. cold is the same call creating its sandbox.
+func BenchmarkWarmRunCode(b *testing.B) {
+	b.Run("host-python3-c", func(b *testing.B) {
+		for b.Loop() {
+			runOnce(b, "/usr/bin/python3", "-c", snippet)
+		}
+	})
+	run := func(b *testing.B, be sandbox.Backend, opts runcode.Options) {
+		res, err := runcode.Run(context.Background(), be, runcode.Request{Language: "python", Code: snippet}, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "4" {
+			b.Fatalf("result %+v", res)
+		}
+	}
+	b.Run("airlock-pool", func(b *testing.B) {
+		needRoot(b)
+		be := newBackend(b, stateDir(b))
+		p := newWarmPool(b, be, 4)
+		for b.Loop() {
+			ensureReady(b, p)
+			run(b, be, runcode.Options{Pool: p})
+		}
+		reportPool(b, p)
+	})
+	b.Run("airlock-cold", func(b *testing.B) {
+		needRoot(b)
+		be := newBackend(b, stateDir(b))
+		for b.Loop() {
+			run(b, be, runcode.Options{})
+		}
+	})
+}
+
+// BenchmarkWarmClaimFirstExec is a claim from a ready pool through the first command's exit:
+// claim, connect, exec /bin/true, discard.
+func BenchmarkWarmClaimFirstExec(b *testing.B) {
+	needRoot(b)
+	be := newBackend(b, stateDir(b))
+	p := newWarmPool(b, be, 4)
+	ctx := context.Background()
+	for b.Loop() {
+		ensureReady(b, p)
+		s, err := p.Claim(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ag, err := be.Connect(ctx, s.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := ag.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/true"}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		ag.Close()
+		p.Discard(s.ID)
+	}
+	reportPool(b, p)
+}
+
+// BenchmarkExecRoundTrip is one command in a live session, request to exit status: exec of
+// /bin/true (a process spawned under the sandbox's seccomp and landlock), and the agent's
+// health call (the protocol alone).
+func BenchmarkExecRoundTrip(b *testing.B) {
+	needRoot(b)
+	be := newBackend(b, stateDir(b))
+	ctx := context.Background()
+	s, err := be.Create(ctx, hostDecl())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Terminate(context.Background(), s.ID) })
+	ag, err := be.Connect(ctx, s.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ag.Close() })
+	b.Run("exec-true", func(b *testing.B) {
+		for b.Loop() {
+			res, err := ag.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/true"}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec: %v %+v", err, res)
+			}
+		}
+	})
+	b.Run("exec-python", func(b *testing.B) {
+		for b.Loop() {
+			res, err := ag.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", snippet}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec: %v %+v", err, res)
+			}
+		}
+	})
+	b.Run("health", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ag.Health(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkIdleMemory200 is the host memory of 200 idle sandboxes held ready by a pool: each
+// one's memory cgroup charge and its processes' PSS, averaged.
+func BenchmarkIdleMemory200(b *testing.B) {
+	needRoot(b)
+	const n = 200
+	be := newBackend(b, stateDir(b))
+	var p *local.Pool
+	for b.Loop() {
+		if p == nil {
+			p = newWarmPool(b, be, n)
+		}
+	}
+	time.Sleep(2 * time.Second) // let start-up garbage settle; this is a reading, not a timing
+	list, err := be.List(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var charged, pss int64
+	count := 0
+	for _, s := range list {
+		if s.Labels[local.LabelPool] != p.Key() {
+			continue
+		}
+		c, ps, err := sessionMemory(s.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		charged += c
+		pss += ps
+		count++
+	}
+	if count < n {
+		b.Fatalf("measured %d pooled sandboxes, want %d", count, n)
+	}
+	b.ReportMetric(float64(charged)/float64(count)/(1<<20), "cgroup-MiB/sandbox")
+	b.ReportMetric(float64(pss)/float64(count)/(1<<20), "pss-MiB/sandbox")
+	b.ReportMetric(float64(charged+pss)/float64(count)/(1<<20), "total-MiB/sandbox")
+}
