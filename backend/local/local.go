@@ -291,6 +291,8 @@ type resolved struct {
 	env      map[string]string
 	hostname string
 	gvisor   bool
+	// snapshot is set for a sandbox made from a snapshot (snapshot.go).
+	snapshot *snapshotRestore
 }
 
 // deniedWorkdirs are paths the runtime mounts itself; a workdir there would shadow them.
@@ -388,7 +390,9 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 			imageEnv = entry.Config.Env
 		}
 	case spec.ImageSnapshot:
-		return nil, fmt.Errorf("%w: image snapshots are not implemented by the local backend", sandbox.ErrUnsupported)
+		if imageEnv, err = b.resolveSnapshot(ctx, decl, r); err != nil { // snapshot.go
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("%w: image: exactly one source must be set", sandbox.ErrInvalid)
 	}
@@ -503,6 +507,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
 		},
 	}
+	restored, err := b.prepareSnapshot(ctx, dir, r, cfg) // snapshot.go
+	if err != nil {
+		return s, err
+	}
+	defer restored()
 	st, err := b.spawn(ctx, s, cg, cfg)
 	if err != nil {
 		return s, err

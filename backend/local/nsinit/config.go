@@ -52,6 +52,9 @@ type Config struct {
 	// DiskBytes sizes the tmpfs that holds the workdir and /tmp.
 	DiskBytes int64  `json:"diskBytes"`
 	Workdir   string `json:"workdir"`
+	// Restore is a tar (a host path, readable by the sandbox's root) unpacked into the
+	// writable tmpfs before anything runs: a snapshot's content, remapped by the host.
+	Restore string `json:"restore,omitempty"`
 	// CgroupVersion is 1 or 2: which hierarchies to mount for the agent's per-exec cgroups.
 	CgroupVersion int `json:"cgroupVersion"`
 	// Deadline is the end of the sandbox's life: init (PID 1) exits then and the kernel kills

@@ -366,6 +366,11 @@ func writable(cfg *Config, root string) error {
 	if err := unix.Chmod(tmp, 0o1777); err != nil {
 		return err
 	}
+	if cfg.Restore != "" { // restore.go
+		if err := restoreSnapshot(cfg.Restore, rw); err != nil {
+			return err
+		}
+	}
 	wd := filepath.Join(root, path.Clean(cfg.Workdir))
 	if err := os.MkdirAll(wd, 0o755); err != nil {
 		if errors.Is(err, unix.EROFS) {
