@@ -435,3 +435,36 @@ func TestBrokerRestartKeepsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTimeoutLeavesNoProcess: in a pod the agent has no cgroup of its own to kill through (its
+// kill scope is the process group), so this checks what a deadline actually leaves behind.
+func TestTimeoutLeavesNoProcess(t *testing.T) {
+	e := newEnv(t)
+	e.sandboxCR(baseDecl("reap"), 1, 1)
+	b := e.backend("app")
+	s, err := b.Create(ctxT(t), withDefaults(baseDecl("reap")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Terminate(context.Background(), s.ID) })
+	a, err := b.Connect(ctxT(t), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	h, err := a.Health(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Exec(ctxT(t), sandbox.ExecRequest{Shell: "sleep 600 & sleep 601", Timeout: time.Second}, &strings.Builder{}, &strings.Builder{})
+	if err != nil || !res.TimedOut {
+		t.Fatalf("exec: %v %+v, want a timeout", err, res)
+	}
+	var out strings.Builder
+	if _, err := a.Exec(ctxT(t), sandbox.ExecRequest{Argv: []string{"ps", "-eo", "pid,pgid,args"}, Timeout: 10 * time.Second}, &out, &strings.Builder{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "sleep 60") {
+		t.Errorf("kill scope %q: processes of the timed-out command survive:\n%s", h.KillScope, out.String())
+	}
+}
