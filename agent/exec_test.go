@@ -339,3 +339,56 @@ func TestExecStdinConnectionReuse(t *testing.T) {
 		check("stdin left open")
 	}
 }
+
+// wchar reads how many bytes pid has written so far.
+func wchar(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no wchar in /proc/%d/io", pid)
+	return 0
+}
+
+// TestExecBackpressure: a caller that stops reading stops the command (its writes block); the
+// agent does not buffer the output for it.
+func TestExecBackpressure(t *testing.T) {
+	h := newHarness(t).start()
+	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Shell: "echo $$; exec yes", MaxStdout: 1 << 40, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ev, err := s.Next()
+	if err != nil || ev.Output == nil {
+		t.Fatalf("first event %+v %v", ev, err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(ev.Output.Data))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No more reads: yes must come to a stop once the pipe, the agent's read buffer and the
+	// socket buffers are full — a few MiB, not without bound.
+	var last int64 = -1
+	eventually(t, "yes blocked by an unread stream", func() bool {
+		n := wchar(t, pid)
+		if n > 64<<20 {
+			t.Fatalf("yes wrote %d bytes to a stream nobody reads", n)
+		}
+		stable := n == last
+		last = n
+		time.Sleep(50 * time.Millisecond)
+		return stable
+	})
+	t.Logf("yes stopped after %d bytes", last)
+}
