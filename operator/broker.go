@@ -95,8 +95,12 @@ func (k *KubeReviewer) Authorize(ctx context.Context, u authnv1.UserInfo, namesp
 // Broker is the session broker's HTTP API (package brokerapi). It keeps no state: sessions are
 // pod labels and annotations, so a restarted broker serves the same sessions.
 type Broker struct {
-	Client    client.Client // writes (claims, deletes)
-	APIReader client.Reader // uncached reads: a claim must see the pod as it is now
+	Client client.Client // writes (claims, deletes)
+	// Reader is the informer cache: the warm path reads Sandboxes and idle pods from it. A stale
+	// idle pod costs a resourceVersion conflict, never a double claim; an empty answer falls
+	// back to APIReader (uncached) before the pool is called empty.
+	Reader    client.Reader
+	APIReader client.Reader
 	Reviewer  Reviewer
 	Keys      *Keys
 	AgentPort int32
@@ -233,7 +237,12 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 	}
 	ctx := r.Context()
 	var sb v1alpha1.Sandbox
-	if err := b.APIReader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: req.Sandbox}, &sb); err != nil {
+	key := types.NamespacedName{Namespace: req.Namespace, Name: req.Sandbox}
+	err = b.reader().Get(ctx, key, &sb)
+	if apierrors.IsNotFound(err) && b.Reader != nil {
+		err = b.APIReader.Get(ctx, key, &sb) // created a moment ago, not in the cache yet
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: Sandbox %s/%s", sandbox.ErrNotFound, req.Namespace, req.Sandbox)
 		}
@@ -250,8 +259,31 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 			return nil, fmt.Errorf("%w: the declaration asked for differs from Sandbox %s/%s's; update the Sandbox, or claim without a declaration", sandbox.ErrRefused, req.Namespace, req.Sandbox)
 		}
 	}
+	readers := []client.Reader{b.reader()}
+	if b.Reader != nil {
+		readers = append(readers, b.APIReader)
+	}
+	for _, rd := range readers {
+		g, err := b.claimFrom(ctx, rd, &req, &sb, d, u)
+		if err != nil || g != nil {
+			return g, err
+		}
+	}
+	return nil, &httpError{status: http.StatusServiceUnavailable, code: brokerapi.CodeUnavailable, retryAfter: b.RetryAfter,
+		err: fmt.Errorf("Sandbox %s/%s has no idle ready pod (poolSize %d); retry later", req.Namespace, req.Sandbox, sb.Spec.PoolSize)}
+}
+
+func (b *Broker) reader() client.Reader {
+	if b.Reader != nil {
+		return b.Reader
+	}
+	return b.APIReader
+}
+
+// claimFrom tries to claim one of the idle ready pods rd lists; nil, nil when none could be had.
+func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo) (*brokerapi.Grant, error) {
 	var pods corev1.PodList
-	if err := b.APIReader.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{
+	if err := rd.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{
 		LabelSandbox: req.Sandbox, LabelState: StateIdle, LabelManagedBy: ManagedBy,
 	}); err != nil {
 		return nil, fmt.Errorf("%w: list pool: %v", errUnavailable, err)
@@ -263,11 +295,14 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 	now := b.now()
 	lifetime := time.Duration(d.Session.Lifetime()) * time.Second
 	for i := range items {
-		p := &items[i]
+		p := items[i].DeepCopy() // cache objects are shared: never modify them in place
 		if p.DeletionTimestamp != nil || !podReady(p) || p.Status.StartTime == nil {
 			continue
 		}
 		exp := now.Add(lifetime)
+		if p.Labels == nil || p.Annotations == nil {
+			continue // not a pod this operator built
+		}
 		// activeDeadlineSeconds counts from the pod's start; the session's lifetime counts from now.
 		deadline := int64(now.Sub(p.Status.StartTime.Time)/time.Second) + d.Session.Lifetime() + 1
 		p.Labels[LabelState] = StateClaimed
@@ -282,10 +317,9 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 			return nil, fmt.Errorf("%w: claim pod %s: %v", errUnavailable, p.Name, err)
 		}
 		b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username)
-		return b.grant(ctx, p, &sb, d, u)
+		return b.grant(ctx, p, sb, d, u)
 	}
-	return nil, &httpError{status: http.StatusServiceUnavailable, code: brokerapi.CodeUnavailable, retryAfter: b.RetryAfter,
-		err: fmt.Errorf("Sandbox %s/%s has no idle ready pod (poolSize %d); retry later", req.Namespace, req.Sandbox, sb.Spec.PoolSize)}
+	return nil, nil
 }
 
 // grant mints tokens for a claimed pod p.

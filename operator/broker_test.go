@@ -332,3 +332,14 @@ func TestReconnectReleaseOwnership(t *testing.T) {
 		t.Fatalf("reconnect after release: HTTP %d, want 404", code)
 	}
 }
+
+// A cache that has not seen the Sandbox or its pods yet must not turn into a 404 or a 503.
+func TestClaimFallsBackToTheAPIWhenTheCacheIsBehind(t *testing.T) {
+	f := newBrokerFixture(t, 1)
+	br := f.broker()
+	br.Reader = fake.NewClientBuilder().WithScheme(newScheme(t)).Build() // an empty cache
+	f.srv.Config.Handler = br.Handler()
+	if code, _, _ := f.claim("alice"); code != http.StatusOK {
+		t.Fatalf("claim with an empty cache: HTTP %d, want 200 from the API fallback", code)
+	}
+}

@@ -106,6 +106,7 @@ func run(args []string) error {
 		gvisorClass  = fs.String("gvisor-runtime-class", "gvisor", "RuntimeClass for runtime: gvisor")
 		brokerLabels = fs.String("broker-labels", "app.kubernetes.io/name=airlock-operator", "labels of the broker pods (NetworkPolicy ingress source)")
 		tokenTTL     = fs.Duration("token-ttl", time.Hour, "longest life of a capability token (the session's end caps it too)")
+		reviewTTL    = fs.Duration("review-cache-ttl", 10*time.Second, "how long a successful TokenReview/SubjectAccessReview is reused (0: never)")
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -162,7 +163,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	keys := &operator.Keys{Reader: mgr.GetAPIReader(), Namespace: *namespace, Secret: *secret}
+	keys := &operator.Keys{Reader: mgr.GetAPIReader(), Namespace: *namespace, Secret: *secret, TTL: 30 * time.Second}
 	pods := operator.PodOptions{
 		AirlockImage: *image, PullPolicy: pp, AgentPort: int32(*agentPort),
 		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass,
@@ -177,9 +178,13 @@ func run(args []string) error {
 	if err := mgr.AddReadyzCheck("ping", func(*http.Request) error { return nil }); err != nil {
 		return err
 	}
+	var reviewer operator.Reviewer = &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience}
+	if *reviewTTL > 0 {
+		reviewer = &operator.CachingReviewer{Next: reviewer, TTL: *reviewTTL}
+	}
 	broker := &operator.Broker{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Reviewer: &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience},
+		Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Reviewer: reviewer,
 		Keys:     keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
 		RetryAfter: 2 * time.Second, DeleteTimeout: 60 * time.Second, Log: logger,
 	}
