@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -133,7 +134,7 @@ func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 			env["TERM"] = "xterm"
 		}
 	}
-	for _, k := range slices.Sorted(mapsKeys(env)) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		sp.env = append(sp.env, k+"="+env[k])
 	}
 
@@ -159,16 +160,6 @@ func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 	}
 	sp.path = p
 	return sp, nil
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // lookPath finds file the way execvp would, with the command's PATH (not the agent's).
@@ -241,13 +232,14 @@ type job struct {
 	oom0    uint64
 	oomOK   bool
 
-	stdin   *os.File // write end, nil when closed or none
+	outs []*os.File // read ends (stdout, stderr) or the pty master
+	ptm  *os.File   // pty master (also in outs), for resize and stdin
+
 	stdinMu sync.Mutex
+	stdin   *os.File // write end (the pty master for a tty), nil when closed or none
 
 	mu   sync.Mutex // guards pidfd and done against signal()
 	done bool       // the main process has been reaped
-	outs []*os.File // read ends (stdout, stderr) or the pty master
-	ptm  *os.File   // pty master (also in outs), for resize and stdin
 }
 
 func newID() string {
