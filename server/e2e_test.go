@@ -316,11 +316,14 @@ func TestErrorsCrossTheWire(t *testing.T) {
 	}
 
 	sb := create(t, h.c, "errs", nil)
-	// Unsupported: the local backend does not pause.
-	if err := sb.Pause(ctx); !errors.Is(err, sandbox.ErrUnsupported) {
+	// Conflict: a paused sandbox refuses exec, and the class survives the wire.
+	if err := sb.Pause(ctx); err != nil {
 		t.Fatalf("pause: %v", err)
 	}
-	if err := sb.Resume(ctx); !errors.Is(err, sandbox.ErrUnsupported) {
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Shell: "true", Timeout: time.Second}, nil, nil); !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("exec while paused: %v", err)
+	}
+	if err := sb.Resume(ctx); err != nil {
 		t.Fatalf("resume: %v", err)
 	}
 	if _, err := sb.Stats(ctx); !errors.Is(err, sandbox.ErrUnsupported) {
@@ -476,9 +479,12 @@ func TestDelegatedTokens(t *testing.T) {
 	refusedAs(err, sandbox.ErrForbidden, "wrongClass")
 	_, err = mgA.ReadFile(ctx, "/workspace/x")
 	refusedAs(err, sandbox.ErrForbidden, "wrongClass")
-	// Authorised, so the backend answers: it cannot pause.
-	if err := mgA.Pause(ctx); !errors.Is(err, sandbox.ErrUnsupported) {
+	// Authorised, so the backend answers.
+	if err := mgA.Pause(ctx); err != nil {
 		t.Fatalf("pause with a manage token: %v", err)
+	}
+	if err := mgA.Resume(ctx); err != nil {
+		t.Fatalf("resume with a manage token: %v", err)
 	}
 	refusedAs(mg.Sandbox(b.ID).Terminate(ctx), sandbox.ErrForbidden, "wrongSession")
 
