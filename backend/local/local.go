@@ -90,6 +90,7 @@ type Backend struct {
 	closed   bool
 	stop     chan struct{} // closed by Close: adopted-session watchers stop
 	watchers sync.WaitGroup
+	previews previews // preview.go: open preview listeners
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -321,8 +322,8 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	default:
 		return nil, fmt.Errorf("%w: egress mode %q is not implemented by the local backend yet (only deny)", sandbox.ErrUnsupported, decl.Egress.Mode)
 	}
-	if len(decl.PreviewPorts) > 0 {
-		return nil, fmt.Errorf("%w: previewPorts are not implemented by the local backend yet", sandbox.ErrUnsupported)
+	if len(decl.PreviewPorts) > 0 && r.gvisor { // preview.go
+		return nil, fmt.Errorf("%w: previewPorts: the preview proxy reaches native sandboxes only (gVisor has its own network stack)", sandbox.ErrUnsupported)
 	}
 	var err error
 	if r.limits.CPUMillis, err = decl.Limits.CPUMillis(); err != nil {
