@@ -398,3 +398,58 @@ func TestPoolHelperProcess(t *testing.T) {
 	fmt.Printf("%s\n", line)
 	time.Sleep(time.Hour)
 }
+
+// TestPoolCreateFailures: a template that stops creating is counted, retried with a growing
+// wait, and a claim then fails as a cold create would, rather than hang.
+func TestPoolCreateFailures(t *testing.T) {
+	b := newTestBackend(t)
+	tmpl := poolTemplate()
+	tmpl.Image = spec.Image{Dir: t.TempDir()} // resolves, but holds no system to start
+	p, err := NewPool(t.Context(), b, tmpl, PoolOptions{Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	waitFor(t, "failed refills", func() bool { return p.Stats().Failures >= 2 })
+	if _, err := p.Claim(t.Context()); err == nil {
+		t.Fatal("claim from a pool that cannot create succeeded")
+	}
+	if st := p.Stats(); st.Size != 0 || st.Misses != 1 || st.Hits != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestPoolRefillDefer: a claim that leaves the pool non-empty holds the refill back (it would
+// take CPU from the claimer's call) until the sandbox is discarded; one that empties it does not.
+func TestPoolRefillDefer(t *testing.T) {
+	b := newTestBackend(t)
+	p := newTestPool(t, b, PoolOptions{Size: 2}, nil)
+	waitReady(t, p, 2)
+	deferred := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.deferUntil.IsZero()
+	}
+	s1, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !deferred() {
+		t.Error("a claim leaving one ready sandbox refills at once")
+	}
+	p.Discard(s1.ID)
+	if deferred() {
+		t.Error("a discard left the refill held back")
+	}
+	waitReady(t, p, 2)
+	for range 2 {
+		s, err := p.Claim(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Discard(s.ID)
+	}
+	if deferred() {
+		t.Error("a claim that emptied the pool held the refill back")
+	}
+}
