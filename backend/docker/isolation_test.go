@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -59,17 +60,32 @@ func createAndConnect(t *testing.T, b *Backend, d spec.Sandbox) (*sandbox.Sessio
 // TestIsolation checks, from inside a container, every confinement the backend promises.
 func TestIsolation(t *testing.T) {
 	requireDocker(t)
-	b := newTestBackend(t, EngineAPI)
+	t.Run("api", func(t *testing.T) { testIsolation(t, EngineAPI, spec.Image{Ref: testImageRef}) })
+	t.Run("docker", func(t *testing.T) { testIsolation(t, EngineDocker, spec.Image{Ref: testImageRef}) })
+	t.Run("podman", func(t *testing.T) {
+		if _, err := exec.LookPath("podman"); err != nil {
+			t.Skip("podman is not installed (apt-get install podman)")
+		}
+		t.Setenv("CONTAINERS_CONF", podmanConf(t))
+		testIsolation(t, EnginePodman, spec.Image{Tarball: rootfsTar})
+	})
+}
+
+func testIsolation(t *testing.T, engine string, img spec.Image) {
+	b := newTestBackend(t, engine)
 	procs := int64(48)
 	s, a := createAndConnect(t, b, spec.Sandbox{
-		ID: "iso", Image: spec.Image{Ref: testImageRef},
+		ID: "iso", Image: img,
 		Limits: spec.Limits{CPU: "500m", Memory: "96Mi", Disk: "8Mi", MaxProcesses: &procs},
 	})
 
 	t.Run("EngineHoldsTheHardening", func(t *testing.T) {
 		// What cannot be seen from inside on this machine (no swap; a dockerd without a bridge
 		// gives even a "bridge" container only lo) is checked in the engine's own record.
-		api := b.eng.(*apiEngine)
+		api, ok := b.eng.(*apiEngine)
+		if !ok {
+			t.Skip("read through the Engine API; the CLI renderings are checked by TestCLIArgsCarryEveryHardeningFlag")
+		}
 		cs, err := b.eng.list(context.Background(), map[string]string{labelSession: s.ID})
 		if err != nil || len(cs) != 1 {
 			t.Fatalf("list: %v %v", cs, err)
@@ -144,7 +160,8 @@ time.sleep(600)
 		}
 	})
 	t.Run("RootIsReadOnly", func(t *testing.T) {
-		for _, p := range []string{"/x", "/usr/x", "/etc/x", "/.airlock/x"} {
+		// /run and /var/tmp: podman's --read-only would mount writable tmpfs there by default.
+		for _, p := range []string{"/x", "/usr/x", "/etc/x", "/.airlock/x", "/run/x", "/var/tmp/x", "/dev/x"} {
 			if _, _, res := run(t, a, "touch "+p); res.ExitCode == 0 {
 				t.Errorf("touch %s succeeded", p)
 			}
@@ -351,5 +368,34 @@ func TestImageSources(t *testing.T) {
 	_, err = b.Create(context.Background(), d)
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "VOLUME /data") {
 		t.Errorf("Create with a VOLUME image: %v, want ErrUnsupported naming VOLUME /data", err)
+	}
+}
+
+// TestPrivateDockerdFlags: the dockerd hack/dockerd.sh started runs with the flags that leave
+// host networking alone, and nothing it did added a bridge.
+func TestPrivateDockerdFlags(t *testing.T) {
+	requireDocker(t)
+	pid, err := os.ReadFile(filepath.Join(cacheDir(), "docker.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	for _, want := range []string{"--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("dockerd %q lacks %s", args, want)
+		}
+	}
+	for _, flag := range []string{"--data-root", "--exec-root", "-H", "--pidfile"} {
+		i := slices.Index(args, flag)
+		if i < 0 || i+1 >= len(args) || !strings.Contains(args[i+1], cacheDir()) {
+			t.Errorf("dockerd %q: %s is not inside %s", args, flag, cacheDir())
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/docker0"); err == nil {
+		t.Error("a docker0 bridge exists on the host")
 	}
 }

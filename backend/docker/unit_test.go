@@ -390,3 +390,18 @@ func TestSessionIDs(t *testing.T) {
 		t.Error("two state dirs share a tag")
 	}
 }
+
+// TestPublishedSetPromisesNoMore: what plan-time publishes for the docker platform
+// (capability.For) the backend enforces, so that a plan never accepts what Create refuses.
+func TestPublishedSetPromisesNoMore(t *testing.T) {
+	published, err := capability.For(capability.Docker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := capabilities()
+	for _, n := range capability.Names {
+		if published.Has(n) && !ours.Has(n) {
+			t.Errorf("capability.For(docker) promises %s, the backend lacks it: %s", n, ours.Entries[n].Reason)
+		}
+	}
+}
