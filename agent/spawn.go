@@ -66,7 +66,11 @@ func newSpawner(cfg *Config) *spawner {
 		sigs:    make(chan os.Signal, 1),
 		reapAll: os.Getpid() == 1,
 	}
-	if !(cfg.AllowRootCode && cfg.CodeUID == 0 && cfg.CodeGID == 0) {
+	// "Do not change" when that is what is asked: root code under AllowRootCode, or (tests
+	// run unprivileged) the agent's own ids, which a non-root agent could not set again anyway.
+	same := cfg.CodeUID == uint32(os.Geteuid()) && cfg.CodeGID == uint32(os.Getegid())
+	rootCode := cfg.CodeUID == 0 && cfg.CodeGID == 0
+	if !(cfg.AllowRootCode && (rootCode || same)) {
 		s.cred = &syscall.Credential{Uid: cfg.CodeUID, Gid: cfg.CodeGID, Groups: []uint32{}}
 	}
 	if cfg.CgroupV1Freezer != "" {
