@@ -55,10 +55,16 @@ type sandboxCgroup interface {
 	delegate(uid, gid int) error
 	// kill SIGKILLs every process in the cgroup and its children and waits until none is left.
 	kill(ctx context.Context) error
+	// thaw lifts a freeze (a paused sandbox): a frozen task dies of a SIGKILL only once thawed.
+	thaw() error
 	// procs lists every process in the cgroup and its children.
 	procs() ([]int, error)
-	// remove deletes the cgroup and every child, in every hierarchy.
+	// remove deletes the cgroup and every child, in every hierarchy, waiting a while for
+	// killed tasks that are still leaving.
 	remove() error
+	// removeEmpty is remove without the wait: a cgroup that still holds a task fails at once
+	// (EBUSY). Its success proves the cgroup was empty.
+	removeEmpty() error
 	// dirs are the host directories this cgroup consists of (absent once removed).
 	dirs() []string
 }
@@ -83,7 +89,11 @@ func newCgroupDriver(parent string) (cgroupDriver, error) {
 				return nil, fmt.Errorf("cgroup v1 controller %s is not mounted at %s: %w", c, filepath.Join(cgroupRoot, c), err)
 			}
 		}
-		return &v1Driver{parent: parent}, nil
+		others, err := otherHierarchies()
+		if err != nil {
+			return nil, err
+		}
+		return &v1Driver{parent: parent, others: others}, nil
 	}
 	return nil, errors.New("no cgroup hierarchy is mounted at " + cgroupRoot)
 }
@@ -103,7 +113,28 @@ func v1PidsOnly() ([]cgroup1.Subsystem, error) {
 	return []cgroup1.Subsystem{cgroup1.NewPids(cgroupRoot)}, nil
 }
 
-type v1Driver struct{ parent string }
+type v1Driver struct {
+	parent string
+	// others are the hierarchies mounted at cgroupRoot besides v1Controllers, listed once:
+	// runsc makes its cgroups in every hierarchy, so removal looks there too.
+	others []string
+}
+
+// otherHierarchies lists the directories at cgroupRoot that are not v1Controllers (named
+// hierarchies, co-mounted controllers).
+func otherHierarchies() ([]string, error) {
+	entries, err := os.ReadDir(cgroupRoot)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && !slices.Contains(v1Controllers, e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
 
 func (d *v1Driver) version() int { return 1 }
 
@@ -125,22 +156,22 @@ func (d *v1Driver) create(name string, l limits) (sandboxCgroup, error) {
 	}
 	cg, err := cgroup1.New(cgroup1.StaticPath(p), res, cgroup1.WithHierarchy(v1Hierarchy))
 	if err != nil {
-		c := &v1Cgroup{path: p}
+		c := &v1Cgroup{path: p, others: d.others}
 		_ = c.remove()
 		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
 	}
 	codeMax := l.MaxProcesses + 1 // the spawner thread itself lives there too
 	if _, err := cgroup1.New(cgroup1.StaticPath(path.Join(p, nsinit.CodePidsName)),
 		&specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &codeMax}}, cgroup1.WithHierarchy(v1PidsOnly)); err != nil {
-		c := &v1Cgroup{path: p, cg: cg}
+		c := &v1Cgroup{path: p, cg: cg, others: d.others}
 		_ = c.remove()
 		return nil, fmt.Errorf("create cgroup %s/%s: %w", p, nsinit.CodePidsName, err)
 	}
-	return &v1Cgroup{path: p, cg: cg}, nil
+	return &v1Cgroup{path: p, cg: cg, others: d.others}, nil
 }
 
 func (d *v1Driver) load(name string) (sandboxCgroup, error) {
-	c := &v1Cgroup{path: d.path(name)}
+	c := &v1Cgroup{path: d.path(name), others: d.others}
 	for _, dir := range c.dirs() {
 		if _, err := os.Stat(dir); err == nil {
 			if cg, err := cgroup1.Load(cgroup1.StaticPath(c.path), cgroup1.WithHierarchy(v1Hierarchy)); err == nil {
@@ -172,23 +203,24 @@ func (d *v1Driver) list() ([]string, error) {
 }
 
 type v1Cgroup struct {
-	path string
-	cg   cgroup1.Cgroup // nil when the cgroup is only partly there
+	path   string
+	cg     cgroup1.Cgroup // nil when the cgroup is only partly there
+	others []string       // the driver's other hierarchies
 }
 
 func (c *v1Cgroup) dir(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, c.path) }
 
 // dirs are the cgroup's directories in the hierarchies this runtime uses, plus any other
 // hierarchy where one of that name exists (runsc makes its cgroups in every hierarchy).
+// Looked up by name: a glob over cgroupRoot would read every hierarchy's top directory.
 func (c *v1Cgroup) dirs() []string {
-	var out []string
+	out := make([]string, 0, len(v1Controllers)+len(c.others))
 	for _, ctrl := range v1Controllers {
 		out = append(out, c.dir(ctrl))
 	}
-	others, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", c.path))
-	for _, d := range others {
-		if !slices.Contains(out, d) {
-			out = append(out, d)
+	for _, h := range c.others {
+		if _, err := os.Lstat(c.dir(h)); err == nil {
+			out = append(out, c.dir(h))
 		}
 	}
 	return out
@@ -363,6 +395,10 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 	}
 }
 
+func (c *v1Cgroup) thaw() error {
+	return os.WriteFile(filepath.Join(c.dir("freezer"), "freezer.state"), []byte("THAWED"), 0)
+}
+
 func (c *v1Cgroup) kill(ctx context.Context) error {
 	// Every process of a sandbox is in its pid namespace, which cannot fork once its init is
 	// dead: killing everything listed is already race-free. The freezer is the fallback for
@@ -426,12 +462,16 @@ func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
 	}
 }
 
-func (c *v1Cgroup) remove() error {
+func (c *v1Cgroup) remove() error { return c.removeDirs(true) }
+
+func (c *v1Cgroup) removeEmpty() error { return c.removeDirs(false) }
+
+func (c *v1Cgroup) removeDirs(waitBusy bool) error {
 	// Children first (the agent's per-exec cgroups, the code pids cgroup): the library
 	// deletes one level only.
 	var errs []error
 	for _, d := range c.dirs() {
-		if err := rmdirTree(d); err != nil {
+		if err := rmdirTree(d, waitBusy); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -439,8 +479,9 @@ func (c *v1Cgroup) remove() error {
 }
 
 // rmdirTree removes a cgroup directory and every child cgroup, deepest first. cgroupfs
-// directories go with rmdir; their files cannot be unlinked and vanish with them.
-func rmdirTree(root string) error {
+// directories go with rmdir; their files cannot be unlinked and vanish with them. waitBusy
+// retries a cgroup that still has tasks for about a second.
+func rmdirTree(root string, waitBusy bool) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -458,14 +499,14 @@ func rmdirTree(root string) error {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := rmdirRetry(dirs[i]); err != nil {
+		if err := rmdirRetry(dirs[i], waitBusy); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func rmdirRetry(p string) error {
+func rmdirRetry(p string, waitBusy bool) error {
 	delay := time.Millisecond
 	for i := 0; ; i++ {
 		err := unix.Rmdir(p)
@@ -473,7 +514,7 @@ func rmdirRetry(p string) error {
 			return nil
 		}
 		// EBUSY: a task that was just killed is still leaving.
-		if !errors.Is(err, unix.EBUSY) || i >= 10 {
+		if !errors.Is(err, unix.EBUSY) || !waitBusy || i >= 10 {
 			return fmt.Errorf("remove cgroup %s: %w", p, err)
 		}
 		time.Sleep(delay)
@@ -505,7 +546,7 @@ func (d *v2Driver) create(name string, l limits) (sandboxCgroup, error) {
 	}
 	m, err := cgroup2.NewManager(cgroupRoot, p, res)
 	if err != nil {
-		_ = rmdirTree(filepath.Join(cgroupRoot, p))
+		_ = rmdirTree(filepath.Join(cgroupRoot, p), true)
 		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
 	}
 	return &v2Cgroup{path: p, m: m}, nil
@@ -596,6 +637,10 @@ func (c *v2Cgroup) procs() ([]int, error) {
 	return pids, err
 }
 
+func (c *v2Cgroup) thaw() error {
+	return os.WriteFile(filepath.Join(c.dirs()[0], "cgroup.freeze"), []byte("0"), 0)
+}
+
 func (c *v2Cgroup) kill(ctx context.Context) error {
 	if c.m != nil {
 		if err := c.m.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOENT) {
@@ -618,4 +663,6 @@ func (c *v2Cgroup) kill(ctx context.Context) error {
 	}
 }
 
-func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0]) }
+func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0], true) }
+
+func (c *v2Cgroup) removeEmpty() error { return rmdirTree(c.dirs()[0], false) }

@@ -45,6 +45,9 @@ const (
 	tokenLifetime = 60 * time.Second
 	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
 	startTimeout = 60 * time.Second
+	// initExitWait is how long terminate waits for its own killed init before it kills the
+	// sandbox's cgroup member by member.
+	initExitWait = 2 * time.Second
 	// maxSocketPath is sockaddr_un's limit (108 bytes with the NUL).
 	maxSocketPath = 107
 )
@@ -101,6 +104,7 @@ type session struct {
 	dir  string
 	key  ed25519.PrivateKey
 	cmd  *exec.Cmd     // nil when adopted from another process
+	cg   sandboxCgroup // the cgroup this process created; nil when adopted
 	done chan struct{} // closed once init has exited (and, for our child, been reaped)
 
 	mu        sync.Mutex // serialises destroy
@@ -493,7 +497,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	}
 	now := time.Now()
 	s := &session{
-		dir: dir, key: key, done: make(chan struct{}),
+		dir: dir, key: key, cg: cg, done: make(chan struct{}),
 		rec: record{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
@@ -860,16 +864,43 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	} else if r, err := readRecord(dir); err == nil {
 		rec = r
 	}
-	if _, err := os.Stat(filepath.Join(dir, "runsc")); err == nil {
+	_, err := os.Stat(filepath.Join(dir, "runsc"))
+	gvisor := err == nil
+	if gvisor {
 		if err := b.stopGVisor(ctx, dir, id); err != nil {
 			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 		}
 	}
-	cg, err := b.cg.load(id)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	var cg sandboxCgroup
+	if s != nil && s.cg != nil {
+		cg = s.cg // made by this process: no need to look for it
+	} else if c, err := b.cg.load(id); err == nil {
+		cg = c
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
-	if cg != nil {
+	removed := false
+	if s != nil && s.cmd != nil && s.cmd.Process != nil {
+		// Our own init first, through its pidfd (no pid reuse). It is PID 1 of the sandbox's
+		// pid namespace: the kernel kills every other process there and has reaped them all
+		// by the time init exits, so the cgroup is normally empty then, and removing it at
+		// once proves it (rmdir refuses a cgroup with a task) without polling its members.
+		// Anything in the cgroup from outside the namespace fails that and is killed below,
+		// as is everything when init does not go at once.
+		_ = s.cmd.Process.Signal(syscall.SIGKILL) // fails only once init is already gone
+		if cg != nil {
+			_ = cg.thaw() // a paused sandbox; its cgroup may be gone already
+		}
+		t := time.NewTimer(initExitWait)
+		select {
+		case <-s.done:
+			removed = cg != nil && cg.removeEmpty() == nil
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	if cg != nil && !removed {
 		if err := cg.kill(ctx); err != nil {
 			return fmt.Errorf("%w: terminate %s: kill: %v", sandbox.ErrOutcomeUnknown, id, err)
 		}
@@ -892,8 +923,10 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 		}
 	}
 	if cg != nil {
-		if err := cg.remove(); err != nil {
-			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+		if !removed {
+			if err := cg.remove(); err != nil {
+				return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+			}
 		}
 		for _, d := range cg.dirs() {
 			if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
@@ -901,10 +934,14 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 			}
 		}
 	}
-	// runsc leaves a namespace file bind-mounted in its state (null-netns); nothing else of a
-	// sandbox is mounted in the host's namespace, but whatever is, goes.
-	if err := unmountUnder(dir); err != nil {
-		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+	// runsc leaves a namespace file bind-mounted in its state (null-netns): whatever is
+	// mounted there goes before the files do. A native sandbox never mounts in the host's
+	// namespace (its own is a copy whose shared mounts the kernel made slaves, and the host
+	// mounts nothing there), so its sessions skip reading the host's mount table.
+	if native := rec != nil && rec.Runtime == "" && !gvisor; !native {
+		if err := unmountUnder(dir); err != nil {
+			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
+		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("%w: terminate %s: remove state: %v", sandbox.ErrOutcomeUnknown, id, err)
