@@ -34,7 +34,7 @@ func prepareSpawner(cfg *Config, writable []string) (landlockABI int, err error)
 			return 0, fmt.Errorf("move the spawner thread into the code pids cgroup: %w", err)
 		}
 	}
-	for c := 0; c <= lastCap(); c++ {
+	for c, last := 0, lastCap(); c <= last; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			return 0, fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
