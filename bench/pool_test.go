@@ -47,6 +47,20 @@ func waitPool(b *testing.B, p *local.Pool, n int) {
 	}
 }
 
+// settle stops the timer until the pool is full and idle (nothing being created or
+// terminated): the latency a call sees when it is not competing with the pool's own work.
+func settle(b *testing.B, p *local.Pool, size int) {
+	b.StopTimer()
+	deadline := time.Now().Add(2 * time.Minute)
+	for st := p.Stats(); st.Size < size || st.Creating > 0 || st.Reaping > 0; st = p.Stats() {
+		if time.Now().After(deadline) {
+			b.Fatalf("pool did not settle: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.StartTimer()
+}
+
 // ensureReady keeps a measured iteration warm: when the previous ones emptied the pool, the
 // timer stops while it refills (a miss would measure a cold create).
 func ensureReady(b *testing.B, p *local.Pool) {
@@ -83,7 +97,19 @@ func BenchmarkWarmRunCode(b *testing.B) {
 			b.Fatalf("result %+v", res)
 		}
 	}
-	b.Run("airlock-pool", func(b *testing.B) {
+	// settled: the pool is idle when the call comes (calls with gaps between them);
+	// back-to-back: the next call comes at once, while the pool replaces and reaps.
+	b.Run("airlock-pool-settled", func(b *testing.B) {
+		needRoot(b)
+		be := newBackend(b, stateDir(b))
+		p := newWarmPool(b, be, 4)
+		for b.Loop() {
+			settle(b, p, 4)
+			run(b, be, runcode.Options{Pool: p})
+		}
+		reportPool(b, p)
+	})
+	b.Run("airlock-pool-back-to-back", func(b *testing.B) {
 		needRoot(b)
 		be := newBackend(b, stateDir(b))
 		p := newWarmPool(b, be, 4)
@@ -105,12 +131,21 @@ func BenchmarkWarmRunCode(b *testing.B) {
 // BenchmarkWarmClaimFirstExec is a claim from a ready pool through the first command's exit:
 // claim, connect, exec /bin/true, discard.
 func BenchmarkWarmClaimFirstExec(b *testing.B) {
+	b.Run("settled", func(b *testing.B) { claimFirstExec(b, true) })
+	b.Run("back-to-back", func(b *testing.B) { claimFirstExec(b, false) })
+}
+
+func claimFirstExec(b *testing.B, settled bool) {
 	needRoot(b)
 	be := newBackend(b, stateDir(b))
 	p := newWarmPool(b, be, 4)
 	ctx := context.Background()
 	for b.Loop() {
-		ensureReady(b, p)
+		if settled {
+			settle(b, p, 4)
+		} else {
+			ensureReady(b, p)
+		}
 		s, err := p.Claim(ctx)
 		if err != nil {
 			b.Fatal(err)

@@ -78,7 +78,9 @@ type PoolStats struct {
 	// Expired ready sandboxes terminated for waiting longer than IdleExpiry; Dead ready
 	// sandboxes found ended at claim time (skipped).
 	Refills, Failures, Expired, Dead uint64
-	// ReapFailures are background terminations (Discard, expiry) that failed (logged).
+	// Reaping is how many sandboxes wait for or are in a background termination;
+	// ReapFailures those terminations that failed (logged).
+	Reaping      int
 	ReapFailures uint64
 }
 
@@ -295,6 +297,7 @@ func (p *Pool) enqueueReap(id string) bool {
 	}
 	select {
 	case p.reapQ <- id:
+		p.stats.Reaping++
 		return true
 	default:
 		return false
@@ -519,6 +522,7 @@ func (p *Pool) reaper() {
 	defer p.wg.Done()
 	for id := range p.reapQ {
 		p.terminate(id)
+		p.count(func(st *PoolStats) { st.Reaping-- })
 	}
 }
 
