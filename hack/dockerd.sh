@@ -8,7 +8,7 @@
 #
 # dockerd runs only with --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false
 # --bridge=none and its own data/exec roots: its default start rewrites the host's firewall and
-# routing. Idempotent: a running engine in DIR is reused. DIR defaults to /var/cache/airlock-docker
+# routing. Idempotent and serialised (a lock in DIR): a running engine in DIR is reused. DIR defaults to /var/cache/airlock-docker
 # ($AIRLOCK_DOCKER_DIR); the engine's socket is DIR/docker.sock, its log DIR/dockerd.log.
 set -euo pipefail
 
@@ -87,7 +87,7 @@ start() {
 		--iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
 		--data-root "$dir/data" --exec-root "$dir/exec" \
 		-H "unix://$sock" --pidfile "$pidfile" \
-		</dev/null >>"$dir/dockerd.log" 2>&1 &
+		</dev/null >>"$dir/dockerd.log" 2>&1 9>&- &
 	local i
 	for ((i = 0; i < 600; i++)); do
 		if client version >/dev/null 2>&1; then
@@ -125,6 +125,12 @@ load() {
 	start >/dev/null
 	client load -i "$1" >&2
 }
+
+# One invocation at a time per DIR: two test binaries starting the engine at once must not both
+# launch a dockerd (the second would fail on the pidfile) or pack the same image file.
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
 
 case $cmd in
 start) start ;;

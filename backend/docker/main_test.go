@@ -169,11 +169,21 @@ func conformanceImage(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "rootfs-conformance.tar")
-	if err := tarball.WriteToFile(out+".tmp", tag, img); err != nil {
+	// Written beside and renamed into place: another test binary may be reading the old one.
+	tmp, err := os.CreateTemp(dir, "rootfs-conformance-*.tmp")
+	if err != nil {
 		return "", err
 	}
-	return out, os.Rename(out+".tmp", out)
+	defer os.Remove(tmp.Name())
+	if err := tarball.Write(tag, img, tmp); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "rootfs-conformance.tar")
+	return out, os.Rename(tmp.Name(), out)
 }
 
 // dockerdRunning reports whether the pidfile in dir names a live dockerd.
