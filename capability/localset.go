@@ -12,7 +12,6 @@ const (
 	reasonIdleNotBuilt         = "the local backend does not enforce idle timeouts yet (issue 3)"
 	reasonRunscNotDriven       = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
 	reasonPreviewNotBuilt      = "the preview proxy is not built yet (issue 6)"
-	reasonPauseNotBuilt        = "pause/resume is not built yet (issue 6)"
 	reasonSnapshotNotBuilt     = "snapshots are not built yet (issue 6)"
 	reasonDockerNotBuilt       = "the docker runtime is not built yet (issue 5)"
 )
@@ -74,10 +73,13 @@ func (h HostProbe) Set() Set {
 	}
 
 	put(Preview, reasonPreviewNotBuilt)
-	if h.Cgroup.Freezer {
-		put(SuspendResume, reasonPauseNotBuilt)
-	} else {
-		put(SuspendResume, "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), and "+reasonPauseNotBuilt)
+	switch {
+	case h.Cgroup.Freezer:
+		put(SuspendResume, "")
+	case h.Cgroup.Version == "none":
+		put(SuspendResume, "no cgroup filesystem is mounted")
+	default:
+		put(SuspendResume, "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), which pauses a sandbox")
 	}
 	put(Snapshot, reasonSnapshotNotBuilt)
 	return s

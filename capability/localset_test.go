@@ -32,7 +32,7 @@ func capableHost() HostProbe {
 
 // capableLocal is what the local runtime, as built today, does on a capable host.
 var capableLocal = map[Name]bool{
-	Files: true, Reconnect: true, Preview: false, SuspendResume: false, Snapshot: false,
+	Files: true, Reconnect: true, Preview: false, SuspendResume: true, Snapshot: false,
 	DomainEgressRules: false, EgressDeny: true, PublicOnlyEgress: false,
 	EnforcedLimits: true, ProcessLimit: true, DiskLimit: true,
 	SessionLifetime: true, IdleTimeout: false,
@@ -91,12 +91,12 @@ func TestLocalSetFromHostFacts(t *testing.T) {
 			[]Name{ProcessLimit}, "cgroup pids controller not mounted"},
 		{"no cgroups at all", func(h *HostProbe) {
 			h.Cgroup = CgroupFacts{Version: "none"}
-		}, []Name{EnforcedLimits, ProcessLimit}, "no cgroup filesystem is mounted"},
+		}, []Name{EnforcedLimits, ProcessLimit, SuspendResume}, "no cgroup filesystem is mounted"},
 		{"no tmpfs", func(h *HostProbe) { h.Tmpfs = false }, []Name{DiskLimit}, "no tmpfs"},
 		{"runsc absent", func(h *HostProbe) { h.Runsc = "" }, []Name{GVisor}, "runsc not found on PATH"},
 		{"runsc present, not driven yet", func(h *HostProbe) {}, []Name{GVisor}, "does not drive it yet"},
 		{"no docker cli", func(h *HostProbe) { h.DockerCLI = "" }, nil, ""},
-		{"no freezer", func(h *HostProbe) { h.Cgroup.Freezer = false }, nil, ""},
+		{"no freezer", func(h *HostProbe) { h.Cgroup.Freezer = false }, []Name{SuspendResume}, "no cgroup freezer"},
 		{"swap on with memsw is fine", func(h *HostProbe) { h.SwapOn = true }, nil, ""},
 		{"no landlock is fine", func(h *HostProbe) { h.LandlockABI = 0 }, nil, ""},
 		{"not root, unprivileged userns allowed, cgroup delegated", func(h *HostProbe) {
