@@ -15,20 +15,18 @@ import (
 
 func main() {
 	ctx := context.Background()
+	// README:begin
 	c, err := client.FromEnv() // $AIRLOCK_SOCKET, else /run/airlock/airlock.sock
 	if err != nil {
 		log.Fatal(err)
 	}
-	// A lifetime of 10 minutes: the default idle timeout then equals it, which the local
-	// runtime enforces (it has no separate idle timer yet, and airlock never pretends).
 	sb, err := c.Create(ctx, spec.Sandbox{ID: "hello", Image: spec.Image{Host: true}, Session: spec.Session{MaxLifetimeSeconds: new(int64(600))}})
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer sb.Terminate(ctx)
 	res, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", "print(6 * 7)"}, Timeout: 10 * time.Second}, os.Stdout, os.Stderr)
-	if terr := sb.Terminate(ctx); err == nil {
-		err = terr
-	}
+	// README:end
 	if err != nil {
 		log.Fatal(err)
 	}
