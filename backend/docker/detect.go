@@ -42,6 +42,9 @@ func detect(ctx context.Context, choice, host string) (engine, error) {
 	default:
 		return nil, fmt.Errorf("%w: engine %q: allowed are \"\" (detect), %s, %s, %s, %s", sandbox.ErrInvalid, choice, EngineAPI, EngineDocker, EnginePodman, EngineNerdctl)
 	}
+	// The CLIs get only a host the caller chose: left alone, the docker CLI also honours
+	// DOCKER_HOST from our environment and its own current context.
+	cliHost := host
 	if host == "" {
 		host = os.Getenv("DOCKER_HOST")
 	}
@@ -60,7 +63,7 @@ func detect(ctx context.Context, choice, host string) (engine, error) {
 		if choice != EngineAuto && choice != name {
 			continue
 		}
-		e, why := tryCLI(ctx, name, host)
+		e, why := tryCLI(ctx, name, cliHost)
 		if e != nil {
 			return e, nil
 		}
@@ -98,6 +101,15 @@ func tryCLI(ctx context.Context, name, host string) (engine, string) {
 	p, err := exec.LookPath(name)
 	if err != nil {
 		return nil, "not on PATH"
+	}
+	if name == EngineDocker {
+		h := host
+		if h == "" {
+			h = os.Getenv("DOCKER_HOST")
+		}
+		if h != "" && !strings.HasPrefix(h, "unix://") {
+			return nil, "DOCKER_HOST " + h + " is not a unix:// socket: the docker backend bind-mounts host paths and needs an engine on this machine"
+		}
 	}
 	e := &cliEngine{name: name, path: p, env: cliEnv(name, host)}
 	if err := e.probe(ctx); err != nil {

@@ -110,6 +110,11 @@ func TestDetectRefusesRemoteHostAndUnknownChoice(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "not a unix:// socket") {
 		t.Errorf("tcp host: %v, want ErrUnsupported naming the unix socket requirement", err)
 	}
+	fakeCLIs(t, map[string]int{"docker": 0})
+	_, err = detect(context.Background(), EngineAuto, "tcp://127.0.0.1:2375")
+	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "docker (DOCKER_HOST tcp://127.0.0.1:2375 is not a unix:// socket") {
+		t.Errorf("docker CLI with a tcp host: %v, want it passed over", err)
+	}
 	_, err = detect(context.Background(), "lxc", "")
 	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `"lxc"`) {
 		t.Errorf("unknown engine: %v, want ErrInvalid naming it", err)
