@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/preview"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/token"
@@ -87,6 +88,9 @@ func get(t *testing.T, c *http.Client, url, bearer string) httpResult {
 func TestPreview(t *testing.T) {
 	b := newTestBackend(t)
 	ctx := context.Background()
+	if st := b.Capabilities(ctx).Entries[capability.Preview]; !st.Supported {
+		t.Fatalf("capability preview: %+v", st)
+	}
 	port, undeclared := freeHostPort(t), freeHostPort(t)
 	a := webSandbox(t, b, "web-a", port, undeclared)
 	other := webSandbox(t, b, "web-b", port, undeclared)

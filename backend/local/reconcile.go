@@ -144,10 +144,12 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
 		yes(capability.SuspendResume) // pause.go: the cgroup freezer
+		yes(capability.Snapshot)      // snapshot.go: captured under the freezer
 	} else {
 		no(capability.EnforcedLimits, "no usable cgroup hierarchy")
 		no(capability.ProcessLimit, "no usable cgroup hierarchy")
 	}
+	yes(capability.Preview) // preview.go
 	no(capability.IdleTimeout, "not enforced by the local backend yet")
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
 	if _, err := findRunsc(runsc); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -64,6 +65,9 @@ ls -A empty | wc -l
 func TestSnapshotRoundTrip(t *testing.T) {
 	b := newTestBackend(t)
 	ctx := context.Background()
+	if st := b.Capabilities(ctx).Entries[capability.Snapshot]; !st.Supported {
+		t.Fatalf("capability snapshot: %+v", st)
+	}
 	parent, err := b.Create(ctx, hostDecl("snap-src"))
 	if err != nil {
 		t.Fatal(err)
