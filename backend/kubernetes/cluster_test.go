@@ -468,3 +468,46 @@ func TestTimeoutLeavesNoProcess(t *testing.T) {
 		t.Errorf("kill scope %q: processes of the timed-out command survive:\n%s", h.KillScope, out.String())
 	}
 }
+
+func condition(t *testing.T, ns, name, typ string) (status, reason string) {
+	out := kubectl(t, "", "-n", ns, "get", "sandbox", name, "-o",
+		`jsonpath={.status.conditions[?(@.type=="`+typ+`")].status} {.status.conditions[?(@.type=="`+typ+`")].reason}`)
+	status, reason, _ = strings.Cut(out, " ")
+	return status, reason
+}
+
+func waitCondition(t *testing.T, ns, name, typ, wantStatus, wantReason string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s, r := condition(t, ns, name, typ)
+		if s == wantStatus && r == wantReason {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Sandbox %s condition %s = %s/%s, want %s/%s", name, typ, s, r, wantStatus, wantReason)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The operator refuses what a pod cannot enforce, as a condition with a stable reason, and keeps
+// no pods for it; the broker refuses claims of it.
+func TestRefusedDeclarations(t *testing.T) {
+	e := newEnv(t)
+	pids := baseDecl("pids")
+	pids.Limits.MaxProcesses = func() *int64 { v := int64(64); return &v }()
+	e.sandboxCR(pids, 2, 0)
+	waitCondition(t, e.ns, "pids", "Accepted", "False", "Unsupported")
+	gv := baseDecl("gvisor")
+	gv.Runtime = spec.RuntimeGVisor
+	e.sandboxCR(gv, 1, 0)
+	waitCondition(t, e.ns, "gvisor", "Accepted", "False", "RuntimeClassMissing")
+	if pods := kubectl(t, "", "-n", e.ns, "get", "pods", "-o", "name"); pods != "" {
+		t.Errorf("pods exist for refused Sandboxes: %s", pods)
+	}
+	b := e.backend("app")
+	if _, err := b.Claim(ctxT(t), "pids", nil); !errors.Is(err, sandbox.ErrRefused) {
+		t.Errorf("claim of a refused Sandbox: %v, want refused", err)
+	}
+}
