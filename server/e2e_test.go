@@ -294,8 +294,9 @@ func TestErrorsCrossTheWire(t *testing.T) {
 
 	// Refused: what this host cannot enforce, every refusal named, nothing created.
 	ref := hostDecl("ref", nil)
-	ref.PreviewPorts = []int{8080}
 	ref.Runtime = spec.RuntimeDocker
+	tooMany := int64(1 << 20) // beyond the local platform's bound (the ids a user namespace maps)
+	ref.Limits.MaxProcesses = &tooMany
 	_, err = h.c.Create(ctx, ref)
 	if !errors.Is(err, sandbox.ErrRefused) {
 		t.Fatalf("refused declaration: %v", err)
@@ -304,12 +305,13 @@ func TestErrorsCrossTheWire(t *testing.T) {
 	if !errors.As(err, &pr) || !errors.As(err, &ce) || ce.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("refusal details: %#v", err)
 	}
-	var caps []capability.Name
+	var caps, rules []string
 	for _, p := range ce.Problems {
-		caps = append(caps, p.Capability)
+		caps = append(caps, string(p.Capability))
+		rules = append(rules, p.Rule)
 	}
-	if !slices.Contains(caps, capability.Preview) || !slices.Contains(caps, capability.DockerRuntime) {
-		t.Fatalf("refusals %+v, want preview and dockerRuntime", ce.Problems)
+	if !slices.Contains(caps, string(capability.DockerRuntime)) || !slices.Contains(rules, "bound.processes") {
+		t.Fatalf("refusals %+v, want dockerRuntime and bound.processes", ce.Problems)
 	}
 	if l, _ := h.c.List(ctx, nil); len(l) != 0 {
 		t.Fatalf("a refused create left %d sandboxes", len(l))
