@@ -201,6 +201,13 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 
 // run hands req to the spawner thread.
 func (s *spawner) run(req *spawnRequest) spawnReply {
+	// A command gets exactly the descriptors the request places at 0..2 (ForkExec clears
+	// close-on-exec only on those): whatever else is open in this process, inherited by it or
+	// opened without O_CLOEXEC by an embedding program, is marked first. Not on the spawner
+	// thread: its seccomp filter is the runtime's business, this call must not depend on it.
+	if err := CloseOnExecFrom(3); err != nil {
+		return spawnReply{err: fmt.Errorf("%w: %v", errFDs, err)}
+	}
 	req.reply = make(chan spawnReply, 1)
 	select {
 	case s.reqs <- req:
@@ -209,6 +216,9 @@ func (s *spawner) run(req *spawnRequest) spawnReply {
 	}
 	return <-req.reply
 }
+
+// errFDs: the agent could not make sure a command inherits nothing but its stdio.
+var errFDs = errors.New("cannot confine the command's file descriptors")
 
 // reap is the only caller of wait4 in the process.
 func (s *spawner) reap() {

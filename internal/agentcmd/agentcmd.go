@@ -27,6 +27,12 @@ const maxConfig = 1 << 20
 
 // Main runs the command and returns the process exit code.
 func Main(args []string) int {
+	// First, before the init stage or the agent can start anything: descriptors the launcher
+	// left without close-on-exec must not pass through to sandboxed commands. Fail closed.
+	if err := agent.CloseOnExecFrom(3); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent: %v\n", err)
+		return 1
+	}
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return 2

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,5 +216,92 @@ func BenchmarkStartup(b *testing.B) {
 		cl.Close()
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+	}
+}
+
+// TestInheritedDescriptorsDoNotReachCommands: descriptors the launcher passes without
+// close-on-exec (a host directory, a host file open for append) are marked close-on-exec
+// before the agent does anything else, and a command sees only its stdio.
+func TestInheritedDescriptorsDoNotReachCommands(t *testing.T) {
+	cfg, key := testConfig(t)
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostDir := t.TempDir()
+	hostDirF, err := os.Open(hostDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostDirF.Close()
+	hostFile := filepath.Join(hostDir, "log")
+	hostFileF, err := os.OpenFile(hostFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostFileF.Close()
+	cmd := exec.Command(agentBin, "serve", "--config", "-")
+	cmd.Stdin = strings.NewReader(string(b))
+	// ExtraFiles arrive as fds 3 and 4 without close-on-exec, as a careless launcher leaves them.
+	cmd.ExtraFiles = []*os.File{hostDirF, hostFileF}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	if line, _ := bufio.NewReader(stderr).ReadString('\n'); !strings.Contains(line, "listening on") {
+		t.Fatalf("first stderr line %q", line)
+	}
+	// Before any command runs: the agent's own copies are already close-on-exec.
+	for _, fd := range []int{3, 4} {
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", cmd.Process.Pid, fd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flags int64
+		for _, l := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "flags:"); ok {
+				flags, err = strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+				if err != nil {
+					t.Fatalf("fdinfo %d: %q", fd, l)
+				}
+			}
+		}
+		if flags&syscall.O_CLOEXEC == 0 {
+			t.Errorf("agent fd %d flags %#o: not close-on-exec", fd, flags)
+		}
+	}
+	tok, err := token.Mint(key, token.Claims{Sandbox: "sbx", Session: "ses", Class: token.Execute, Expiry: time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(cfg.Listen, func() string { return tok })
+	defer cl.Close()
+	var out strings.Builder
+	res, err := cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"ls", "-l", "/proc/self/fd"}, Timeout: 10 * time.Second}, &out, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec %+v %v", res, err)
+	}
+	var fds []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		for i := 1; i+1 < len(f); i++ {
+			// ls's own handle on /proc/self/fd is the one descriptor beyond stdio it may show.
+			if f[i] == "->" && !regexp.MustCompile(`^/proc/[0-9]+/fd$`).MatchString(f[i+1]) {
+				fds = append(fds, f[i-1])
+			}
+		}
+	}
+	if strings.Join(fds, ",") != "0,1,2" {
+		t.Errorf("a command sees descriptors %v, want 0,1,2:\n%s", fds, out.String())
+	}
+	if strings.Contains(out.String(), hostDir) {
+		t.Errorf("a command inherited a host descriptor:\n%s", out.String())
 	}
 }
