@@ -1,0 +1,154 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlock-sandbox/airlock/operator/brokerapi"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newTestBackend(t *testing.T, h http.Handler) *Backend {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b, err := New(Config{BrokerURL: srv.URL, Namespace: "ns", Token: func(context.Context) (string, error) { return "tok", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func writeErr(w http.ResponseWriter, status int, code string, retry string) {
+	if retry != "" {
+		w.Header().Set("Retry-After", retry)
+	}
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(brokerapi.Error{Code: code, Message: "m"})
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{BrokerURL: "", Namespace: "ns"},
+		{BrokerURL: "ftp://x", Namespace: "ns"},
+		{BrokerURL: "http://", Namespace: "ns"},
+		{BrokerURL: "http://broker", Namespace: ""},
+	} {
+		if _, err := New(cfg); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("New(%+v): %v, want invalid", cfg, err)
+		}
+	}
+}
+
+func TestBrokerErrorsMapToClasses(t *testing.T) {
+	tests := []struct {
+		status int
+		code   string
+		class  error
+	}{
+		{401, brokerapi.CodeUnauthenticated, sandbox.ErrUnauthenticated},
+		{403, brokerapi.CodeForbidden, sandbox.ErrForbidden},
+		{404, brokerapi.CodeNotFound, sandbox.ErrNotFound},
+		{409, brokerapi.CodeRefused, sandbox.ErrRefused},
+		{400, brokerapi.CodeInvalid, sandbox.ErrInvalid},
+		{504, brokerapi.CodeOutcomeUnknown, sandbox.ErrOutcomeUnknown},
+		{503, brokerapi.CodeUnavailable, sandbox.ErrUnreachable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.code, func(t *testing.T) {
+			b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Authorization") != "Bearer tok" {
+					t.Errorf("authorization header %q", r.Header.Get("Authorization"))
+				}
+				writeErr(w, tc.status, tc.code, "")
+			}))
+			err := b.Terminate(context.Background(), "sess")
+			var be *Error
+			if !errors.Is(err, tc.class) || !errors.As(err, &be) || be.Status != tc.status {
+				t.Fatalf("Terminate: %v, want class %v status %d", err, tc.class, tc.status)
+			}
+		})
+	}
+}
+
+func TestCreateWaitsForAnEmptyPoolThenGivesUp(t *testing.T) {
+	var calls atomic.Int32
+	b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var req brokerapi.ClaimRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Namespace != "ns" || req.Sandbox != "box" || req.Declaration == nil || req.Declaration.ID != "box" {
+			t.Errorf("claim request %+v", req)
+		}
+		writeErr(w, http.StatusServiceUnavailable, brokerapi.CodeUnavailable, "1")
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	_, err := b.Create(ctx, spec.Sandbox{ID: "box", Image: spec.Image{Ref: "x"}})
+	if !errors.Is(err, sandbox.ErrDeadlineExceeded) {
+		t.Fatalf("Create on an empty pool: %v, want deadline exceeded", err)
+	}
+	if n := calls.Load(); n < 2 {
+		t.Errorf("claimed %d times, want a retry after Retry-After", n)
+	}
+}
+
+func TestCreateDoesNotRetryRefusals(t *testing.T) {
+	var calls atomic.Int32
+	b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		writeErr(w, http.StatusForbidden, brokerapi.CodeForbidden, "1")
+	}))
+	if _, err := b.Create(context.Background(), spec.Sandbox{ID: "box"}); !errors.Is(err, sandbox.ErrForbidden) || calls.Load() != 1 {
+		t.Fatalf("Create: %v after %d calls, want one forbidden", err, calls.Load())
+	}
+}
+
+func TestConnectRenewsExpiringTokens(t *testing.T) {
+	var reconnects atomic.Int32
+	b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != brokerapi.PathSessions+"ns/s1" {
+			t.Errorf("%s %s", r.Method, r.URL.Path)
+		}
+		reconnects.Add(1)
+		json.NewEncoder(w).Encode(brokerapi.Grant{Session: brokerapi.Session{ID: "s1"}, Endpoint: "tcp:127.0.0.1:1",
+			ExecuteToken: "fresh", TokenExpiresAt: time.Now().Add(time.Hour)})
+	}))
+	b.remember(&brokerapi.Grant{Session: brokerapi.Session{ID: "s1"}, Endpoint: "tcp:127.0.0.1:1", ExecuteToken: "old",
+		TokenExpiresAt: time.Now().Add(5 * time.Second)})
+	a, err := b.Connect(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if reconnects.Load() != 1 {
+		t.Fatalf("a token expiring in 5 s was used without renewal")
+	}
+	a, _ = b.Connect(context.Background(), "s1")
+	a.Close()
+	if reconnects.Load() != 1 {
+		t.Fatalf("a fresh token was renewed again")
+	}
+	if _, err := b.Connect(context.Background(), "../x"); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("Connect with a path in the id: %v", err)
+	}
+}
+
+func TestAgentEndpointMustBeTCP(t *testing.T) {
+	b := newTestBackend(t, http.NotFoundHandler())
+	if _, err := b.agent(&brokerapi.Grant{Endpoint: "unix:/run/agent.sock"}); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+		t.Fatalf("agent for a unix endpoint: %v", err)
+	}
+}
