@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -101,6 +103,54 @@ func TestMCPCommandStdio(t *testing.T) {
 		t.Fatalf("airlock mcp: %v\n%s", err, stderr.String())
 	}
 	// newRuntimeEnv's cleanup fails the test for the session if it survived.
+}
+
+// TestMCPCommandPool: with --pool the command fills a warm pool, run_code claims from it, and
+// when the client goes away every pooled sandbox is terminated with the server.
+func TestMCPCommandPool(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	cmd := newMCPCmd(&globals{output: outputText})
+	cmd.SetIn(inR)
+	cmd.SetOut(outW)
+	var stderr syncBuffer
+	cmd.SetErr(&stderr)
+	done := make(chan error, 1)
+	go func() {
+		_, err := execCmd(t, cmd, append(env.flags(), "--pool", "2"))
+		outW.Close()
+		done <- err
+	}()
+	c := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool fills in the background: its sandboxes appear in the state dir.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		entries, _ := filepath.Glob(filepath.Join(env.stateDir, "s-*", "session.json"))
+		if len(entries) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not fill (%d sandboxes)\n%s", len(entries), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print('pooled')"}})
+		if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\npooled\n" {
+			t.Fatalf("run_code: %v %s", err, textOf(r))
+		}
+	}
+	cs.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("airlock mcp: %v\n%s", err, stderr.String())
+	}
+	// newRuntimeEnv's cleanup fails the test for any sandbox left, pooled or claimed.
 }
 
 // TestMCPCommandHTTP serves the command on a loopback port it picks, drives it with the
