@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +9,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -170,9 +169,28 @@ func (e *apiEngine) create(ctx context.Context, rs *runSpec) (string, error) {
 	return r.ID, nil
 }
 
-func (e *apiEngine) start(ctx context.Context, id string) error {
-	_, err := e.c.ContainerStart(ctx, id, client.ContainerStartOptions{})
-	return e.classify("start container "+id, err)
+func (e *apiEngine) start(ctx context.Context, id string) (func() string, func(), error) {
+	// Attached before the start: an auto-removed container takes its logs along when it exits,
+	// so what a failing agent printed is only ever seen this way.
+	out := &tailBuffer{max: 4 << 10}
+	att, err := e.c.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, nil, e.classify("attach container "+id, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = stdcopy.StdCopy(out, out, att.Reader)
+	}()
+	release := func() {
+		att.Close()
+		<-done
+	}
+	if _, err := e.c.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		release()
+		return nil, nil, fmt.Errorf("%w%s", e.classify("start container "+id, err), logTail(out.String()))
+	}
+	return out.String, release, nil
 }
 
 func (e *apiEngine) list(ctx context.Context, labels map[string]string) ([]containerInfo, error) {
@@ -201,22 +219,4 @@ func (e *apiEngine) remove(ctx context.Context, id string) error {
 		return nil
 	}
 	return e.classify("remove container "+id, err)
-}
-
-func (e *apiEngine) logs(ctx context.Context, id string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	r, err := e.c.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
-	if err != nil {
-		return ""
-	}
-	defer r.Close()
-	b, _ := io.ReadAll(io.LimitReader(r, 16<<10))
-	// The stream is multiplexed (8-byte frame headers): keep the printable text.
-	return string(bytes.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || (r >= ' ' && r != 0x7f) {
-			return r
-		}
-		return -1
-	}, b))
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -142,9 +143,20 @@ func (e *cliEngine) create(ctx context.Context, rs *runSpec) (string, error) {
 	return lines[len(lines)-1], nil
 }
 
-func (e *cliEngine) start(ctx context.Context, id string) error {
-	_, err := e.run(ctx, nil, "start", id)
-	return err
+func (e *cliEngine) start(ctx context.Context, id string) (func() string, func(), error) {
+	if _, err := e.run(ctx, nil, "start", id); err != nil {
+		return nil, nil, err
+	}
+	// Best effort: an auto-removed container that has exited has no logs any more.
+	output := func() string {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, e.path, "logs", "--tail", "20", id)
+		cmd.Env = e.env
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	return output, func() {}, nil
 }
 
 // cliContainer is the part of `inspect` the three CLIs print alike.
@@ -219,13 +231,6 @@ func (e *cliEngine) remove(ctx context.Context, id string) error {
 		return nil // gone, or its auto-remove is under way: the caller confirms absence
 	}
 	return err
-}
-
-func (e *cliEngine) logs(ctx context.Context, id string) string {
-	cmd := exec.CommandContext(ctx, e.path, "logs", "--tail", "20", id)
-	cmd.Env = e.env
-	out, _ := cmd.CombinedOutput()
-	return string(out)
 }
 
 // cliEnv is the environment the CLI runs with: ours, with DOCKER_HOST set when the caller

@@ -542,11 +542,13 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if err != nil {
 		return nil, err
 	}
-	if err := b.eng.start(ctx, cid); err != nil {
-		return nil, fmt.Errorf("%w%s", err, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
-	}
-	if err := b.waitAgent(ctx, id, decl.ID, cid); err != nil {
+	output, release, err := b.eng.start(ctx, cid)
+	if err != nil {
 		return nil, err
+	}
+	defer release()
+	if err := b.waitAgent(ctx, id, decl.ID); err != nil {
+		return nil, fmt.Errorf("%w%s", err, logTail(output()))
 	}
 	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "container", cid, "engine", b.eng.kind())
 	return sess, nil
@@ -561,7 +563,7 @@ func logTail(s string) string {
 }
 
 // waitAgent polls the agent until it answers for this sandbox, the container is gone, or ctx ends.
-func (b *Backend) waitAgent(ctx context.Context, id, sandboxID, cid string) error {
+func (b *Backend) waitAgent(ctx context.Context, id, sandboxID string) error {
 	c := b.client(id, sandboxID)
 	defer c.Close()
 	sock := filepath.Join(b.opts.StateDir, id, runDir, "agent.sock")
@@ -581,12 +583,12 @@ func (b *Backend) waitAgent(ctx context.Context, id, sandboxID, cid string) erro
 		}
 		if cs, err := b.eng.list(ctx, map[string]string{labelSession: id, labelState: b.tag}); err == nil {
 			if len(cs) == 0 || isEnded(cs[0].Status) {
-				return fmt.Errorf("%w: the container of %s exited before its agent answered%s", sandbox.ErrUnreachable, id, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
+				return fmt.Errorf("%w: the container of %s exited before its agent answered", sandbox.ErrUnreachable, id)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: agent of %s did not answer: %v (last error: %v)%s", sandbox.ErrDeadlineExceeded, id, ctx.Err(), last, logTail(b.eng.logs(context.WithoutCancel(ctx), cid)))
+			return fmt.Errorf("%w: agent of %s did not answer: %v (last error: %v)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), last)
 		case <-time.After(delay):
 		}
 		if delay < 100*time.Millisecond {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // engine is one way of talking to a container engine: the Engine API, or a docker-compatible CLI.
@@ -24,13 +25,13 @@ type engine interface {
 	imageLoad(ctx context.Context, r io.Reader) error
 	// create creates (without starting) a container and returns its id.
 	create(ctx context.Context, rs *runSpec) (string, error)
-	start(ctx context.Context, id string) error
+	// start starts a created container. output returns what the container has printed so far
+	// (best effort, for error messages); release stops collecting it.
+	start(ctx context.Context, id string) (output func() string, release func(), err error)
 	// list returns the containers (in any state) carrying every one of the labels.
 	list(ctx context.Context, labels map[string]string) ([]containerInfo, error)
 	// remove force-removes a container; an absent container is not an error.
 	remove(ctx context.Context, id string) error
-	// logs returns the tail of a container's output, best effort (for error messages).
-	logs(ctx context.Context, id string) string
 	close() error
 }
 
@@ -147,6 +148,29 @@ func cliCreateArgs(kind string, rs *runSpec) ([]string, error) {
 	a = append(a, rs.Image)
 	a = append(a, rs.Cmd...)
 	return a, nil
+}
+
+// tailBuffer keeps the last max bytes written to it; safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 // formatCPUs renders nano-CPUs as the decimal --cpus takes ("0.25", "2").

@@ -399,3 +399,47 @@ func TestPrivateDockerdFlags(t *testing.T) {
 		t.Error("a docker0 bridge exists on the host")
 	}
 }
+
+// TestCreateFailureLeavesNothing: an agent that exits at once fails Create with ErrUnreachable,
+// and the attempt's container, directory, mount and cgroup are all gone.
+func TestCreateFailureLeavesNothing(t *testing.T) {
+	requireDocker(t)
+	dir := testStateDir(t)
+	ctx := context.Background()
+	// "bogus serve --config ...": the agent refuses an unknown command and exits 2.
+	b, err := New(ctx, Options{StateDir: dir, AgentPath: agentBin, AgentArgs: []string{"bogus"}, Engine: EngineAPI, Host: dockerHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	defer os.Remove(b.freezerParent())
+	d := spec.Sandbox{ID: "broken", Image: spec.Image{Ref: testImageRef}}
+	d.ApplyDefaults()
+	_, err = b.Create(ctx, d)
+	if !errors.Is(err, sandbox.ErrUnreachable) {
+		t.Fatalf("Create with an agent that exits: %v, want ErrUnreachable", err)
+	}
+	t.Logf("Create: %v", err)
+	if !strings.Contains(err.Error(), `unknown command "bogus"`) {
+		t.Errorf("the error does not carry what the agent printed: %v", err)
+	}
+	if cs, err := b.eng.list(ctx, map[string]string{labelState: b.tag}); err != nil || len(cs) != 0 {
+		t.Errorf("containers left: %v %v", cs, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			t.Errorf("session dir %s left", e.Name())
+		}
+	}
+	if cgs, _ := os.ReadDir(b.freezerParent()); len(cgs) > 0 {
+		for _, e := range cgs {
+			if e.IsDir() {
+				t.Errorf("freezer cgroup %s left", e.Name())
+			}
+		}
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), dir) {
+		t.Errorf("a mount under %s is left", dir)
+	}
+}
