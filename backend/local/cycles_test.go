@@ -60,8 +60,10 @@ func TestThousandCycles(t *testing.T) {
 			}
 		}
 	}
-	entries, _ := os.ReadDir(b.opts.StateDir)
-	if len(entries) > 2 {
-		t.Errorf("state dir holds %d entries after 1,000 cycles", len(entries))
+	if left := stateLeftovers(b.opts.StateDir); len(left) > 0 {
+		t.Errorf("state dir holds %v after 1,000 cycles", left)
+	}
+	if copies, _ := os.ReadDir(filepath.Join(b.opts.StateDir, etcCacheDir)); len(copies) > 2 {
+		t.Errorf("/etc copies after 1,000 cycles: %d entries, want one copy and its manifest", len(copies))
 	}
 }

@@ -85,6 +85,7 @@ type Backend struct {
 	agentArgs []string
 	master    []byte
 	cg        cgroupDriver
+	etc       *etcCache
 	caps      capability.Set
 	runscPath string // found on first use
 
@@ -149,6 +150,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	b := &Backend{
 		opts:     opts,
+		etc:      newEtcCache(opts.StateDir),
 		log:      opts.Logger.With("backend", "local"),
 		sessions: map[string]*session{},
 		stop:     make(chan struct{}),
@@ -174,6 +176,15 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := b.reconcile(ctx); err != nil {
 		b.Close()
 		return nil, err
+	}
+	inUse := map[string]bool{}
+	b.mu.Lock()
+	for _, s := range b.sessions {
+		inUse[s.rec.EtcDir] = true
+	}
+	b.mu.Unlock()
+	if err := b.etc.gc(inUse); err != nil {
+		b.log.Warn("removing unused /etc copies", "err", err)
 	}
 	return b, nil
 }
@@ -466,6 +477,19 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 // start creates the state dir and cgroup, starts init and waits until the agent answers.
 // On error the caller destroys what was made (s may be nil or partial).
 func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *SeccompProgram) (*session, error) {
+	// The /etc copy is checked against its sources while the cgroups are made and init
+	// starts; only the config needs it.
+	etcc := make(chan etcResult, 1)
+	if r.rootKind == nsinit.RootHost {
+		go func() {
+			d, err := b.etc.get(r.workdir)
+			etcc <- etcResult{d, err}
+		}()
+	} else {
+		etcc <- etcResult{}
+	}
+	etc := sync.OnceValue(func() etcResult { return <-etcc })
+	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, fmt.Errorf("session dir: %w", err)
@@ -517,7 +541,14 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		return s, err
 	}
 	defer restored()
-	st, err := b.spawn(ctx, s, cg, cfg)
+	st, err := b.spawn(ctx, s, cg, cfg, func() error {
+		e := etc()
+		cfg.EtcDir = e.dir
+		if e.dir != "" {
+			s.rec.EtcDir = filepath.Base(e.dir)
+		}
+		return e.err
+	})
 	if err != nil {
 		return s, err
 	}
@@ -544,9 +575,15 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	return s, nil
 }
 
-// spawn starts init in its namespaces and cgroups, sends it the config and waits for its
-// status line.
-func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config) (*nsinit.Status, error) {
+// etcResult is a host-image sandbox's /etc copy (etcCache.get).
+type etcResult struct {
+	dir string
+	err error
+}
+
+// spawn starts init in its namespaces and cgroups, completes the config (finish), sends it
+// and waits for init's status line.
+func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config, finish func() error) (*nsinit.Status, error) {
 	self, err := os.Open(b.agentPath)
 	if err != nil {
 		return nil, fmt.Errorf("agent binary: %w", err)
@@ -611,6 +648,10 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 	}
 	cfgR.Close()
 	stW.Close()
+	// Init waits for the config, so what is left of it is completed while init starts.
+	if err := finish(); err != nil {
+		return nil, err
+	}
 	enc, err := cfg.Encode()
 	if err != nil {
 		return nil, err

@@ -212,6 +212,19 @@ func leftovers(b *Backend, id string, initPID int) []string {
 	return left
 }
 
+// stateLeftovers lists what a state dir holds besides what outlives every sandbox: the master
+// secret, the lock and the host-image /etc copies (one per host, etc.go).
+func stateLeftovers(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range entries {
+		if n := e.Name(); n != masterFile && n != lockFile && n != etcCacheDir {
+			left = append(left, n)
+		}
+	}
+	return left
+}
+
 // assertGone waits (bounded) for a session to have left nothing behind.
 func assertGone(t testing.TB, b *Backend, id string, initPID int) {
 	t.Helper()

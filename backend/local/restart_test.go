@@ -135,12 +135,8 @@ func TestRestartAdopts(t *testing.T) {
 	if h := nsHolders("mnt", mntns); len(h) > 0 {
 		t.Errorf("processes %v still in the sandbox's mount namespace %s", h, mntns)
 	}
-	if entries, _ := os.ReadDir(stateDir); len(entries) > 2 { // master.key, .lock
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("state dir holds %v after terminating everything", names)
+	if left := stateLeftovers(stateDir); len(left) > 0 {
+		t.Errorf("state dir holds %v after terminating everything", left)
 	}
 }
 

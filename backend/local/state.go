@@ -36,6 +36,8 @@ type record struct {
 	ExpiresAt     time.Time    `json:"expiresAt"`
 	Spec          spec.Sandbox `json:"spec"`
 	LandlockABI   int          `json:"landlockAbi"`
+	// EtcDir names the /etc copy a host-image sandbox has bound (etc.go), kept while it lives.
+	EtcDir string `json:"etcDir,omitempty"`
 	// Runtime is "gvisor" for a runsc sandbox, empty for the native runtime.
 	Runtime string `json:"runtime,omitempty"`
 }

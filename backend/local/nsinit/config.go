@@ -49,6 +49,9 @@ type Config struct {
 	RootKind   string `json:"rootKind"`
 	// RootSource is the host directory of a RootDir root.
 	RootSource string `json:"rootSource,omitempty"`
+	// EtcDir is the host directory a RootHost root gets as its /etc (read-only): the chosen
+	// host files (HostEtc) and the generated ones (GeneratedEtc), prepared by the host.
+	EtcDir string `json:"etcDir,omitempty"`
 	// DiskBytes sizes the tmpfs that holds the workdir and /tmp.
 	DiskBytes int64  `json:"diskBytes"`
 	Workdir   string `json:"workdir"`
@@ -77,6 +80,9 @@ type Status struct {
 func (c *Config) check() error {
 	switch c.RootKind {
 	case RootHost:
+		if c.EtcDir == "" || c.EtcDir[0] != '/' {
+			return fmt.Errorf("etcDir %q must be an absolute path for a %q root", c.EtcDir, c.RootKind)
+		}
 	case RootDir:
 		if c.RootSource == "" {
 			return fmt.Errorf("rootSource is empty for a %q root", c.RootKind)

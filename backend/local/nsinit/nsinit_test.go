@@ -31,7 +31,7 @@ func TestGeneratedEtc(t *testing.T) {
 
 func TestConfigCheck(t *testing.T) {
 	good := func() Config {
-		return Config{SessionDir: "/run/airlock/s-1", Hostname: "x", RootKind: RootHost, DiskBytes: 1 << 20,
+		return Config{SessionDir: "/run/airlock/s-1", Hostname: "x", RootKind: RootHost, EtcDir: "/run/airlock/etc/v1-0", DiskBytes: 1 << 20,
 			Workdir: "/workspace", CgroupVersion: 1, Deadline: time.Now().Add(time.Hour), Seccomp: make([]byte, 16)}
 	}
 	c := good()
@@ -41,6 +41,8 @@ func TestConfigCheck(t *testing.T) {
 	for name, mutate := range map[string]func(*Config){
 		"root kind":        func(c *Config) { c.RootKind = "overlay" },
 		"dir without src":  func(c *Config) { c.RootKind = RootDir },
+		"host without etc": func(c *Config) { c.EtcDir = "" },
+		"relative etc":     func(c *Config) { c.EtcDir = "etc" },
 		"relative workdir": func(c *Config) { c.Workdir = "work" },
 		"no disk":          func(c *Config) { c.DiskBytes = 0 },
 		"cgroup version":   func(c *Config) { c.CgroupVersion = 3 },

@@ -118,7 +118,7 @@ func buildRoot(cfg *Config, root string) error {
 	wd := path.Clean(cfg.Workdir)
 	switch cfg.RootKind {
 	case RootHost:
-		if err := hostRoot(root, wd); err != nil {
+		if err := hostRoot(root, cfg.EtcDir); err != nil {
 			return err
 		}
 	case RootDir:
@@ -168,8 +168,9 @@ func mkdirIfMissing(p string, mode os.FileMode) error {
 }
 
 // hostRoot fills the root tmpfs from the host: /usr read-only, the top-level links or
-// directories, a generated /etc with chosen host files.
-func hostRoot(root, workdir string) error {
+// directories, and etcDir (the host's copy of the chosen host files and the generated ones)
+// as /etc, read-only, in one bind.
+func hostRoot(root, etcDir string) error {
 	if err := os.Mkdir(filepath.Join(root, "usr"), 0o755); err != nil {
 		return err
 	}
@@ -185,15 +186,8 @@ func hostRoot(root, workdir string) error {
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
 	}
-	for name, content := range GeneratedEtc(nil, nil, workdir) {
-		if err := os.WriteFile(filepath.Join(etc, name), content, 0o644); err != nil {
-			return err
-		}
-	}
-	for _, name := range HostEtc() {
-		if err := mirror(filepath.Join("/etc", name), filepath.Join(etc, name)); err != nil {
-			return err
-		}
+	if err := bindRO(etcDir, etc); err != nil {
+		return err
 	}
 	if err := os.Mkdir(filepath.Join(root, "var"), 0o755); err != nil {
 		return err

@@ -1,0 +1,310 @@
+package local
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+)
+
+// A host-image sandbox sees a generated /etc: the chosen host files (nsinit.HostEtc) and the
+// runtime's own (nsinit.GeneratedEtc). Bound entry by entry that was ~25 bind mounts (and as
+// many mount_setattr calls) per sandbox, built and torn down each time. Instead the host copies
+// them once into a directory under the state dir and every sandbox binds that one directory
+// read-only. A copy is rebuilt as soon as any source changes: each create compares the
+// sources' identity (device, inode, mode, size, mtime, ctime) with the copy's manifest, so a
+// new sandbox never sees stale files. Symlinks inside a copied directory are not compared one
+// by one: replacing or adding one changes its directory, which is.
+
+// etcCacheDir is the state dir's subdirectory that holds the copies; session ids never clash
+// with it (checkSessionID).
+const etcCacheDir = "etc"
+
+// etcFormat versions the copy's layout: a change here rebuilds every copy.
+const etcFormat = "1"
+
+// etcCache finds or builds the /etc copy for a workdir (the sandbox user's home is in passwd).
+type etcCache struct {
+	dir   string          // <state dir>/etc
+	src   string          // the host's /etc
+	names func() []string // the entries of src to copy (nsinit.HostEtc)
+
+	mu    sync.Mutex
+	known map[string]*etcManifest // by workdir
+}
+
+// etcManifest is what a copy was made from.
+type etcManifest struct {
+	Workdir string `json:"workdir"`
+	// Dir is the copy's name under the cache dir.
+	Dir string `json:"dir"`
+	// Names are nsinit.HostEtc() at build time: a new /etc/python3.X is a change too.
+	Names []string `json:"names"`
+	// Sources are the host paths compared on each use, with their identity at build time.
+	Sources []etcSource `json:"sources"`
+}
+
+type etcSource struct {
+	Path string `json:"path"`
+	ID   string `json:"id"` // "" when the path did not exist
+}
+
+func newEtcCache(stateDir string) *etcCache {
+	return &etcCache{dir: filepath.Join(stateDir, etcCacheDir), src: "/etc", names: nsinit.HostEtc, known: map[string]*etcManifest{}}
+}
+
+// get returns the host path of an up-to-date /etc copy for workdir, building one if needed.
+func (c *etcCache) get(workdir string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.names()
+	m := c.known[workdir]
+	if m == nil {
+		m = c.readManifest(workdir)
+	}
+	if m != nil && m.fresh(workdir, names) {
+		if _, err := os.Lstat(filepath.Join(c.dir, m.Dir)); err == nil {
+			c.known[workdir] = m
+			return filepath.Join(c.dir, m.Dir), nil
+		}
+	}
+	m, err := c.build(workdir, names)
+	if err != nil {
+		return "", fmt.Errorf("prepare /etc for host-image sandboxes: %w", err)
+	}
+	c.known[workdir] = m
+	return filepath.Join(c.dir, m.Dir), nil
+}
+
+func (c *etcCache) manifestPath(workdir string) string {
+	return filepath.Join(c.dir, "manifest-"+shortHash(workdir)+".json")
+}
+
+func (c *etcCache) readManifest(workdir string) *etcManifest {
+	b, err := os.ReadFile(c.manifestPath(workdir))
+	if err != nil {
+		return nil
+	}
+	var m etcManifest
+	if json.Unmarshal(b, &m) != nil || m.Workdir != workdir || m.Dir == "" || filepath.Base(m.Dir) != m.Dir {
+		return nil
+	}
+	return &m
+}
+
+// fresh reports whether every source is still what the copy was made from.
+func (m *etcManifest) fresh(workdir string, names []string) bool {
+	if m.Workdir != workdir || !slices.Equal(m.Names, names) {
+		return false
+	}
+	for _, s := range m.Sources {
+		if sourceID(s.Path) != s.ID {
+			return false
+		}
+	}
+	return true
+}
+
+// sourceID identifies a path's current content well enough to notice any change to it.
+func sourceID(p string) string {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d:%o:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Mode, st.Size,
+		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+}
+
+// build copies the sources into a new directory, named by what it was made from, and records
+// the manifest. Another process building the same copy at the same time is harmless: the first
+// rename wins and the other copy is dropped.
+func (c *etcCache) build(workdir string, names []string) (*etcManifest, error) {
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(c.dir, 0o755); err != nil { // umask
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(c.dir, "tmp-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	m := &etcManifest{Workdir: workdir, Names: names}
+	for _, name := range names {
+		src := filepath.Join(c.src, name)
+		if err := copyEtcEntry(src, filepath.Join(tmp, name), &m.Sources); err != nil {
+			return nil, err
+		}
+	}
+	for name, content := range nsinit.GeneratedEtc(nil, nil, workdir) {
+		if err := writeFileMode(filepath.Join(tmp, name), content, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00", etcFormat, workdir)
+	for _, s := range m.Sources {
+		fmt.Fprintf(h, "%s\x00%s\x00", s.Path, s.ID)
+	}
+	m.Dir = "v" + etcFormat + "-" + hex.EncodeToString(h.Sum(nil)[:8])
+	final := filepath.Join(c.dir, m.Dir)
+	if err := os.Rename(tmp, final); err != nil {
+		if _, serr := os.Lstat(filepath.Join(final, "passwd")); serr != nil {
+			return nil, err
+		}
+		// Built by someone else meanwhile.
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	mp := c.manifestPath(workdir)
+	if err := writeFileMode(mp+".tmp", b, 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(mp+".tmp", mp); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// copyEtcEntry copies src to dst the way a read-only bind would show it: symlinks as
+// symlinks, regular files with their permission bits (owned by root, so what the sandbox's
+// users may read is unchanged: the host owner is unmapped there either way), directories
+// recursively; other file types are left out. Every directory and regular file is recorded in
+// sources; so is src itself, even when absent (its appearing is a change).
+func copyEtcEntry(src, dst string, sources *[]etcSource) error {
+	_, err := os.Lstat(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		*sources = append(*sources, etcSource{Path: src})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	top := true
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		record := func() { *sources = append(*sources, etcSource{Path: p, ID: sourceID(p)}) }
+		mode := info.Mode()
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			if top {
+				record() // a top-level symlink is replaced in /etc, which is not compared
+			}
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			top = false
+			return os.Symlink(link, target)
+		case mode.IsDir():
+			record()
+			top = false
+			if err := os.Mkdir(target, 0o700); err != nil {
+				return err
+			}
+			return os.Chmod(target, mode.Perm())
+		case mode.IsRegular():
+			record()
+			top = false
+			return copyEtcFile(p, target, mode.Perm())
+		}
+		top = false
+		return nil
+	})
+}
+
+func copyEtcFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(perm); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// gc removes the copies no manifest names and no live sandbox uses (inUse: names), and
+// builds left half done. Call it only under the state dir's exclusive lock: no create is
+// building then.
+func (c *etcCache) gc(inUse map[string]bool) error {
+	entries, err := os.ReadDir(c.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(c.dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		var m etcManifest
+		if json.Unmarshal(b, &m) == nil {
+			keep[m.Dir] = true
+		}
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || keep[e.Name()] || inUse[e.Name()] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(c.dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func writeFileMode(p string, b []byte, perm fs.FileMode) error {
+	if err := os.WriteFile(p, b, perm); err != nil {
+		return err
+	}
+	return os.Chmod(p, perm) // umask
+}
