@@ -261,13 +261,13 @@ func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
 		p.signal()
 		if it.s.exited() {
 			p.count(func(st *PoolStats) { st.Dead++ })
-			p.enqueueReap(it.sess.ID)
+			p.Discard(it.sess.ID)
 			continue
 		}
 		// Recorded on disk: a claimed sandbox outlives a crash of this process like any other.
 		if err := os.WriteFile(filepath.Join(it.s.dir, claimedFile), nil, 0o600); err != nil {
 			p.log.Warn("pool: recording a claim failed; discarding the sandbox", "session", it.sess.ID, "err", err)
-			p.enqueueReap(it.sess.ID)
+			p.Discard(it.sess.ID)
 			continue
 		}
 		p.count(func(st *PoolStats) { st.Hits++ })
