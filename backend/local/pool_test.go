@@ -453,3 +453,33 @@ func TestPoolRefillDefer(t *testing.T) {
 		t.Error("a claim that emptied the pool held the refill back")
 	}
 }
+
+// TestPoolSkipsDead: a ready sandbox that died in the pool is never handed out.
+func TestPoolSkipsDead(t *testing.T) {
+	b := newTestBackend(t)
+	p := newTestPool(t, b, PoolOptions{Size: 1}, nil)
+	waitReady(t, p, 1)
+	ids := pooledIDs(t, b, p.Key())
+	if len(ids) != 1 {
+		t.Fatalf("pooled %v", ids)
+	}
+	pid := b.sessionInitPID(ids[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, b, ids[0], pid)
+	s, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Discard(s.ID)
+	if s.ID == ids[0] {
+		t.Fatalf("claimed the dead sandbox %s", s.ID)
+	}
+	if st := p.Stats(); st.Dead != 1 {
+		t.Errorf("stats %+v, want the dead sandbox counted", st)
+	}
+	if _, err := b.Get(t.Context(), s.ID); err != nil {
+		t.Errorf("claimed sandbox is not alive: %v", err)
+	}
+}
