@@ -3,7 +3,6 @@ package docker
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -33,12 +32,9 @@ func TestConformanceDockerCLI(t *testing.T) {
 }
 
 // TestConformancePodman runs the suite through the podman CLI (no daemon), with the image as a
-// tarball. It runs when podman is installed.
+// tarball. TestMain installs podman when it is missing.
 func TestConformancePodman(t *testing.T) {
-	requireDocker(t) // for the test image
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Skip("podman is not installed (apt-get install podman)")
-	}
+	requirePodman(t)
 	t.Setenv("CONTAINERS_CONF", podmanConf(t))
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t, EnginePodman) }, conformance.Options{
 		Decl: func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}} },

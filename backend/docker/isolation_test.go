@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -63,9 +62,7 @@ func TestIsolation(t *testing.T) {
 	t.Run("api", func(t *testing.T) { testIsolation(t, EngineAPI, spec.Image{Ref: testImageRef}) })
 	t.Run("docker", func(t *testing.T) { testIsolation(t, EngineDocker, spec.Image{Ref: testImageRef}) })
 	t.Run("podman", func(t *testing.T) {
-		if _, err := exec.LookPath("podman"); err != nil {
-			t.Skip("podman is not installed (apt-get install podman)")
-		}
+		requirePodman(t)
 		t.Setenv("CONTAINERS_CONF", podmanConf(t))
 		testIsolation(t, EnginePodman, spec.Image{Tarball: rootfsTar})
 	})

@@ -33,6 +33,8 @@ var (
 	rootfsTar string
 	// setupErr is why the engine or image could not be set up; root tests fail with it.
 	setupErr error
+	// podmanErr is why podman could not be installed.
+	podmanErr error
 )
 
 const testImageRef = "airlock.local/rootfs:conformance"
@@ -67,6 +69,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, "docker setup failed:", err)
 			}
 			defer stop()
+			podmanErr = installPodman()
 		}
 		return goleakMain(m)
 	}()
@@ -184,6 +187,32 @@ func conformanceImage(dir string) (string, error) {
 	}
 	out := filepath.Join(dir, "rootfs-conformance.tar")
 	return out, os.Rename(tmp.Name(), out)
+}
+
+// installPodman installs podman from Debian's packages when it is missing, so that CI runs the
+// podman suites too.
+func installPodman() error {
+	if _, err := exec.LookPath("podman"); err == nil {
+		return nil
+	}
+	cmd := exec.Command("apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=600", "--no-install-recommends", "podman", "runc")
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install podman: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// requirePodman is requireDocker (the test image comes from it) plus podman.
+func requirePodman(t *testing.T) {
+	t.Helper()
+	requireDocker(t)
+	if podmanErr != nil {
+		if os.Getenv("AIRLOCK_REQUIRE_ROOT") == "1" {
+			t.Fatalf("podman is not available: %v", podmanErr)
+		}
+		t.Skipf("podman is not available: %v", podmanErr)
+	}
 }
 
 // dockerdRunning reports whether the pidfile in dir names a live dockerd.
