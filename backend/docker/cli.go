@@ -145,7 +145,7 @@ func (e *cliEngine) create(ctx context.Context, rs *runSpec) (string, error) {
 
 func (e *cliEngine) start(ctx context.Context, id string) (func() string, func(), error) {
 	if _, err := e.run(ctx, nil, "start", id); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w%s", err, startHint(err))
 	}
 	// Best effort: an auto-removed container that has exited has no logs any more.
 	output := func() string {
@@ -157,6 +157,22 @@ func (e *cliEngine) start(ctx context.Context, id string) (func() string, func()
 		return string(out)
 	}
 	return output, func() {}, nil
+}
+
+// startHint explains the start failures an engine's defaults cause on hosts like CI machines.
+func startHint(err error) string {
+	ce := (*cliError)(nil)
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	switch {
+	case strings.Contains(ce.stderr, "setrlimit") || strings.Contains(ce.stderr, "error setting rlimit"):
+		return "\nhint: the engine's default ulimits exceed what this root may set (it lacks CAP_SYS_RESOURCE); " +
+			"for podman set default_ulimits in containers.conf, e.g. [\"nofile=20000:20000\", \"nproc=32768:32768\"]"
+	case strings.Contains(ce.stderr, "cgroups in hybrid mode not supported"):
+		return "\nhint: crun refuses this host's hybrid cgroup layout; for podman set runtime = \"runc\" in containers.conf"
+	}
+	return ""
 }
 
 // cliContainer is the part of `inspect` the three CLIs print alike.

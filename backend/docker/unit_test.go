@@ -410,3 +410,17 @@ func TestPublishedSetPromisesNoMore(t *testing.T) {
 		}
 	}
 }
+
+func TestStartHints(t *testing.T) {
+	for stderr, want := range map[string]string{
+		"Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied":                   "default_ulimits",
+		"runc create failed: error setting rlimit type 6: operation not permitted":                                 "default_ulimits",
+		"Error: OCI runtime error: crun: cgroups in hybrid mode not supported, drop all controllers from cgroupv2": `runtime = "runc"`,
+		"Error: no such image": "",
+	} {
+		got := startHint(&cliError{args: []string{"podman", "start"}, err: errors.New("exit status 125"), stderr: stderr})
+		if (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("startHint(%q) = %q, want it to mention %q", stderr, got, want)
+		}
+	}
+}
