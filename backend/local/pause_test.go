@@ -375,10 +375,7 @@ func TestPauseRefusals(t *testing.T) {
 // TestPauseGVisor: a gVisor sandbox pauses through the same freezer (its Sentry is in the
 // sandbox's cgroup) and resumes.
 func TestPauseGVisor(t *testing.T) {
-	b := newTestBackend(t)
-	if _, err := findRunsc(b.opts.RunscPath); err != nil {
-		t.Skip("runsc is not installed:", err)
-	}
+	b := newGVisorBackend(t, runscForTest(t))
 	ctx := t.Context()
 	d := hostDecl("pause-gvisor")
 	d.Runtime = spec.RuntimeGVisor
