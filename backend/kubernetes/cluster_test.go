@@ -259,6 +259,7 @@ func TestBrokerAuthentication(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer b.Close()
 		_, err = b.Claim(ctxT(t), "authz", nil)
 		return err
 	}
@@ -301,6 +302,7 @@ func TestBrokerAuthentication(t *testing.T) {
 	sb, _ := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, Token: func(context.Context) (string, error) {
 		return e.token("stranger", brokerapi.DefaultAudience), nil
 	}})
+	t.Cleanup(func() { sb.Close() })
 	if _, err := sb.Claim(ctxT(t), "authz-other", nil); status(err) != http.StatusForbidden {
 		t.Errorf("claim of a Sandbox outside the role's resourceNames: %v, want 403", err)
 	}

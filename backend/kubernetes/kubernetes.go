@@ -46,9 +46,10 @@ type Config struct {
 // Backend implements sandbox.Backend against the broker. Create claims a warm pod of the Sandbox
 // named like the declaration's id; the declaration must equal the Sandbox's.
 type Backend struct {
-	cfg  Config
-	base *url.URL
-	hc   *http.Client
+	cfg   Config
+	base  *url.URL
+	hc    *http.Client
+	ownHC bool
 
 	// agentHC is shared by every agent client: one connection pool, and a dial timeout, because
 	// a deleted pod's address silently drops SYNs and the kernel's retries take minutes.
@@ -85,9 +86,9 @@ func New(cfg Config) (*Backend, error) {
 			return strings.TrimSpace(string(b)), nil
 		}
 	}
-	hc := cfg.HTTPClient
+	hc, ownHC := cfg.HTTPClient, false
 	if hc == nil {
-		hc = &http.Client{Timeout: 90 * time.Second}
+		hc, ownHC = &http.Client{Timeout: 90 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}, true
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: AgentDialTimeout}).DialContext,
@@ -98,12 +99,15 @@ func New(cfg Config) (*Backend, error) {
 		ForceAttemptHTTP2: false,
 		Proxy:             nil,
 	}
-	return &Backend{cfg: cfg, base: u, hc: hc, agentHC: &http.Client{Transport: tr}, grants: map[string]*brokerapi.Grant{}}, nil
+	return &Backend{cfg: cfg, base: u, hc: hc, ownHC: ownHC, agentHC: &http.Client{Transport: tr}, grants: map[string]*brokerapi.Grant{}}, nil
 }
 
-// Close releases idle agent connections.
+// Close releases idle connections (the broker's only if New created its client).
 func (b *Backend) Close() error {
 	b.agentHC.CloseIdleConnections()
+	if b.ownHC {
+		b.hc.CloseIdleConnections()
+	}
 	return nil
 }
 
