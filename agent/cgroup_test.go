@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -298,5 +299,101 @@ func TestOOMKilled(t *testing.T) {
 	_, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "kill -9 $$"})
 	if res.OOMKilled {
 		t.Errorf("a plain SIGKILL was reported as an OOM kill: %+v", res)
+	}
+}
+
+// fdHolder receives one descriptor over a unix socket, acknowledges it, and writes lateMarker
+// into it after 10 s: a process of another exec keeping this exec's output open.
+const fdHolder = `import socket, sys, time, os
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+_, fds, _, _ = socket.recv_fds(c, 1, 1)
+c.sendall(b"k")
+time.sleep(10)
+os.write(fds[0], b"` + lateMarker + `\n")
+`
+
+// fdSender hands its stdout to the holder, waits for the acknowledgement, says so, and then
+// exits or (argv[2] == "sleep") runs into its deadline.
+const fdSender = `import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+socket.send_fds(s, [b"x"], [1])
+s.recv(1)
+print("sent", flush=True)
+if sys.argv[2] == "sleep":
+    time.sleep(1000)
+`
+
+const lateMarker = "LATE-MARKER"
+
+// TestOutputNotHeldByAnotherExec: a process in another exec that got this exec's stdout (by
+// SCM_RIGHTS) cannot keep this exec's call open past its end: once its own processes are dead
+// (exit or deadline) the agent forwards what was written and sends the terminal frame. Without
+// the bound the call would return only when the holder writes its marker, 10 s later.
+func TestOutputNotHeldByAnotherExec(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	for kind, setup := range cgroupKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			setup(h)
+			h.start()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cases := []struct {
+				name string
+				mode string
+				tty  bool
+				to   time.Duration
+			}{
+				{"exit", "exit", false, time.Minute},
+				{"deadline", "sleep", false, 2 * time.Second},
+				{"tty exit", "exit", true, time.Minute},
+			}
+			for i, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					sock := filepath.Join(h.dir, fmt.Sprintf("holder%d.sock", i))
+					p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"python3", "-c", fdHolder, sock}, Timeout: time.Minute}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() {
+						if err := h.cl.RemoveProcess(context.Background(), p.ID); err != nil {
+							t.Errorf("remove holder: %v", err)
+						}
+					}()
+					att, err := h.cl.Attach(ctx, p.ID, true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ev, err := att.Next()
+					att.Close()
+					if err != nil || ev.Output == nil || string(ev.Output.Data) != "listening\n" {
+						t.Fatalf("holder: %+v %v", ev, err)
+					}
+					var out strings.Builder
+					res, err := h.cl.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", fdSender, sock, tc.mode}, Timeout: tc.to, TTY: tc.tty}, &out, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if strings.Contains(out.String(), lateMarker) {
+						t.Fatalf("the call waited for another exec's process holding its stdout: %q %+v", out.String(), res)
+					}
+					if !strings.HasPrefix(out.String(), "sent") {
+						t.Errorf("output %q, want the sender's own line", out.String())
+					}
+					if tc.mode == "sleep" && !res.TimedOut {
+						t.Errorf("result %+v, want timedOut", res)
+					}
+					if tc.mode == "exit" && (res.ExitCode != 0 || res.TimedOut) {
+						t.Errorf("result %+v, want exit 0", res)
+					}
+				})
+			}
+		})
 	}
 }

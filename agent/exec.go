@@ -38,6 +38,11 @@ type execSpec struct {
 	cols      int
 }
 
+// outputGrace is how long output may still arrive after everything the exec started is dead
+// (cgroup scopes): long enough for the last bytes in flight, far too short for a process of
+// another exec that was handed this exec's stdout (SCM_RIGHTS) to hold the call open.
+const outputGrace = 100 * time.Millisecond
+
 const (
 	pipeSize    = 256 << 10
 	readSize    = 64 << 10
@@ -277,7 +282,12 @@ func (s *server) start(sp *execSpec) (*job, error) {
 		child = append(child, pts)
 		j.ptm = ptm
 		j.outs = []*os.File{ptm}
-		if err := pty.Setsize(ptm, &pty.Winsize{Rows: uint16(sp.rows), Cols: uint16(sp.cols)}); err != nil {
+		// pty.Open's ioctls went through ptm.Fd(), which puts the master in blocking mode:
+		// a blocked Read could then not be interrupted when the output is cut off (supervise).
+		if err := setNonblock(ptm); err != nil {
+			return fail(fmt.Errorf("%w: pty: %v", sandbox.ErrRefused, err))
+		}
+		if err := setWinsize(ptm, sp.rows, sp.cols); err != nil {
 			return fail(fmt.Errorf("%w: set pty size: %v", sandbox.ErrRefused, err))
 		}
 		if s.spawn.cred != nil {
@@ -347,6 +357,18 @@ func (j *job) closeIO() {
 	j.mu.Unlock()
 }
 
+// stopPumps cuts the output streams off: a read deadline in the past wakes every blocked
+// Read, and pump then forwards only what is already buffered.
+func (j *job) stopPumps() {
+	for _, f := range j.outs {
+		if err := f.SetReadDeadline(time.Unix(1, 0)); err != nil {
+			// Not pollable (never for pipes and the pty master as opened here): closing is
+			// the only other way to end the read.
+			f.Close()
+		}
+	}
+}
+
 // reaped records that the main process is gone, so signal() never reaches a recycled pid.
 func (j *job) reaped() {
 	j.mu.Lock()
@@ -378,26 +400,50 @@ func (j *job) signal(sig syscall.Signal) error {
 }
 
 // pump forwards one output stream to out, honouring the cap, and keeps draining past it so
-// the cap never blocks the command.
+// the cap never blocks the command. It ends at EOF, or when supervise cuts the stream off by
+// an expired read deadline (stopPumps): then it forwards what is already in the pipe and no
+// more, and marks the stream truncated if bytes were still arriving.
 func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync.WaitGroup) {
 	defer wg.Done()
 	buf := make([]byte, readSize)
 	var sent int64
 	gone := false
+	forward := func(n int, more func() bool) {
+		if n <= 0 || gone {
+			return
+		}
+		m := int64(n)
+		if sent+m > limit {
+			m = limit - sent
+			*truncated = true
+		}
+		if m > 0 {
+			sent += m
+			// Hold the flush only when more output is already waiting and will be
+			// forwarded: past the cap nothing follows, so this frame must go now.
+			gone = !out.output(typ, buf[:m], sent < limit && more())
+		}
+	}
 	for {
 		n, err := r.Read(buf)
-		if n > 0 && !gone {
-			m := int64(n)
-			if sent+m > limit {
-				m = limit - sent
+		forward(n, func() bool { return pending(r) > 0 })
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// Cut off: the bytes present now were written while the exec ran; whatever
+			// arrives later comes from outside it. Bounded by the count taken here, so a
+			// writer that never stops cannot keep this loop going.
+			left := pending(r)
+			for left > 0 {
+				n := readNow(r, buf[:min(left, len(buf))])
+				if n <= 0 {
+					break
+				}
+				left -= n
+				forward(n, func() bool { return left > 0 })
+			}
+			if pending(r) > 0 {
 				*truncated = true
 			}
-			if m > 0 {
-				sent += m
-				// Hold the flush only when more output is already waiting and will be
-				// forwarded: past the cap nothing follows, so this frame must go now.
-				gone = !out.output(typ, buf[:m], sent < limit && pending(r))
-			}
+			return
 		}
 		if err != nil {
 			// EIO is how a pty master reports that the last slave fd closed.
@@ -406,18 +452,72 @@ func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync
 	}
 }
 
-// pending reports whether more bytes are readable right now (FIONREAD), so the writer can
-// batch frames into fewer flushes without delaying any output that is not already there.
-func pending(f *os.File) bool {
+// pending returns how many bytes are readable right now (FIONREAD), so the writer can batch
+// frames into fewer flushes without delaying any output that is not already there.
+func pending(f *os.File) int {
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return false
+		return 0
+	}
+	n := 0
+	cerr := rc.Control(func(fd uintptr) {
+		n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+	})
+	if cerr != nil || err != nil {
+		return 0
+	}
+	return n
+}
+
+// readNow reads without waiting and without regard to the read deadline (which has expired
+// when the stream was cut off); 0 when nothing is there.
+func readNow(f *os.File, b []byte) int {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
 	}
 	n := 0
 	_ = rc.Control(func(fd uintptr) {
-		n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+		for {
+			n, err = unix.Read(int(fd), b)
+			if err != unix.EINTR {
+				break
+			}
+		}
 	})
-	return err == nil && n > 0
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// setNonblock makes f's descriptor non-blocking again, so reads wait in the poller and
+// respect deadlines.
+func setNonblock(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetNonblock(int(fd), true) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// setWinsize sets a terminal's size without f.Fd() (which would make f blocking again).
+func setWinsize(f *os.File, rows, cols int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+	}); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // supervise waits for the job to end (exit, deadline or ctx), makes sure nothing it started
@@ -459,17 +559,24 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	j.closeStdin()
 	pumpsDone := make(chan struct{})
 	go func() { wg.Wait(); close(pumpsDone) }()
-	if j.group.kind == scopePgrp {
-		// A setsid'd escapee may hold the pipes open; it gets until the deadline, not forever.
-		select {
-		case <-pumpsDone:
-		case <-expired:
-		case <-ctx.Done():
-		}
-		for _, f := range j.outs {
-			f.Close()
-		}
+	// Output ends at EOF, which anyone holding a write end can postpone: a process of another
+	// exec handed this one's stdout (SCM_RIGHTS), or, with only a process group, a setsid'd
+	// escapee. With a cgroup everything this exec started is dead by now, so what is still
+	// to come gets a short grace; with a process group the escapee may be this exec's own and
+	// gets until the deadline. Never longer than the deadline or the caller.
+	var grace <-chan time.Time
+	if j.group.kind != scopePgrp {
+		t := time.NewTimer(outputGrace)
+		defer t.Stop()
+		grace = t.C
 	}
+	select {
+	case <-pumpsDone:
+	case <-grace:
+	case <-expired:
+	case <-ctx.Done():
+	}
+	j.stopPumps()
 	<-pumpsDone
 	j.closeIO()
 	ex := wire.Exit{TimedOut: timedOut, Cancelled: cancelled, DurationMs: end.Sub(j.started).Milliseconds()}

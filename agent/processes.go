@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
@@ -377,7 +376,7 @@ func (s *server) resizeProcess(w http.ResponseWriter, r *http.Request, p *proc) 
 		return
 	default:
 	}
-	if err := pty.Setsize(p.j.ptm, &pty.Winsize{Rows: uint16(req.Rows), Cols: uint16(req.Cols)}); err != nil {
+	if err := setWinsize(p.j.ptm, req.Rows, req.Cols); err != nil {
 		writeError(w, fmt.Errorf("%w: resize: %v", classify(err), err))
 		return
 	}
