@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,11 +36,31 @@ import (
 // itself is exercised in internal/agentcmd). Built with -race, the agent is race-checked too.
 const envConfig = "AIRLOCK_AGENT_TEST_CONFIG"
 
+// Locked in init, the main goroutine runs on the main thread (runtime.LockOSThread's
+// documented guarantee) and nothing else ever does: TestMain keeps it to run onMainThread.
+func init() { runtime.LockOSThread() }
+
+var mainThread = make(chan func())
+
 func TestMain(m *testing.M) {
 	if cfgFile := os.Getenv(envConfig); cfgFile != "" {
 		os.Exit(agentMain(cfgFile))
 	}
-	goleak.VerifyTestMain(m)
+	// VerifyTestMain exits the process; until then the main goroutine serves onMainThread.
+	go goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/airlock-sandbox/airlock/agent_test.TestMain"))
+	for f := range mainThread {
+		f()
+	}
+}
+
+// onMainThread runs f on the process's main thread (tid == pid) and returns when f does.
+func onMainThread(f func()) {
+	done := make(chan struct{})
+	mainThread <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
 }
 
 func agentMain(cfgFile string) int {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,7 +62,29 @@ func serveInProcess(t *testing.T, h *harness, hooks agent.Hooks) (*client.Client
 // TestPrepareSpawnThread: the hook runs on the thread commands fork from, so what it sets on
 // that thread (here no_new_privs) reaches every command and no other thread of the agent.
 func TestPrepareSpawnThread(t *testing.T) {
-	h := newHarness(t)
+	checkSpawnThread(t, newHarness(t))
+}
+
+// TestSpawnerLeavesMainThread: a spawner loop that starts on the main thread (tid == pid)
+// moves to another thread before PrepareSpawnThread runs, so the main thread stays unfiltered.
+// Forced here, this is what happened at random when the loop's goroutine was scheduled there.
+func TestSpawnerLeavesMainThread(t *testing.T) {
+	var startedOnMain atomic.Bool
+	restore := agent.SetSpawnerLauncher(func(loop func()) {
+		go onMainThread(func() {
+			startedOnMain.Store(unix.Gettid() == unix.Getpid())
+			loop()
+		})
+	})
+	defer restore()
+	checkSpawnThread(t, newHarness(t))
+	if !startedOnMain.Load() {
+		t.Fatal("the spawner loop did not start on the main thread: the test proves nothing")
+	}
+}
+
+func checkSpawnThread(t *testing.T, h *harness) {
+	t.Helper()
 	var hookTID int
 	cl, stop := serveInProcess(t, h, agent.Hooks{PrepareSpawnThread: func() error {
 		hookTID = unix.Gettid()

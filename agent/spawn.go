@@ -84,7 +84,7 @@ func (s *spawner) start(prepare func() error) error {
 	signal.Notify(s.sigs, syscall.SIGCHLD)
 	ready := make(chan error, 1)
 	s.done.Add(2)
-	go s.loop(prepare, ready, nil)
+	goSpawner(func() { s.loop(prepare, ready, nil) })
 	go s.reap()
 	if err := <-ready; err != nil {
 		close(s.stop)
@@ -103,6 +103,18 @@ func (s *spawner) close() {
 	signal.Stop(s.sigs)
 }
 
+// goSpawner starts the spawner loop; a test replaces it to start the loop on the main thread.
+var goSpawner = func(loop func()) { go loop() }
+
+// loop is the spawner thread.
+//
+// The filters PrepareSpawnThread installs stay on this one thread because the Go runtime never
+// clones a thread from a locked one: newm (runtime/proc.go, Go 1.26) checks
+// `gp.m.lockedExt != 0` and, "We're on a locked M ... We don't want to clone that into another
+// thread. Instead, ask a known-good thread to create the thread for us", hands the creation to
+// the template thread, which LockOSThread starts (startTemplateThread) before the first lock
+// takes effect, i.e. before any filter exists. A thread cloned from this one would inherit its
+// seccomp filter, landlock domain and no_new_privs.
 func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- struct{}) {
 	// Never unlocked once the thread is changed: when this goroutine returns the thread exits
 	// with it, taking its filters along instead of handing a filtered thread back.
@@ -111,8 +123,11 @@ func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- s
 		close(locked)
 	}
 	if unix.Gettid() == unix.Getpid() {
-		// The main thread is never terminated by the runtime and is what /proc/<pid>/status
-		// describes: keep it unfiltered. Holding it locked, start again on another thread.
+		// The main thread (tid == pid) is what /proc/<pid>/status describes, and the runtime
+		// never lets it exit (it wedges it instead), so it must stay unfiltered. While this
+		// goroutine holds it locked no other goroutine can run on it: the one started here
+		// lands on another thread (created by the template thread, see above). Once that one
+		// holds its own thread, the main thread is released unchanged.
 		next := make(chan struct{})
 		go s.loop(prepare, ready, next)
 		<-next
