@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
@@ -67,6 +69,13 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 	}
 	if written.Session.IdleTimeoutSeconds != nil {
 		refuse("spec.session.idleTimeoutSeconds %d: the operator has no idle reaper (the lifetime is enforced); leave it out", *written.Session.IdleTimeoutSeconds)
+	}
+	for _, k := range slices.Sorted(maps.Keys(written.Labels)) {
+		// The operator's own labels select pods for claims and NetworkPolicy (airlock.dev/client
+		// opens other sandboxes' agent ports): a declaration may not set them.
+		if strings.HasPrefix(k, "airlock.dev/") || k == LabelManagedBy {
+			return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, fmt.Errorf("%w: spec.labels %q: the airlock.dev/ prefix and %s are the operator's own", sandbox.ErrInvalid, k, LabelManagedBy)}
+		}
 	}
 	if len(bad) > 0 {
 		return d, &RefusalError{v1alpha1.ReasonUnsupported, fmt.Errorf("%w: %s", sandbox.ErrRefused, strings.Join(bad, "; "))}
