@@ -74,6 +74,17 @@ func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); retur
 
 // BenchmarkExecTrueCgroupV1 is BenchmarkExecTrue with a per-exec v1 freezer cgroup (root).
 func BenchmarkExecTrueCgroupV1(b *testing.B) {
+	benchExecTrueV1(b, 0)
+}
+
+// BenchmarkExecTrueCgroupV1Spaced is BenchmarkExecTrueCgroupV1 with 20 ms between execs (not
+// timed), as a session issues them: back to back, the kernel's cgroup lock stays in its
+// fast state and hides the cost of moving a thread by tid (an RCU grace period per move).
+func BenchmarkExecTrueCgroupV1Spaced(b *testing.B) {
+	benchExecTrueV1(b, 20*time.Millisecond)
+}
+
+func benchExecTrueV1(b *testing.B, gap time.Duration) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root for a freezer cgroup")
 	}
@@ -88,6 +99,11 @@ func BenchmarkExecTrueCgroupV1(b *testing.B) {
 	ctx := context.Background()
 	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
 	for b.Loop() {
+		if gap > 0 {
+			b.StopTimer()
+			time.Sleep(gap)
+			b.StartTimer()
+		}
 		res, err := h.cl.Exec(ctx, req, nil, nil)
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%+v %v", res, err)

@@ -397,3 +397,60 @@ func TestOutputNotHeldByAnotherExec(t *testing.T) {
 		})
 	}
 }
+
+// TestExecBornInItsCgroup: the command starts inside its own exec cgroup (its first
+// instruction already runs there: no window to fork outside), and the agent's threads are all
+// back in the sandbox's cgroup afterwards (the spawner thread left the exec cgroup).
+func TestExecBornInItsCgroup(t *testing.T) {
+	for kind, setup := range cgroupKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			base := setup(h)
+			h.start()
+			for range 3 {
+				s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				if res, err := s.Wait(&out, nil); err != nil || res.ExitCode != 0 {
+					t.Fatalf("%+v %v", res, err)
+				}
+				want := "/" + filepath.Base(base) + "/exec-" + s.ID
+				if !cgroupHas(out.String(), kind, want) {
+					t.Errorf("exec %s ran in\n%s\nwant its %s cgroup ending in %s", s.ID, out.String(), kind, want)
+				}
+			}
+			tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/cgroup", h.proc.Process.Pid))
+			if err != nil || len(tasks) == 0 {
+				t.Fatal(tasks, err)
+			}
+			for _, task := range tasks {
+				b, err := os.ReadFile(task)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(b), "/exec-") {
+					t.Errorf("agent thread %s is still in an exec cgroup:\n%s", task, b)
+				}
+			}
+		})
+	}
+}
+
+// cgroupHas reports whether /proc/<pid>/cgroup text places the process in a cgroup whose path
+// ends in suffix, in the freezer hierarchy (v1) or the unified one (v2).
+func cgroupHas(text, kind, suffix string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		v1 := kind == "cgroup-v1" && parts[1] == "freezer"
+		v2 := kind == "cgroup-v2" && parts[0] == "0" && parts[1] == ""
+		if (v1 || v2) && strings.HasSuffix(parts[2], suffix) {
+			return true
+		}
+	}
+	return false
+}
