@@ -30,9 +30,9 @@ func newGVisorBackend(t *testing.T, runsc string) *Backend {
 	b := newTestBackend(t)
 	b.opts.RunscPath = runsc
 	b.runscPath = ""
-	b.caps = probeCapabilities(b.cg, runsc)
-	if !b.caps.Has("gvisor") {
-		t.Fatalf("runsc %s is usable but the capability says %q", runsc, b.caps.Entries["gvisor"].Reason)
+	b.caps = b.capabilitySet()
+	if !b.caps().Has("gvisor") {
+		t.Fatalf("runsc %s is usable but the capability says %q", runsc, b.caps().Entries["gvisor"].Reason)
 	}
 	return b
 }

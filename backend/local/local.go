@@ -86,8 +86,8 @@ type Backend struct {
 	master    []byte
 	cg        cgroupDriver
 	etc       *etcCache
-	caps      capability.Set
-	runscPath string // found on first use
+	caps      func() capability.Set // the published set (capabilities.go)
+	runscPath string                // found on first use
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -172,7 +172,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.master, err = loadMaster(opts.StateDir); err != nil {
 		return nil, err
 	}
-	b.caps = probeCapabilities(b.cg, opts.RunscPath)
+	b.caps = b.capabilitySet()
 	if err := b.reconcile(ctx); err != nil {
 		b.Close()
 		return nil, err
@@ -294,7 +294,7 @@ func resolveAgent(opt string, args []string) (string, []string, error) {
 func (b *Backend) Platform() capability.Platform { return capability.Local }
 
 // Capabilities reports what this backend enforces on this host.
-func (b *Backend) Capabilities(ctx context.Context) capability.Set { return b.caps }
+func (b *Backend) Capabilities(ctx context.Context) capability.Set { return b.caps() }
 
 // resolved is a declaration turned into what the runtime needs.
 type resolved struct {
@@ -439,7 +439,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 		// The agent places each exec with clone3(CLONE_INTO_CGROUP) on cgroup v2, and the
 		// seccomp profile answers clone3 with ENOSYS (its flags cannot be inspected): every
 		// exec would fail. Refused until the agent enters exec cgroups another way.
-		return nil, fmt.Errorf("%w: the native runtime on a cgroup v2 host is not wired yet (the agent's clone3 into exec cgroups conflicts with the seccomp profile)", sandbox.ErrUnsupported)
+		return nil, fmt.Errorf("%w: %s", sandbox.ErrUnsupported, reasonV2NotWired)
 	}
 	prog, err := DefaultSeccomp()
 	if err != nil {
