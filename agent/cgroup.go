@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,17 @@ func (c *cgroups) oomDetection() bool {
 	return false
 }
 
+// oomPerExec reports whether an OOM kill is attributed to the one exec it happened in (v2 with
+// the memory controller enabled below the sandbox: every exec cgroup has its own
+// memory.events) rather than to every exec running in the sandbox at the time.
+func (c *cgroups) oomPerExec() bool {
+	if c.kind != scopeV2 {
+		return false
+	}
+	b, err := os.ReadFile(c.base + "/cgroup.subtree_control")
+	return err == nil && slices.Contains(strings.Fields(string(b)), "memory")
+}
+
 // execGroup is one exec's kill scope.
 type execGroup struct {
 	kind string
@@ -76,6 +88,10 @@ type execGroup struct {
 	fd   int    // v2: the cgroup directory, for CLONE_INTO_CGROUP
 	pgid int    // process-group: set once the leader is spawned
 	c    *cgroups
+
+	oomFile   string // the OOM-kill counter covering this exec ("" when none does)
+	oomStart  uint64 // its value before the exec started
+	oomKilled bool   // it went up while the exec ran (read once the exec's cgroup is empty)
 }
 
 func (c *cgroups) create(id string) (*execGroup, error) {
@@ -95,7 +111,58 @@ func (c *cgroups) create(id string) (*execGroup, error) {
 		}
 		g.fd = fd
 	}
+	g.startOOM()
 	return g, nil
+}
+
+// startOOM picks the counter that sees this exec's OOM kills and records its value: v2 the
+// exec's own memory.events when the memory controller is enabled below the sandbox, else the
+// sandbox's (hierarchical, so it counts the exec's too); v1 the sandbox memory cgroup's
+// memory.oom_control, where the exec's processes live (sandbox-wide: v1 has no per-exec one).
+// One file for the whole exec, so start and end are comparable.
+func (g *execGroup) startOOM() {
+	switch g.kind {
+	case scopeV1:
+		if g.c.memoryV1 != "" {
+			g.oomFile = g.c.memoryV1 + "/memory.oom_control"
+		}
+	case scopeV2:
+		g.oomFile = g.dir + "/memory.events"
+		if _, err := os.Stat(g.oomFile); err != nil {
+			g.oomFile = g.c.base + "/memory.events"
+		}
+	}
+	if g.oomFile == "" {
+		return
+	}
+	n, ok := readCounter(g.oomFile, "oom_kill")
+	if !ok {
+		g.oomFile = ""
+		return
+	}
+	g.oomStart = n
+}
+
+// endOOM records whether the counter went up during the exec. Called with the exec's cgroup
+// empty (every process of it gone, so every OOM kill among them counted) and before it is
+// removed (a v2 exec's own memory.events goes with it).
+func (g *execGroup) endOOM() {
+	if g.oomFile == "" || g.oomKilled {
+		return
+	}
+	if n, ok := readCounter(g.oomFile, "oom_kill"); ok && n > g.oomStart {
+		g.oomKilled = true
+	}
+}
+
+func readCounter(name, key string) (uint64, bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	n, ok, err := parseCounter(f, key)
+	return n, ok && err == nil
 }
 
 // kill kills every process in the group and, for cgroups, returns only once the cgroup is
@@ -126,6 +193,7 @@ func (g *execGroup) destroy() error {
 	if g.dir == "" || err != nil {
 		return err
 	}
+	g.endOOM()
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	for wait := newBackoff(); ; {
@@ -222,37 +290,6 @@ func (g *execGroup) freeze(ctx context.Context) error {
 			return fmt.Errorf("freeze exec cgroup %s: still %s after %v", g.dir, bytes.TrimSpace(state), killTimeout)
 		}
 	}
-}
-
-// oomKills reads the OOM-kill counter that covers this exec; ok is false when none does.
-func (g *execGroup) oomKills() (n uint64, ok bool) {
-	var name, key string
-	switch g.kind {
-	case scopeV1:
-		if g.c.memoryV1 == "" {
-			return 0, false
-		}
-		name, key = g.c.memoryV1+"/memory.oom_control", "oom_kill"
-	case scopeV2:
-		// The exec's own counter exists only when the memory controller is enabled below the
-		// sandbox; the sandbox-wide one is the fallback.
-		name, key = g.dir+"/memory.events", "oom_kill"
-		if _, err := os.Stat(name); err != nil {
-			name = g.c.base + "/memory.events"
-		}
-	default:
-		return 0, false
-	}
-	f, err := os.Open(name)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	n, ok, err = parseCounter(f, key)
-	if err != nil {
-		return 0, false
-	}
-	return n, ok
 }
 
 // parseCounter finds "key value" in a flat-keyed cgroup file (memory.events, memory.oom_control).

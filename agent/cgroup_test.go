@@ -300,6 +300,15 @@ func TestOOMKilled(t *testing.T) {
 	if res.OOMKilled {
 		t.Errorf("a plain SIGKILL was reported as an OOM kill: %+v", res)
 	}
+	// The victim is not the exec's main process: the shell survives it and exits normally.
+	out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "tail -n 1 /dev/zero; echo rc=$?", Timeout: time.Minute})
+	if out != "rc=137\n" || res.ExitCode != 0 || !res.OOMKilled {
+		t.Errorf("stdout %q result %+v, want the grandchild's OOM kill reported (oomKilled, exit 0)", out, res)
+	}
+	// Per exec: a later exec without an OOM kill is not marked by the earlier ones.
+	if _, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "exit 137"}); res.OOMKilled {
+		t.Errorf("an exec with no OOM kill during it reported one: %+v", res)
+	}
 }
 
 // fdHolder receives one descriptor over a unix socket, acknowledges it, and writes lateMarker

@@ -234,8 +234,6 @@ type job struct {
 	pidfd   int
 	started time.Time
 	exited  <-chan syscall.WaitStatus
-	oom0    uint64
-	oomOK   bool
 
 	outs []*os.File // read ends (stdout, stderr) or the pty master
 	ptm  *os.File   // pty master (also in outs), for resize and stdin
@@ -330,7 +328,6 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	if sp.tty {
 		files = []*os.File{child[0], child[0], child[0]}
 	}
-	j.oom0, j.oomOK = g.oomKills()
 	j.started = time.Now()
 	rep := s.spawn.run(&spawnRequest{argv0: sp.path, argv: sp.argv, env: sp.env, dir: sp.dir, files: files, tty: sp.tty, group: g})
 	if rep.err != nil {
@@ -589,14 +586,12 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	case ws.Signaled():
 		ex.ExitCode = -1
 		ex.Signal = unix.SignalName(ws.Signal())
-		if ws.Signal() == syscall.SIGKILL && j.oomOK && !timedOut && !cancelled {
-			if n, ok := j.group.oomKills(); ok && n > j.oom0 {
-				ex.OOMKilled = true
-			}
-		}
 	default:
 		ex.ExitCode = -1
 	}
+	// Any process of the exec, not only the main one: `sh -c 'big; echo $?'` survives its
+	// child's OOM kill and exits 0, and that is still an exec the OOM killer cut short.
+	ex.OOMKilled = j.group.oomKilled
 	if err := errors.Join(errs...); err != nil {
 		// Something may have survived: never report a clean outcome.
 		return ex, fmt.Errorf("%w: exec %s ended but its processes could not be confirmed gone: %v", sandbox.ErrOutcomeUnknown, j.id, err)

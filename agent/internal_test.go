@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -87,5 +89,66 @@ func TestLookPath(t *testing.T) {
 	}
 	if _, err := lookPath("/etc/passwd", "", "/"); err == nil {
 		t.Error("a non-executable file was accepted")
+	}
+}
+
+// TestOOMCounterChoice: the counter an exec's OOM verdict is read from, and that the verdict is
+// the counter's change over the exec, not its value.
+func TestOOMCounterChoice(t *testing.T) {
+	write := func(t *testing.T, name string, n int) {
+		t.Helper()
+		if err := os.WriteFile(name, []byte(fmt.Sprintf("low 0\noom 1\noom_kill %d\n", n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name      string
+		kind      string
+		execFile  bool // the exec cgroup has its own memory.events (v2, memory enabled below)
+		bumpExec  bool
+		bumpBase  bool
+		wantFile  string // "exec", "base", "v1" or ""
+		wantKill  bool
+		sandboxV1 bool
+	}{
+		{name: "v2 per exec, killed in it", kind: scopeV2, execFile: true, bumpExec: true, wantFile: "exec", wantKill: true},
+		{name: "v2 per exec, killed elsewhere in the sandbox", kind: scopeV2, execFile: true, bumpBase: true, wantFile: "exec"},
+		{name: "v2 sandbox-wide", kind: scopeV2, bumpBase: true, wantFile: "base", wantKill: true},
+		{name: "v2 no change", kind: scopeV2, wantFile: "base"},
+		{name: "v1", kind: scopeV1, sandboxV1: true, bumpBase: true, wantFile: "v1", wantKill: true},
+		{name: "v1 no change", kind: scopeV1, sandboxV1: true, wantFile: "v1"},
+		{name: "v1 without a memory cgroup", kind: scopeV1, bumpBase: true},
+		{name: "process group", kind: scopePgrp, bumpBase: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base, exec, mem := t.TempDir(), t.TempDir(), t.TempDir()
+			write(t, base+"/memory.events", 7)
+			write(t, mem+"/memory.oom_control", 7)
+			if tc.execFile {
+				write(t, exec+"/memory.events", 0)
+			}
+			c := &cgroups{kind: tc.kind, base: base}
+			if tc.sandboxV1 {
+				c.memoryV1 = mem
+			}
+			g := &execGroup{kind: tc.kind, dir: exec, fd: -1, c: c}
+			g.startOOM()
+			want := map[string]string{"exec": exec + "/memory.events", "base": base + "/memory.events", "v1": mem + "/memory.oom_control", "": ""}[tc.wantFile]
+			if g.oomFile != want {
+				t.Fatalf("counter %q, want %q", g.oomFile, want)
+			}
+			if tc.bumpExec {
+				write(t, exec+"/memory.events", 1)
+			}
+			if tc.bumpBase {
+				write(t, base+"/memory.events", 8)
+				write(t, mem+"/memory.oom_control", 8)
+			}
+			g.endOOM()
+			if g.oomKilled != tc.wantKill {
+				t.Errorf("oomKilled %v, want %v", g.oomKilled, tc.wantKill)
+			}
+		})
 	}
 }

@@ -143,6 +143,7 @@ func (s *server) features() map[string]bool {
 		"files":        true,
 		"shutdown":     s.cfg.ShutdownOnManage,
 		"oomDetection": s.cg.oomDetection(),
+		"oomPerExec":   s.cg.oomPerExec(),
 	}
 }
 
