@@ -115,14 +115,14 @@ func with(base map[Name]string, extra map[Name]string) map[Name]string {
 
 var designs = map[Platform]design{
 	// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless allowed,
-	// memory/cpu/pids limits, read-only root, our agent bind-mounted as the entrypoint.
+	// memory/cpu/pids limits, read-only root, our agent bind-mounted as the entrypoint; the
+	// workdir and /tmp share one host tmpfs of the disk size (so diskLimit holds).
 	Docker: {unsupported: map[Name]string{
 		Preview:           reasonPreviewLocalOnly,
 		SuspendResume:     reasonPauseLocalOnly,
 		Snapshot:          reasonSnapshotLocalOnly,
 		DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
 		PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private addresses",
-		DiskLimit:         "docker limits a writable layer only with overlay2 on xfs with pquota (--storage-opt size); the docker backend does not rely on it",
 		SessionLifetime:   "the docker backend's design has no lifetime enforcer",
 		IdleTimeout:       "the docker backend's design has no idle reaper",
 		GVisor:            "the docker backend does not choose the engine's OCI runtime; use the local runtime with runsc",
