@@ -46,6 +46,10 @@ type Config struct {
 	DefaultOutputCap int64         `json:"defaultOutputCap"`
 	// ShutdownOnManage enables POST /v1/shutdown (manage class): the agent stops and Serve returns.
 	ShutdownOnManage bool `json:"shutdownOnManage,omitempty"`
+	// IdleTimeout ends the agent (Serve returns ErrIdle) once nothing has been active for this
+	// long: no authenticated request in flight (exec streams and attaches included), no
+	// background process running. 0 means no idle timeout. Health does not count.
+	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
 }
 
 // Hooks let the embedding runtime act at points only the agent controls.
@@ -143,6 +147,9 @@ func (cfg *Config) check() (*token.KeyRing, error) {
 	}
 	if cfg.MaxTimeout <= 0 {
 		return nil, bad("maxTimeout", "%v must be positive", cfg.MaxTimeout)
+	}
+	if cfg.IdleTimeout < 0 {
+		return nil, bad("idleTimeout", "%v is negative (0 means none)", cfg.IdleTimeout)
 	}
 	if cfg.DefaultOutputCap <= 0 {
 		return nil, bad("defaultOutputCap", "%d must be positive", cfg.DefaultOutputCap)

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,6 +36,9 @@ import (
 // envConfig set runs agent.Serve exactly as "airlock-agent serve --config" does (the command
 // itself is exercised in internal/agentcmd). Built with -race, the agent is race-checked too.
 const envConfig = "AIRLOCK_AGENT_TEST_CONFIG"
+
+// exitIdle is the test agent's exit status when Serve returned agent.ErrIdle.
+const exitIdle = 3
 
 // Locked in init, the main goroutine runs on the main thread (runtime.LockOSThread's
 // documented guarantee) and nothing else ever does: TestMain keeps it to run onMainThread.
@@ -79,6 +83,9 @@ func agentMain(cfgFile string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	err = agent.Serve(ctx, cfg, agent.Hooks{Ready: func(string) { fmt.Println("ready") }})
+	if errors.Is(err, agent.ErrIdle) {
+		return exitIdle
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)
 		return 1

@@ -156,8 +156,10 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 	p := &proc{j: j, argv: sp.argv, started: j.started, out: newRing(ringBufferBytes), cancel: cancel, done: make(chan struct{})}
 	ps.byID[j.id] = p
 	ps.wg.Add(1)
+	running := s.act.begin() // a running process keeps the agent from going idle
 	go func() {
 		defer ps.wg.Done()
+		defer running()
 		defer cancel()
 		p.exit, p.err = s.supervise(ctx, j, p.out)
 		p.out.close()

@@ -31,6 +31,7 @@ type server struct {
 	files *files
 	procs *processes
 	log   *slog.Logger
+	act   *activity
 
 	life     context.Context // cancelled when the agent stops: every job is killed
 	stop     context.CancelFunc
@@ -81,7 +82,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	life, stop := context.WithCancel(context.Background())
 	s := &server{
 		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
-		life: life, stop: stop, shutdown: make(chan struct{}),
+		life: life, stop: stop, shutdown: make(chan struct{}), act: newActivity(cfg.IdleTimeout),
 	}
 	s.procs = newProcesses(s)
 	hs := &http.Server{
@@ -93,14 +94,27 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
+	idle := make(chan struct{})
+	watching := make(chan struct{})
+	if cfg.IdleTimeout > 0 {
+		go func() {
+			defer close(watching)
+			s.act.watch(life, idle)
+		}()
+	} else {
+		close(watching)
+	}
 	if hooks.Ready != nil {
 		hooks.Ready(ln.Addr().String())
 	}
-	var serveErr error
+	var serveErr, idleErr error
 	select {
 	case <-ctx.Done():
 	case <-s.shutdown:
 	case serveErr = <-served:
+	case <-idle:
+		idleErr = fmt.Errorf("%w: nothing active for %v", ErrIdle, cfg.IdleTimeout)
+		s.log.Info("idle timeout: stopping", "idleTimeout", cfg.IdleTimeout)
 	}
 	// Kill every job first so in-flight streams end with their terminal frames, then let the
 	// handlers finish writing them.
@@ -115,8 +129,12 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	}
 	s.procs.wait()
 	sp.close()
+	<-watching
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
+	}
+	if serveErr == nil {
+		serveErr = idleErr
 	}
 	return serveErr
 }
@@ -144,6 +162,7 @@ func (s *server) features() map[string]bool {
 		"shutdown":     s.cfg.ShutdownOnManage,
 		"oomDetection": s.cg.oomDetection(),
 		"oomPerExec":   s.cg.oomPerExec(),
+		"idleTimeout":  true,
 	}
 }
 
@@ -152,13 +171,18 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sandbox.Health{
+	hl := wire.Health{Health: sandbox.Health{
 		Version:         Version,
 		ProtocolVersion: wire.ProtocolVersion,
 		SandboxID:       s.cfg.SandboxID,
 		Features:        s.features(),
 		KillScope:       s.cg.kind,
-	})
+	}}
+	if s.cfg.IdleTimeout > 0 {
+		hl.IdleTimeoutMs = s.cfg.IdleTimeout.Milliseconds()
+		hl.IdleRemainingMs = max(s.act.remaining().Milliseconds(), 0)
+	}
+	writeJSON(w, http.StatusOK, hl)
 }
 
 // authed verifies the bearer token for class before h runs.
@@ -188,6 +212,9 @@ func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc 
 			writeError(w, fmt.Errorf("token verification failed: %v", err))
 			return
 		}
+		// An authenticated call keeps the agent from going idle until it has finished
+		// (an exec or attach stream: until the stream ends).
+		defer s.act.begin()()
 		h(w, r)
 	}
 }

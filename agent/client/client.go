@@ -200,6 +200,13 @@ func (c *Client) Health(ctx context.Context) (sandbox.Health, error) {
 	return h, err
 }
 
+// AgentHealth is Health with the agent-only fields (idle timeout and the idle budget left).
+func (c *Client) AgentHealth(ctx context.Context) (wire.Health, error) {
+	var h wire.Health
+	err := c.doJSON(ctx, http.MethodGet, "/v1/health", nil, nil, &h, http.StatusOK, false)
+	return h, err
+}
+
 // Shutdown asks the agent to stop (manage class). As PID 1 that ends the sandbox.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.doJSON(ctx, http.MethodPost, "/v1/shutdown", nil, nil, nil, http.StatusAccepted, true)

@@ -65,6 +65,16 @@ type Exit struct {
 	DurationMs int64  `json:"durationMs"`
 }
 
+// Health is the answer of GET /v1/health: sandbox.Health plus what only an agent knows.
+type Health struct {
+	sandbox.Health
+	// IdleTimeoutMs is the agent's idle timeout; absent when it has none.
+	IdleTimeoutMs int64 `json:"idleTimeoutMs,omitempty"`
+	// IdleRemainingMs is how long the agent stays up if nothing happens from now on (the whole
+	// timeout while anything is active); absent when there is no idle timeout (or none left).
+	IdleRemainingMs int64 `json:"idleRemainingMs,omitempty"`
+}
+
 // Error is every error body (HTTP error responses and terminal error frames).
 type Error struct {
 	Code    string `json:"code"`

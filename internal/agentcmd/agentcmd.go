@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,10 +18,15 @@ import (
 )
 
 const usage = `usage:
-  airlock-agent serve --config <file|->   run the agent with an agent.Config (JSON) from a file or stdin
+  airlock-agent serve --config <file|->   run the agent with an agent.Config (JSON) from a file or stdin;
+                                          exits 3 when its idleTimeout ended it
   airlock-agent init ...                  the local runtime's in-namespace first stage
   airlock-agent version                   print the agent and protocol versions
 `
+
+// ExitIdle is serve's exit status when the idle timeout ended the agent (0: stopped by SIGTERM
+// or a shutdown call, 1: failed, 2: usage or config).
+const ExitIdle = 3
 
 // maxConfig bounds the config file: it is a few hundred bytes, anything near this is a mistake.
 const maxConfig = 1 << 20
@@ -78,6 +84,10 @@ func serve(args []string, stdin io.Reader) int {
 	err = agent.Serve(ctx, cfg, agent.Hooks{Ready: func(addr string) {
 		fmt.Fprintf(os.Stderr, "airlock-agent: listening on %s\n", addr)
 	}})
+	if errors.Is(err, agent.ErrIdle) {
+		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return ExitIdle
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
 		return 1

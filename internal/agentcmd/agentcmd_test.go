@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/agentcmd"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -303,5 +304,35 @@ func TestInheritedDescriptorsDoNotReachCommands(t *testing.T) {
 	}
 	if strings.Contains(out.String(), hostDir) {
 		t.Errorf("a command inherited a host descriptor:\n%s", out.String())
+	}
+}
+
+// TestServeExitsIdle: an agent nobody talks to ends by itself with ExitIdle, so whoever
+// started it (the container runtime, PID 1's parent) can tell why.
+func TestServeExitsIdle(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg.IdleTimeout = 200 * time.Millisecond
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(agentBin, "serve", "--config", "-")
+	cmd.Stdin = strings.NewReader(string(b))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the agent did not stop after being idle; stderr:\n%s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != agentcmd.ExitIdle || !strings.Contains(stderr.String(), "idle timeout") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d naming the idle timeout", code, stderr.String(), agentcmd.ExitIdle)
 	}
 }
