@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,6 +127,57 @@ func BenchmarkWarmRunCode(b *testing.B) {
 			run(b, be, runcode.Options{})
 		}
 	})
+}
+
+// BenchmarkWarmVsHostInterleaved runs, in each iteration, host python3 -c, run_code from a
+// settled warm pool and run_code creating its sandbox, one after the other, so that all three
+// see the same machine load; it reports the median of each and of the per-iteration ratios.
+// ns/op is the whole iteration and means nothing by itself.
+func BenchmarkWarmVsHostInterleaved(b *testing.B) {
+	needRoot(b)
+	be := newBackend(b, stateDir(b))
+	p := newWarmPool(b, be, 4)
+	run := func(opts runcode.Options) time.Duration {
+		t := time.Now()
+		res, err := runcode.Run(context.Background(), be, runcode.Request{Language: "python", Code: snippet}, opts)
+		d := time.Since(t)
+		if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "4" {
+			b.Fatalf("run_code: %v %+v", err, res)
+		}
+		return d
+	}
+	var host, warm, cold, warmRatio, coldRatio []float64
+	for b.Loop() {
+		settle(b, p, 4)
+		w := run(runcode.Options{Pool: p})
+		settle(b, p, 4)
+		t := time.Now()
+		runOnce(b, "/usr/bin/python3", "-c", snippet)
+		h := time.Since(t)
+		c := run(runcode.Options{})
+		host = append(host, ms(h))
+		warm = append(warm, ms(w))
+		cold = append(cold, ms(c))
+		warmRatio = append(warmRatio, float64(w)/float64(h))
+		coldRatio = append(coldRatio, float64(c)/float64(h))
+	}
+	b.ReportMetric(median(host), "host-ms")
+	b.ReportMetric(median(warm), "warm-ms")
+	b.ReportMetric(median(cold), "cold-ms")
+	b.ReportMetric(median(warmRatio), "warm/host")
+	b.ReportMetric(median(coldRatio), "cold/host")
+	reportPool(b, p)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkWarmClaimFirstExec is a claim from a ready pool through the first command's exit:
