@@ -298,3 +298,57 @@ func TestSeccompOperators(t *testing.T) {
 		}
 	}
 }
+
+// TestSeccompSearchTreeLongJumps: a profile whose argument checks make one half of the search
+// tree longer than a conditional jump reaches still decides every number as the profile does
+// (the far half is reached by an unconditional jump).
+func TestSeccompSearchTreeLongJumps(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("amd64 numbers")
+	}
+	one := uint(1)
+	info := arch.X86_64
+	nrName := map[int]string{}
+	for name, nr := range info.SyscallNames {
+		nrName[nr] = name
+	}
+	prof := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, DefaultErrnoRet: &one}
+	// Every third number from 0 to 150 with three argument checks (~20 instructions each),
+	// the others allowed outright or left to the default.
+	for nr := 0; nr < 150; nr++ {
+		name, ok := nrName[nr]
+		if !ok {
+			continue
+		}
+		switch nr % 3 {
+		case 0:
+			prof.Syscalls = append(prof.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActAllow,
+				Args: []specs.LinuxSeccompArg{{Index: 0, Value: uint64(nr), Op: specs.OpEqualTo},
+					{Index: 1, Value: 1 << 33, Op: specs.OpLessThan}, {Index: 2, Value: 4, Op: specs.OpMaskedEqual}}})
+		case 1:
+			prof.Syscalls = append(prof.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActAllow})
+		}
+	}
+	prog, err := compileSeccomp(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := false
+	for i := 0; i+8 <= len(prog.BPF); i += 8 {
+		if binary.NativeEndian.Uint16(prog.BPF[i:]) == unix.BPF_JMP|unix.BPF_JA {
+			long = true
+		}
+	}
+	if !long {
+		t.Fatalf("%d instructions and no long jump: the test does not reach the case it is for", prog.Instructions)
+	}
+	for nr := 0; nr < 200; nr++ {
+		for _, args := range [][]uint64{{0, 0, 0}, {uint64(nr), 0, 0}, {uint64(nr), 1 << 33, 0}, {uint64(nr), 5, 4}, {uint64(nr), 5, 8}} {
+			full := append(args, 0, 0, 0)
+			want := refDecision(t, prof, nrName, nr, full)
+			if got := simulate(t, prog.BPF, uint32(info.ID), nr, full...); got != want {
+				t.Fatalf("syscall %d args %v: got %#x, want %#x", nr, args, got, want)
+			}
+		}
+	}
+}
