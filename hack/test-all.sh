@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every test suite airlock has: format, vet, unit + root suites with the race detector, and a
-# short run of every fuzz target. Run as root (the root suites are not skipped: AIRLOCK_REQUIRE_ROOT=1).
+# Every test suite airlock has: format, vet, unit + root suites with the race detector, the
+# Kubernetes suites on a real cluster, and a short run of every fuzz target. Run as root (the root suites are not skipped: AIRLOCK_REQUIRE_ROOT=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,9 @@ go vet ./...
 
 echo "== go test -race (unit and root suites)"
 go test -race -count=1 -timeout 40m ./...
+
+echo "== Kubernetes: a real single-node cluster (built once, cached in /var/cache/airlock-k8s), the cluster suites, then down"
+./hack/testcluster/ci.sh
 
 echo "== fuzz (each target ${FUZZTIME})"
 git grep -l '^func Fuzz' -- '*_test.go' | while read -r f; do
