@@ -75,6 +75,8 @@ type Options struct {
 	ImageProgress func(done, total int64)
 	// RunscPath is runsc for runtime gvisor (default: runsc on PATH).
 	RunscPath string
+	// Egress configures the gateway of sandboxes whose egress is not deny (egress.go).
+	Egress EgressOptions
 }
 
 // Backend is the local runtime.
@@ -95,6 +97,8 @@ type Backend struct {
 	stop     chan struct{} // closed by Close: adopted-session watchers stop
 	watchers sync.WaitGroup
 	previews previews // preview.go: open preview listeners
+	// egress.go: the egress gateway and this process's attachments.
+	egress egressState
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -210,7 +214,7 @@ func (b *Backend) Close() error {
 		s.mu.Unlock()
 	}
 	b.watchers.Wait()
-	return nil
+	return b.closeEgress() // egress.go: the sandboxes' network goes until a later New adopts them
 }
 
 func cgroupParentFor(stateDir string) string {
@@ -332,10 +336,8 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
 	}
-	switch decl.Egress.Mode {
-	case "", spec.EgressDeny:
-	default:
-		return nil, fmt.Errorf("%w: egress mode %q is not implemented by the local backend yet (only deny)", sandbox.ErrUnsupported, decl.Egress.Mode)
+	if err := checkEgress(decl.Egress, r.gvisor); err != nil { // egress.go
+		return nil, err
 	}
 	if len(decl.PreviewPorts) > 0 && r.gvisor { // preview.go
 		return nil, fmt.Errorf("%w: previewPorts: the preview proxy reaches native sandboxes only (gVisor has its own network stack)", sandbox.ErrUnsupported)
@@ -650,6 +652,10 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 	stW.Close()
 	// Init waits for the config, so what is left of it is completed while init starts.
 	if err := finish(); err != nil {
+		return nil, err
+	}
+	// egress.go: the network is wired while init still waits, before anything runs inside.
+	if err := b.attachEgress(ctx, s, cfg); err != nil {
 		return nil, err
 	}
 	enc, err := cfg.Encode()
@@ -983,6 +989,9 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 		if err := unmountUnder(dir); err != nil {
 			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 		}
+	}
+	if err := b.detachEgress(ctx, id, dir); err != nil { // egress.go
+		return fmt.Errorf("%w: terminate %s: egress: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("%w: terminate %s: remove state: %v", sandbox.ErrOutcomeUnknown, id, err)

@@ -111,6 +111,8 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 		b.enforceLifetime(s)
 	}
 	b.adoptedPaused(s) // pause.go
+	// egress.go: re-attached when the process that attached it is gone.
+	b.adoptEgress(ctx, s)
 	return s, nil
 }
 
@@ -159,5 +161,6 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	} else {
 		yes(capability.GVisor)
 	}
+	egressCapabilities(set.Entries) // egress.go: publicOnlyEgress, domainEgressRules
 	return set
 }

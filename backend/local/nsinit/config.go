@@ -52,6 +52,9 @@ type Config struct {
 	// EtcDir is the host directory a RootHost root gets as its /etc (read-only): the chosen
 	// host files (HostEtc) and the generated ones (GeneratedEtc), prepared by the host.
 	EtcDir string `json:"etcDir,omitempty"`
+	// Nameserver is the sandbox's only DNS server (its egress gateway), written to
+	// /etc/resolv.conf (resolv.go); empty under egress deny, where there is none.
+	Nameserver string `json:"nameserver,omitempty"`
 	// DiskBytes sizes the tmpfs that holds the workdir and /tmp.
 	DiskBytes int64  `json:"diskBytes"`
 	Workdir   string `json:"workdir"`
