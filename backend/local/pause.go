@@ -27,8 +27,9 @@ import (
 //     expiry passes while no airlock process runs is ended by the next one's reconcile);
 //   - an exec's timeout is wall-clock too: one that expires while paused ends, timed out,
 //     as soon as the sandbox resumes;
-//   - the idle timeout is not enforced by this backend (capability idleTimeout); when it is,
-//     paused time does not count as idle.
+//   - the idle timeout is not enforced by this backend yet (capability idleTimeout). When it
+//     is, paused time must not count as idle; the agent's idle clock (CLOCK_MONOTONIC) runs
+//     while frozen, so it has to discount a freeze before that wiring lands.
 //
 // While paused, every agent call through Connect is refused with sandbox.ErrConflict rather
 // than waiting on an agent that cannot answer; a call already in flight when the pause comes
