@@ -508,6 +508,87 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// testHookMkdir, when set (tests), runs right after mkdir made name in parent and before the
+// agent opens it: where code racing the agent would swap something else in.
+var testHookMkdir func(parent *os.Root, name string)
+
+// mkdirFresh makes name in parent with mode, owned by the code's uid/gid; an error wrapping
+// fs.ErrExist when name exists. sp is the sandbox path, for messages.
+//
+// Code that can write to parent can rename and replace its entries at any moment, so neither
+// the name nor whatever is opened by it later is necessarily the directory mkdir made: a
+// chmod/chown through either could hand the code a directory it swapped in. Instead the
+// directory is made inside a staging directory only the agent can change, opened there (no
+// swap possible), renamed into place, and set up through the descriptor held since.
+func (f *files) mkdirFresh(parent *os.Root, name, sp string, mode os.FileMode) error {
+	if _, err := parent.Lstat(name); err == nil {
+		return fmt.Errorf("mkdir %s: %w", sp, fs.ErrExist)
+	}
+	pf, err := parent.Open(".")
+	if err != nil {
+		return f.fsError(err)
+	}
+	defer pf.Close()
+	pfd := int(pf.Fd())
+	fail := func(err error) error { return fmt.Errorf("%w: mkdir %s: %v", classify(err), sp, err) }
+	stage := ".airlock-mkdir-" + newID()
+	if err := unix.Mkdirat(pfd, stage, 0o700); err != nil {
+		return fail(err)
+	}
+	if testHookMkdir != nil {
+		testHookMkdir(parent, stage)
+	}
+	// By name: if the stage was swapped, what goes is an empty directory the code could have
+	// removed itself; rmdir removes nothing else.
+	defer unix.Unlinkat(pfd, stage, unix.AT_REMOVEDIR)
+	sfd, err := unix.Openat(pfd, stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced (%v); try again", sandbox.ErrConflict, sp, err)
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return fail(err)
+	}
+	// Whatever it is, once nobody but the agent may change its entries, what is made inside
+	// stays what was made.
+	if st.Uid != uint32(os.Geteuid()) || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced; try again", sandbox.ErrConflict, sp)
+	}
+	if err := unix.Mkdirat(sfd, "d", 0o700); err != nil {
+		return fail(err)
+	}
+	dfd, err := unix.Openat(sfd, "d", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Unlinkat(sfd, "d", unix.AT_REMOVEDIR)
+		return fail(err)
+	}
+	defer unix.Close(dfd)
+	err = unix.Renameat2(sfd, "d", pfd, name, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		// A filesystem without RENAME_NOREPLACE: rename(2) replaces only an empty directory.
+		err = unix.Renameat(sfd, "d", pfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(sfd, "d", unix.AT_REMOVEDIR)
+		if err == unix.EEXIST || err == unix.ENOTEMPTY || err == unix.ENOTDIR || err == unix.EISDIR {
+			return fmt.Errorf("mkdir %s: %w", sp, fs.ErrExist)
+		}
+		return fail(err)
+	}
+	// After the rename: chmod could take away the write permission a directory needs to be
+	// moved to another parent (its ".." changes).
+	if err := unix.Fchmod(dfd, uint32(mode.Perm())); err != nil {
+		return fail(err)
+	}
+	if f.chown {
+		if err := unix.Fchown(dfd, f.uid, f.gid); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
 // mkdir is mkdir -p, one verified directory at a time so no component is resolved twice.
 func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 	f := s.files
@@ -544,10 +625,13 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 			if c == "" || c == "." {
 				continue
 			}
-			err := cur.Mkdir(c, 0o700)
-			created := err == nil
-			if err != nil && !errors.Is(err, fs.ErrExist) {
-				writeError(w, f.fsError(err))
+			target := path.Join(sp, c)
+			if err := f.allowed(target); err != nil {
+				writeError(w, err)
+				return
+			}
+			if err := f.mkdirFresh(cur, c, target, os.FileMode(req.Mode)); err != nil && !errors.Is(err, fs.ErrExist) {
+				writeError(w, err)
 				return
 			}
 			next, err := cur.OpenRoot(c)
@@ -563,15 +647,6 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			sp, err = f.where(nd)
-			if err == nil && created {
-				err = nd.Chmod(os.FileMode(req.Mode))
-				if err == nil && f.chown {
-					err = nd.Chown(f.uid, f.gid)
-				}
-				if err != nil {
-					err = f.fsError(err)
-				}
-			}
 			nd.Close()
 			if err != nil {
 				writeError(w, err)
