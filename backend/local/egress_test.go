@@ -824,12 +824,35 @@ func TestEgressReconcile(t *testing.T) {
 			made = append(made, hs)
 		}
 	}
-	egMust(t, cmd.Process.Signal(syscall.SIGKILL), "kill creator")
-	_ = cmd.Wait()
 	if len(made) != 2 {
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
 		t.Fatalf("creator made %d sandboxes", len(made))
 	}
 	survivor, victim := made[0], made[1]
+
+	// While the creator lives, another process finds its sandboxes but leaves their egress
+	// to it: no takeover, and no policy change or counters from here.
+	ctx := context.Background()
+	other, err := New(ctx, w.options(stateDir))
+	egMust(t, err, "second process's backend")
+	a, err := other.Connect(ctx, survivor.ID)
+	egMust(t, err, "connect survivor from another process")
+	if other.attachment(survivor.ID) != nil {
+		t.Error("a live creator's sandbox was taken over")
+	}
+	if err := other.SetEgress(ctx, survivor.ID, spec.Egress{Mode: spec.EgressAllow}); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("SetEgress on a live creator's sandbox: %v, want ErrConflict", err)
+	}
+	if _, err := other.EgressCounters(ctx, survivor.ID); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("EgressCounters on a live creator's sandbox: %v, want ErrConflict", err)
+	}
+	wantOK(t, "survivor through its live creator's proxy", egressProbes(t, a, egProbe{host: "allowed.example.com", port: 8080})[0], egIPAllowed.String()+":8080")
+	a.Close()
+	egMust(t, other.Close(), "close the second backend")
+
+	egMust(t, cmd.Process.Signal(syscall.SIGKILL), "kill creator")
+	_ = cmd.Wait()
 	// The victim dies too: its namespace goes, and with it the veth; the table stays.
 	egMust(t, unix.Kill(victim.PID, unix.SIGKILL), "kill victim init")
 	deadline := time.Now().Add(30 * time.Second)
@@ -859,7 +882,7 @@ func TestEgressReconcile(t *testing.T) {
 	if b.attachment(survivor.ID) == nil {
 		t.Fatal("the adopted survivor was not attached again")
 	}
-	a, err := b.Connect(context.Background(), survivor.ID)
+	a, err = b.Connect(context.Background(), survivor.ID)
 	egMust(t, err, "connect survivor")
 	defer a.Close()
 	got := egressProbes(t, a, egProbe{host: "allowed.example.com", port: 8080}, egProbe{host: egIPAllowed.String(), port: 8080})
