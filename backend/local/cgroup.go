@@ -234,43 +234,39 @@ func (c *v1Cgroup) addProc(pid int) error {
 }
 
 func (c *v1Cgroup) start(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() {
-		// This thread joins the sandbox's cgroups to fork init there, then goes back where it
-		// was before anything else can run on it. Going back matters: the runtime never ends
-		// the main thread, and a thread of ours left inside would make the sandbox's kill
-		// list this very process.
-		runtime.LockOSThread()
-		home, err := threadCgroups()
-		if err != nil {
-			errc <- err
-			return
-		}
-		enter := func(dir func(ctrl string) string) error {
-			for _, ctrl := range v1Controllers {
-				// "0" moves the calling thread only, which the kernel does without the global
-				// threadgroup lock a pid (or a whole process) needs.
-				if err := os.WriteFile(filepath.Join(dir(ctrl), "tasks"), []byte("0"), 0); err != nil {
-					return fmt.Errorf("move thread into %s: %w", dir(ctrl), err)
-				}
-			}
-			return nil
-		}
-		back := func(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, home[ctrl]) }
-		err = enter(c.dir)
-		if err == nil {
-			err = cmd.Start()
-		}
-		if berr := enter(back); berr != nil {
-			// Stuck inside the sandbox's cgroups: let the thread die with the goroutine
-			// (LockOSThread without Unlock) rather than return it to the scheduler.
-			errc <- errors.Join(err, berr)
-			return
-		}
+	// The calling thread joins the sandbox's cgroups to fork init there, then goes back where
+	// it was before anything else can run on it. Going back matters: the runtime never ends
+	// the main thread, and a thread of ours left inside would make the sandbox's kill list
+	// this very process. The caller's own goroutine does it, locked to its thread: a goroutine
+	// of its own cost two hand-offs, each a wait for a scheduler on a busy machine.
+	runtime.LockOSThread()
+	home, err := threadCgroups()
+	if err != nil {
 		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
+		return err
+	}
+	enter := func(dir func(ctrl string) string) error {
+		for _, ctrl := range v1Controllers {
+			// "0" moves the calling thread only, which the kernel does without the global
+			// threadgroup lock a pid (or a whole process) needs.
+			if err := os.WriteFile(filepath.Join(dir(ctrl), "tasks"), []byte("0"), 0); err != nil {
+				return fmt.Errorf("move thread into %s: %w", dir(ctrl), err)
+			}
+		}
+		return nil
+	}
+	back := func(ctrl string) string { return filepath.Join(cgroupRoot, ctrl, home[ctrl]) }
+	err = enter(c.dir)
+	if err == nil {
+		err = cmd.Start()
+	}
+	if berr := enter(back); berr != nil {
+		// Stuck inside the sandbox's cgroups: the goroutine stays locked to this thread, so
+		// nothing else ever runs on it, and the thread ends when the goroutine does.
+		return errors.Join(err, berr)
+	}
+	runtime.UnlockOSThread()
+	return err
 }
 
 // threadCgroups maps each v1 controller this runtime uses to the calling thread's cgroup.
