@@ -152,6 +152,8 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: the local runtime needs root (rootless mode is not implemented yet)", sandbox.ErrUnsupported)
 	}
+	// Create needs the compiled seccomp filter (~0.3 ms): compiled while the rest of New runs.
+	go func() { _, _ = DefaultSeccomp() }()
 	b := &Backend{
 		opts:     opts,
 		etc:      newEtcCache(opts.StateDir),
