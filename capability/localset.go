@@ -7,13 +7,11 @@ import (
 
 // Reasons for what the local runtime does not do yet, whatever the host offers.
 const (
-	reasonEgressFilterNotBuilt = "public-only egress (veth + nftables) is not wired into the local backend yet (issue 4)"
-	reasonEgressProxyNotBuilt  = "the egress proxy for hostname allowlists is not wired into the local backend yet (issue 4)"
-	reasonIdleNotBuilt         = "the local backend does not enforce idle timeouts yet (issue 3)"
-	reasonRunscNotDriven       = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
-	reasonPreviewNotBuilt      = "the preview proxy is not built yet (issue 6)"
-	reasonSnapshotNotBuilt     = "snapshots are not built yet (issue 6)"
-	reasonDockerNotBuilt       = "the docker runtime is not built yet (issue 5)"
+	reasonIdleNotBuilt     = "the local backend does not enforce idle timeouts yet (issue 3)"
+	reasonRunscNotDriven   = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
+	reasonPreviewNotBuilt  = "the preview proxy is not built yet (issue 6)"
+	reasonSnapshotNotBuilt = "snapshots are not built yet (issue 6)"
+	reasonDockerNotBuilt   = "the docker runtime is not built yet (issue 5)"
 )
 
 // LocalMaxProcesses is the local backend's own ceiling on maxProcesses: a sandbox's user
@@ -43,9 +41,10 @@ func (h HostProbe) Set() Set {
 	// The floor includes the network namespace: a sandbox with only loopback.
 	put(EgressDeny, "")
 
+	// backend/local wires the egress gateway (veth, nftables, resolver, proxy) where this holds.
 	netReason := h.egressHostReason()
-	put(PublicOnlyEgress, firstReason(netReason, reasonEgressFilterNotBuilt))
-	put(DomainEgressRules, firstReason(netReason, reasonEgressProxyNotBuilt))
+	put(PublicOnlyEgress, netReason)
+	put(DomainEgressRules, netReason)
 
 	limits := firstReason(
 		h.Cgroup.controllerReason("cpu", h.UID),

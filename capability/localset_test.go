@@ -33,7 +33,7 @@ func capableHost() HostProbe {
 // capableLocal is what the local runtime, as built today, does on a capable host.
 var capableLocal = map[Name]bool{
 	Files: true, Reconnect: true, Preview: false, SuspendResume: true, Snapshot: false,
-	DomainEgressRules: false, EgressDeny: true, PublicOnlyEgress: false,
+	DomainEgressRules: true, EgressDeny: true, PublicOnlyEgress: true,
 	EnforcedLimits: true, ProcessLimit: true, DiskLimit: true,
 	SessionLifetime: true, IdleTimeout: false,
 	Env: true, Stdin: true, PTY: true, BackgroundProcesses: true,
@@ -101,8 +101,8 @@ func TestLocalSetFromHostFacts(t *testing.T) {
 		{"no landlock is fine", func(h *HostProbe) { h.LandlockABI = 0 }, nil, ""},
 		{"not root, unprivileged userns allowed, cgroup delegated", func(h *HostProbe) {
 			h.UID, h.Root, h.CapSysAdmin, h.CapNetAdmin = 1000, false, false, false
-		}, []Name{}, ""},
-		{"root without CAP_NET_ADMIN", func(h *HostProbe) { h.CapNetAdmin = false }, []Name{}, ""},
+		}, []Name{PublicOnlyEgress, DomainEgressRules}, "needs root with CAP_NET_ADMIN"},
+		{"root without CAP_NET_ADMIN", func(h *HostProbe) { h.CapNetAdmin = false }, []Name{PublicOnlyEgress, DomainEgressRules}, "needs root with CAP_NET_ADMIN"},
 
 		// The floor: no sandbox at all, so every capability is false with the same reason.
 		{"not linux", func(h *HostProbe) { h.OS = "darwin" }, Names, "needs Linux; this host runs darwin"},
@@ -150,15 +150,16 @@ func TestLocalSetFromHostFacts(t *testing.T) {
 	}
 }
 
-// The egress reasons name what the host lacks before what is not built, so the reason stays
-// true after the egress issue lands.
+// The egress reasons name what the host lacks; a capable host has both egress capabilities.
 func TestLocalEgressReasons(t *testing.T) {
+	if s := capableHost().Set(); !s.Has(PublicOnlyEgress) || !s.Has(DomainEgressRules) {
+		t.Errorf("capable host: publicOnlyEgress %+v, domainEgressRules %+v", s.Entries[PublicOnlyEgress], s.Entries[DomainEgressRules])
+	}
 	tests := []struct {
 		name   string
 		mutate func(h *HostProbe)
 		why    string
 	}{
-		{"capable host: not wired yet", func(h *HostProbe) {}, "not wired into the local backend yet (issue 4)"},
 		{"not root", func(h *HostProbe) { h.Root, h.UID, h.CapSysAdmin, h.CapNetAdmin = false, 1000, false, false }, "needs root with CAP_NET_ADMIN"},
 		{"no veth", func(h *HostProbe) { h.Veth = Feature{Source: "absent", Detail: "CONFIG_VETH is not set"} }, "no veth support in the kernel (CONFIG_VETH is not set)"},
 		{"no nf_tables", func(h *HostProbe) { h.NFTables = Feature{Source: "netlink", Detail: "protocol not supported"} }, "no nf_tables in the kernel"},

@@ -20,8 +20,6 @@ import (
 // local backend lacks, whatever the host. TestHostNotBuiltReasons pins them: when the probe
 // stops giving one, it goes from here too.
 var hostNotBuilt = []string{
-	"public-only egress (veth + nftables) is not wired into the local backend yet (issue 4)",
-	"the egress proxy for hostname allowlists is not wired into the local backend yet (issue 4)",
 	"runsc is on PATH but the local backend does not drive it yet (issue 3)",
 	"the preview proxy is not built yet (issue 6)",
 	"snapshots are not built yet (issue 6)",

@@ -29,7 +29,7 @@ func TestCombineCapabilities(t *testing.T) {
 		capability.Preview:           {Reason: "the preview proxy is not built yet (issue 6)"},
 		capability.SuspendResume:     noFreezer,
 		capability.PublicOnlyEgress:  noNet,
-		capability.DomainEgressRules: {Reason: "the egress proxy for hostname allowlists is not wired into the local backend yet (issue 4)"},
+		capability.DomainEgressRules: noNet,
 		capability.GVisor:            {Reason: "runsc not found on PATH"},
 		capability.IdleTimeout:       {Reason: "the local backend does not enforce idle timeouts yet (issue 3)"},
 	})
@@ -53,7 +53,7 @@ func TestCombineCapabilities(t *testing.T) {
 			capability.Files:             backend.Entries[capability.Files],         // backend refuses
 			capability.EnforcedLimits:    host.Entries[capability.EnforcedLimits],   // host fact
 			capability.Preview:           yes,                                       // probe's "not built": the backend built it
-			capability.DomainEgressRules: yes,                                       // likewise
+			capability.DomainEgressRules: noNet,                                     // host fact
 			capability.SuspendResume:     noFreezer,                                 // a host fact joined to "not built": kept
 			capability.PublicOnlyEgress:  noNet,                                     // host fact
 			capability.GVisor:            host.Entries[capability.GVisor],           // no runsc anywhere
