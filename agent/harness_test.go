@@ -84,6 +84,7 @@ func agentMain(cfgFile string) int {
 	defer stop()
 	err = agent.Serve(ctx, cfg, agent.Hooks{Ready: func(string) { fmt.Println("ready") }})
 	if errors.Is(err, agent.ErrIdle) {
+		fmt.Fprintln(os.Stderr, "serve:", err)
 		return exitIdle
 	}
 	if err != nil {

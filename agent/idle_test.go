@@ -5,11 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -95,5 +99,58 @@ func TestIdleServeReturnsErrIdle(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Serve did not return after being idle")
+	}
+}
+
+// TestIdleFrozenNotCounted: an agent frozen by the cgroup freezer (a paused sandbox) for
+// longer than its idle timeout does not count that time as idle; once thawed it still has
+// budget, and the message it stops with says how much frozen time it did not count.
+func TestIdleFrozenNotCounted(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/tasks"); err != nil {
+		t.Skip("no cgroup v1 freezer on this host")
+	}
+	// Long enough that the start and the health call after the thaw fit in easily.
+	const timeout = 2 * time.Second
+	h := newHarness(t)
+	h.cfg.IdleTimeout = timeout
+	fz := testCgroup(t, "/sys/fs/cgroup/freezer")
+	h.start()
+	if err := os.WriteFile(filepath.Join(fz, "cgroup.procs"), []byte(strconv.Itoa(h.proc.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	state := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(fz, "freezer.state"), []byte(s), 0); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "freezer "+s, func() bool {
+			b, err := os.ReadFile(filepath.Join(fz, "freezer.state"))
+			return err == nil && strings.TrimSpace(string(b)) == s
+		})
+	}
+	state("FROZEN")
+	time.Sleep(2 * timeout)
+	state("THAWED")
+	// Thawed, it is still up and has budget left: it went idle just before the freeze, so
+	// nearly the whole timeout (an agent that counted the freeze stops at once).
+	hl, err := h.clientWith("").AgentHealth(context.Background())
+	if err != nil || hl.IdleRemainingMs <= 0 {
+		t.Fatalf("after the freeze: health %+v %v; stderr:\n%s", hl, err, h.stderr)
+	}
+	select {
+	case <-h.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the agent did not stop after being idle; stderr:\n%s", h.stderr)
+	}
+	if code := h.proc.ProcessState.ExitCode(); code != exitIdle {
+		t.Fatalf("exit %d, want %d (idle); stderr:\n%s", code, exitIdle, h.stderr)
+	}
+	m := regexp.MustCompile(`\(([0-9.a-zµ]+) frozen not counted\)`).FindStringSubmatch(h.stderr.String())
+	if m == nil {
+		t.Fatalf("no frozen time in the stop message:\n%s", h.stderr)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < timeout {
+		t.Errorf("frozen time not counted %q (%v), want about the 4 s freeze", m[1], err)
 	}
 }

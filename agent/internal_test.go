@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCounter(t *testing.T) {
@@ -150,5 +151,51 @@ func TestOOMCounterChoice(t *testing.T) {
 				t.Errorf("oomKilled %v, want %v", g.oomKilled, tc.wantKill)
 			}
 		})
+	}
+}
+
+// TestActivityDiscountsFrozenTime: with a clock under the test's control, the idle budget
+// runs down while the watcher looks on schedule, stands still while anything is active, and
+// does not count a stretch in which the agent was not running (a paused, frozen sandbox:
+// the next look comes far later than scheduled).
+func TestActivityDiscountsFrozenTime(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	now := t0
+	a := newActivity(300 * time.Millisecond)
+	a.now = func() time.Time { return now }
+	a.last, a.seen = t0, t0
+	look := func(d time.Duration) time.Duration {
+		now = now.Add(d)
+		return a.remaining()
+	}
+	p := a.period
+	if r := look(p); r != 300*time.Millisecond-p {
+		t.Fatalf("after one period: %v", r)
+	}
+	end := a.begin()
+	for range 100 {
+		if r := look(p); r != 300*time.Millisecond {
+			t.Fatalf("while active: %v, want the whole timeout", r)
+		}
+	}
+	end()
+	if r := look(p); r != 300*time.Millisecond-p {
+		t.Errorf("one period after the end: %v", r)
+	}
+	// Frozen for 10 s: one period of it is counted (the look was due then), the rest is not.
+	if r := look(10 * time.Second); r != 300*time.Millisecond-2*p {
+		t.Errorf("after a 10 s freeze: %v remaining, want %v", r, 300*time.Millisecond-2*p)
+	}
+	if f := a.frozenTotal(); f != 10*time.Second-p {
+		t.Errorf("frozen %v, want %v", f, 10*time.Second-p)
+	}
+	var r time.Duration
+	for i := 0; i < 100; i++ {
+		if r = look(p); r <= 0 {
+			break
+		}
+	}
+	if r > 0 {
+		t.Errorf("never idle: %v", r)
 	}
 }

@@ -113,8 +113,9 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	case <-s.shutdown:
 	case serveErr = <-served:
 	case <-idle:
-		idleErr = fmt.Errorf("%w: nothing active for %v", ErrIdle, cfg.IdleTimeout)
-		s.log.Info("idle timeout: stopping", "idleTimeout", cfg.IdleTimeout)
+		frozen := s.act.frozenTotal().Round(time.Millisecond)
+		idleErr = fmt.Errorf("%w: nothing active for %v (%v frozen not counted)", ErrIdle, cfg.IdleTimeout, frozen)
+		s.log.Info("idle timeout: stopping", "idleTimeout", cfg.IdleTimeout, "frozenNotCounted", frozen)
 	}
 	// Kill every job first so in-flight streams end with their terminal frames, then let the
 	// handlers finish writing them.
