@@ -33,8 +33,12 @@ import (
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/spec"
 )
+
+// The daemon's metrics read the egress counters through this interface.
+var _ server.EgressCounter = (*Backend)(nil)
 
 // The world of these tests, entirely in network namespaces they create (never this host's
 // real network: its uplink is not even connected):
