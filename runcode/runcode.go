@@ -198,6 +198,14 @@ type Pool interface {
 	Discard(sessionID string)
 }
 
+// PrestartPool is a Pool whose sandboxes may hold work its PoolOptions.Prestart started
+// (backend/local.Pool implements it); Run uses the interpreters Prestart left there.
+type PrestartPool interface {
+	Pool
+	// ClaimPrestarted is Claim that also returns what was pre-started in the sandbox.
+	ClaimPrestarted(ctx context.Context) (*sandbox.Session, any, error)
+}
+
 // Result is what one run produced.
 type Result struct {
 	Language string `json:"language" jsonschema:"the language the code ran as (empty for a session command)"`
@@ -390,7 +398,7 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	}
 	decl.ApplyDefaults()
 
-	sess, pooled, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
+	sess, pooled, pre, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -425,13 +433,38 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	if err := writeFiles(ctx, agent, workdir, req.Files); err != nil {
 		return Result{}, err
 	}
-	if err := agent.WriteFile(ctx, path.Join(workdir, rt.file), strings.NewReader(req.Code), 0o644); err != nil {
-		return Result{}, fmt.Errorf("writing the code to %s: %w", path.Join(workdir, rt.file), err)
-	}
 
 	stdin := opts.Stdin
 	if stdin == nil && req.Stdin != "" {
 		stdin = strings.NewReader(req.Stdin)
+	}
+	if pre != nil {
+		// A pooled sandbox with interpreters waiting (prestart.go): the one for this language
+		// gets the code, the others go first.
+		pa, ok := agent.(processAgent)
+		if !ok {
+			return Result{}, fmt.Errorf("%w: the sandbox holds pre-started interpreters but this agent client cannot reach them", sandbox.ErrUnsupported)
+		}
+		w, err := pre.take(ctx, pa, Language(req.Language), prestartUsable(opts))
+		if err != nil {
+			return Result{}, err
+		}
+		if w != nil {
+			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
+			if err == nil {
+				res.Language = req.Language
+				res.SandboxID = sess.SandboxID
+				res.Memory = string(decl.Limits.Memory)
+				return res, nil
+			}
+			if !errors.Is(err, errInterpreterGone) {
+				return Result{}, fmt.Errorf("running the code: %w", err)
+			}
+			log.Warn("run_code: the pre-started interpreter had exited; running the code cold", "session", sess.ID)
+		}
+	}
+	if err := agent.WriteFile(ctx, path.Join(workdir, rt.file), strings.NewReader(req.Code), 0o644); err != nil {
+		return Result{}, fmt.Errorf("writing the code to %s: %w", path.Join(workdir, rt.file), err)
 	}
 	res, err = Exec(ctx, agent, sandbox.ExecRequest{
 		Argv:    rt.argv,
@@ -452,21 +485,28 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 const claimMargin = 5 * time.Second
 
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
-// has lifetime enough for the timeout; nil (and no error) means create one.
-func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (*sandbox.Session, bool, error) {
+// has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
+// pool pre-started in it (PrestartPool), nil if nothing.
+func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (sess *sandbox.Session, pooled bool, pre *prestarted, err error) {
 	if pool == nil || !Fits(decl, pool.Template()) {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
-	sess, err := pool.Claim(ctx)
+	var v any
+	if pp, ok := pool.(PrestartPool); ok {
+		sess, v, err = pp.ClaimPrestarted(ctx)
+	} else {
+		sess, err = pool.Claim(ctx)
+	}
 	if err != nil {
-		return nil, false, fmt.Errorf("claiming a sandbox from the pool: %w", err)
+		return nil, false, nil, fmt.Errorf("claiming a sandbox from the pool: %w", err)
 	}
 	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+claimMargin {
 		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)
 		pool.Discard(sess.ID)
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
-	return sess, true, nil
+	pre, _ = v.(*prestarted)
+	return sess, true, pre, nil
 }
 
 // Fits reports whether a run declared as decl may use a sandbox of tmpl: the same image,

@@ -44,6 +44,8 @@ const (
 	reapQueue = 256
 	// maxRefillBackoff bounds the wait between failed refills.
 	maxRefillBackoff = 30 * time.Second
+	// prestartTimeout bounds PoolOptions.Prestart in one sandbox.
+	prestartTimeout = 30 * time.Second
 	// refillDefer is the longest a refill waits for the claimer of a sandbox to be done while
 	// the pool still holds others: creating a sandbox takes CPU from the claimer's own call
 	// (on 2 cores a claim-to-first-exec goes from ~4 ms to ~10 ms). A Discard, or a claim that
@@ -64,6 +66,13 @@ type PoolOptions struct {
 	// and a claimed sandbox has at least lifetime - IdleExpiry left.
 	IdleExpiry time.Duration
 	Logger     *slog.Logger
+	// Prestart, when set, runs in every sandbox the pool creates, after its warm-up exec and
+	// before it is offered: it may leave work started and waiting in the sandbox (runcode starts
+	// language interpreters, see runcode.Prestart). What it returns is handed to the claimer
+	// with the sandbox (ClaimPrestarted); a claim that finds the pool empty gets a cold sandbox
+	// and nil. An error is logged and the sandbox offered without it: Prestart cleans up what it
+	// started before failing. ctx ends when the pool closes or after prestartTimeout.
+	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
 }
 
 // PoolStats count what a pool did.
@@ -117,6 +126,8 @@ type pooled struct {
 	sess  *sandbox.Session
 	s     *session
 	since time.Time
+	// prestarted is what PoolOptions.Prestart returned for this sandbox.
+	prestarted any
 }
 
 // PoolKey is the pool name for a template: a hash of everything that shapes a sandbox (image,
@@ -232,11 +243,19 @@ func (p *Pool) Stats() PoolStats {
 // Claim hands out a ready sandbox no other claim gets, or, when none is ready, creates one (a
 // miss, counted). The caller owns the sandbox: it is single-use, terminate it when done.
 func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
+	sess, _, err := p.ClaimPrestarted(ctx)
+	return sess, err
+}
+
+// ClaimPrestarted is Claim that also returns what PoolOptions.Prestart left in the sandbox: nil
+// when the pool has no Prestart, when it failed there, or when the claim created the sandbox
+// cold (a miss).
+func (p *Pool) ClaimPrestarted(ctx context.Context) (*sandbox.Session, any, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("%w: pool %s is closed", sandbox.ErrConflict, p.key)
+			return nil, nil, fmt.Errorf("%w: pool %s is closed", sandbox.ErrConflict, p.key)
 		}
 		n := len(p.ready)
 		if n == 0 {
@@ -247,7 +266,8 @@ func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
 			p.deferUntil = time.Time{}
 			p.mu.Unlock()
 			p.signal()
-			return p.b.Create(ctx, p.decl(false))
+			sess, err := p.b.Create(ctx, p.decl(false))
+			return sess, nil, err
 		}
 		it := p.ready[n-1]
 		p.ready[n-1] = pooled{}
@@ -271,7 +291,7 @@ func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
 			continue
 		}
 		p.count(func(st *PoolStats) { st.Hits++ })
-		return it.sess, nil
+		return it.sess, it.prestarted, nil
 	}
 }
 
@@ -431,8 +451,9 @@ func (p *Pool) createOne() bool {
 			err = fmt.Errorf("session %s is not registered", sess.ID)
 		}
 	}
+	var pre any
 	if err == nil {
-		p.warmUp(sess.ID)
+		pre = p.warmUp(sess)
 	}
 	p.mu.Lock()
 	p.stats.Creating--
@@ -455,7 +476,7 @@ func (p *Pool) createOne() bool {
 		p.terminate(sess.ID)
 		return true
 	}
-	p.ready = append(p.ready, pooled{sess: sess, s: s, since: time.Now()})
+	p.ready = append(p.ready, pooled{sess: sess, s: s, since: time.Now(), prestarted: pre})
 	p.stats.Refills++
 	p.mu.Unlock()
 	return true
@@ -465,17 +486,32 @@ func (p *Pool) createOne() bool {
 // several times a later one (its first child cgroup, first fork, pages touched the first time),
 // and that belongs off the claimer's path. It runs "true" (found on PATH, or failing to be: the
 // spawn path is exercised either way) and leaves nothing behind; its result does not matter.
-func (p *Pool) warmUp(id string) {
+// Then PoolOptions.Prestart, whose result it returns.
+func (p *Pool) warmUp(sess *sandbox.Session) any {
+	id := sess.ID
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
 	a, err := p.b.Connect(ctx, id)
 	if err != nil {
-		return
+		return nil
 	}
 	defer a.Close()
 	if _, err := a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second}, io.Discard, io.Discard); err != nil {
 		p.log.Debug("pool: warm-up exec failed", "session", id, "err", err)
 	}
+	if p.opts.Prestart == nil {
+		return nil
+	}
+	pctx, pcancel := context.WithTimeout(p.ctx, prestartTimeout)
+	defer pcancel()
+	pre, err := p.opts.Prestart(pctx, sess, a)
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Warn("pool: prestart failed; offering the sandbox without it", "session", id, "err", err)
+		}
+		return nil
+	}
+	return pre
 }
 
 // expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until

@@ -1,0 +1,709 @@
+package runcode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// Pre-started interpreters (docs/pool.md#pre-started-interpreters).
+//
+// A pooled sandbox may hold, per language, the very command a cold run would exec (python3
+// main.py, node main.js) already started as a background process of its agent: same uid,
+// seccomp, Landlock, cgroup and limits as any exec, because the agent starts it like one. Its
+// start-up runs to the last step before the program file is opened, then a small loader blocks
+// reading stdin: python's user customisation hook (usercustomize, found through PYTHONPATH)
+// after site is imported, node's --require preload after its bootstrap. A run writes one frame
+// to that stdin,
+//
+//	"<code bytes> <stdin: 0|1>\n" code [stdin...]
+//
+// the loader writes the code to the program file (main.py / main.js in the working directory,
+// mode 0644, as a cold run's file), undoes every trace of itself (its files, PYTHONPATH, the
+// sys.path entry; node's execArgv and require cache) and returns, and the interpreter goes on
+// exactly as the cold command: it opens the file and runs it as __main__ / the main module, so
+// argv, tracebacks, exit codes and finalisation are the interpreter's own. Whatever follows the
+// code on the pipe is the program's stdin; with no stdin, python's loader puts /dev/null on fd 0
+// (and rebuilds sys.stdin the way the interpreter built it) as a cold run has; node cannot dup2,
+// so its stdin is a pipe at EOF instead.
+//
+// The loader writes readyMarker to stderr once it waits; Prestart waits for it, and a run skips
+// that frame. Output comes back through the process's attach stream (agent ring, 1 MiB) and
+// the exit through its terminal frame; the run's timeout is enforced here by removing the
+// process (the agent kills its whole cgroup, as an exec's deadline does).
+
+// readyMarker is what a loader writes to stderr once it waits for code; never program output.
+const readyMarker = "\x00airlock-prestart-ready\n"
+
+// prestartMaxOutput is the output cap the interpreters are started with: a run may use one
+// only when its own cap is at most this (stderr's is raised by the marker's length).
+const prestartMaxOutput = DefaultOutputBytes
+
+// PrestartLanguages are the languages Prestart can start ahead.
+func PrestartLanguages() []Language { return []Language{Python, Node} }
+
+// PrestartOptions configure Prestart.
+type PrestartOptions struct {
+	// Languages to start in every pooled sandbox; each is python or node. A run in another
+	// language (or one that does not use an interpreter) kills them before its code runs.
+	Languages []Language
+	Logger    *slog.Logger
+}
+
+// PrestartFunc is local.PoolOptions.Prestart's signature.
+type PrestartFunc = func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
+
+// ParsePrestart parses a comma-separated list of languages (aliases allowed) for Prestart;
+// "none" or "" is no language.
+func ParsePrestart(s string) ([]Language, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "none") {
+		return nil, nil
+	}
+	var out []Language
+	for _, part := range strings.Split(s, ",") {
+		l, err := ParseLanguage(part)
+		if err != nil {
+			return nil, err
+		}
+		if !canPrestart(l) {
+			return nil, fmt.Errorf("%w: language %q cannot be pre-started: allowed are python, node (or none)", sandbox.ErrInvalid, part)
+		}
+		if !containsLang(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func canPrestart(l Language) bool { return l == Python || l == Node }
+
+func containsLang(ls []Language, l Language) bool {
+	for _, x := range ls {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// processAgent is the background-process part of agent/client.Client, which the local
+// backend's agents provide.
+type processAgent interface {
+	StartProcess(ctx context.Context, req client.ProcessRequest, opts ...client.ExecOption) (client.Process, error)
+	Attach(ctx context.Context, id string, fromStart bool) (*client.Stream, error)
+	WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error
+	RemoveProcess(ctx context.Context, id string) error
+}
+
+// prestarted is what Prestart leaves in a sandbox: one waiting interpreter per language.
+type prestarted struct {
+	procs map[Language]*waiting
+}
+
+// waiting is one interpreter blocked in its loader.
+type waiting struct {
+	id string
+	// readySeq is the sequence number of the marker frame; program output comes after it.
+	readySeq uint64
+}
+
+// Prestart returns a local.PoolOptions.Prestart that starts opts.Languages' interpreters in
+// every sandbox a pool creates (see the package comment above). A language whose interpreter
+// does not reach its loader (not installed, user site disabled) is left out and the run uses a
+// cold exec; it is an error only when none started.
+func Prestart(opts PrestartOptions) (PrestartFunc, error) {
+	if len(opts.Languages) == 0 {
+		return nil, fmt.Errorf("%w: prestart: no language: give python, node or both", sandbox.ErrInvalid)
+	}
+	for _, l := range opts.Languages {
+		if !canPrestart(l) {
+			return nil, fmt.Errorf("%w: prestart: language %q cannot be pre-started: allowed are python, node", sandbox.ErrInvalid, l)
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ps := &prestarter{langs: append([]Language(nil), opts.Languages...), log: log, warned: map[Language]*atomic.Bool{}}
+	for _, l := range ps.langs {
+		ps.warned[l] = &atomic.Bool{}
+	}
+	return ps.prestart, nil
+}
+
+type prestarter struct {
+	langs  []Language
+	log    *slog.Logger
+	warned map[Language]*atomic.Bool
+
+	// pythonPath caches the PYTHONPATH of the environment the code gets, per image and env:
+	// the loader is found through PYTHONPATH and must leave exactly that behind.
+	mu         sync.Mutex
+	pythonPath map[string]*string
+}
+
+func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sandbox.Agent) (any, error) {
+	pa, ok := ag.(processAgent)
+	if !ok {
+		return nil, fmt.Errorf("%w: prestart: this backend's agent client has no background processes", sandbox.ErrUnsupported)
+	}
+	deadline := processDeadline(sess)
+	if deadline < time.Minute {
+		return nil, fmt.Errorf("%w: prestart: sandbox %s has %v of lifetime left", sandbox.ErrRefused, sess.ID, deadline)
+	}
+	workdir := sess.Spec.Workdir
+	if workdir == "" {
+		workdir = "/workspace"
+	}
+	pre := &prestarted{procs: map[Language]*waiting{}}
+	var errs []error
+	for _, l := range ps.langs {
+		w, err := ps.start(ctx, pa, ag, sess, l, workdir, deadline)
+		if err != nil {
+			err = fmt.Errorf("prestart %s: %w", l, err)
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break // the pool is closing
+			}
+			if ps.warned[l].CompareAndSwap(false, true) {
+				ps.log.Warn("run_code: pre-starting an interpreter failed; runs in this language exec it cold", "session", sess.ID, "err", err)
+			} else {
+				ps.log.Debug("run_code: pre-starting an interpreter failed", "session", sess.ID, "err", err)
+			}
+			continue
+		}
+		pre.procs[l] = w
+	}
+	if len(pre.procs) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return pre, nil
+}
+
+// processDeadline is how long a background process of sess may run: until the sandbox ends.
+func processDeadline(sess *sandbox.Session) time.Duration {
+	if !sess.ExpiresAt.IsZero() {
+		return time.Until(sess.ExpiresAt)
+	}
+	d := sess.Spec
+	d.ApplyDefaults()
+	return time.Duration(d.Session.Lifetime())*time.Second - time.Since(sess.CreatedAt)
+}
+
+// start starts one language's interpreter and waits until its loader waits for code.
+func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Agent, sess *sandbox.Session, l Language, workdir string, deadline time.Duration) (*waiting, error) {
+	rt := runtimes[l]
+	dir := "/tmp/.airlock-prestart-" + string(l) + "-" + randomHex(6)
+	if err := ag.Mkdir(ctx, dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the loader's directory %s: %w", dir, err)
+	}
+	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
+		Cwd: workdir, Timeout: deadline,
+		MaxStdout: prestartMaxOutput, MaxStderr: prestartMaxOutput + int64(len(readyMarker)),
+	}, OpenStdin: true}
+	switch l {
+	case Python:
+		base, err := ps.basePythonPath(ctx, ag, sess, workdir)
+		if err != nil {
+			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
+			return nil, err
+		}
+		pp := dir
+		if base != nil {
+			pp += ":" + *base
+		}
+		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, rt.file, base)), 0o644); err != nil {
+			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
+			return nil, fmt.Errorf("writing the loader: %w", err)
+		}
+		req.Argv = rt.argv
+		req.Env = map[string]string{"PYTHONPATH": pp}
+	case Node:
+		if err := ag.WriteFile(ctx, dir+"/loader.js", strings.NewReader(nodeLoader(dir)), 0o644); err != nil {
+			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
+			return nil, fmt.Errorf("writing the loader: %w", err)
+		}
+		req.Argv = []string{rt.argv[0], "--require", dir + "/loader.js", rt.file}
+	}
+	p, err := pa.StartProcess(ctx, req)
+	if err != nil {
+		_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
+		return nil, fmt.Errorf("starting %s: %w", strings.Join(req.Argv, " "), err)
+	}
+	seq, err := awaitReady(ctx, pa, p.ID)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
+		defer cancel()
+		_ = pa.RemoveProcess(rctx, p.ID)
+		_ = ag.Remove(rctx, dir, true)
+		return nil, err
+	}
+	return &waiting{id: p.ID, readySeq: seq}, nil
+}
+
+// awaitReady reads the process's output from its start until the loader's marker; anything
+// else first (an interpreter that failed to start, a loader that was not imported) is the
+// error, with what the process printed.
+func awaitReady(ctx context.Context, pa processAgent, id string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := pa.Attach(ctx, id, true)
+	if err != nil {
+		return 0, fmt.Errorf("attaching: %w", err)
+	}
+	defer st.Close()
+	var got bytes.Buffer
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			return 0, fmt.Errorf("waiting for the loader: %w (output %q)", err, trimTo(got.String(), 2000))
+		}
+		if ev.Result != nil {
+			return 0, fmt.Errorf("the interpreter exited (code %d %s) before its loader waited for code: %q", ev.Result.ExitCode, ev.Result.Signal, trimTo(got.String(), 2000))
+		}
+		if ev.Output.Stream == sandbox.Stderr && string(ev.Output.Data) == readyMarker && got.Len() == 0 {
+			return ev.Output.Seq, nil
+		}
+		got.Write(ev.Output.Data)
+		if got.Len() > 64<<10 {
+			return 0, fmt.Errorf("the interpreter printed instead of waiting for code: %q", trimTo(got.String(), 2000))
+		}
+	}
+}
+
+func trimTo(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// basePythonPath is PYTHONPATH in the code's environment (nil: unset), asked once per image
+// and environment with python itself (isolated: it ignores that variable).
+func (ps *prestarter) basePythonPath(ctx context.Context, ag sandbox.Agent, sess *sandbox.Session, workdir string) (*string, error) {
+	keyB, _ := json.Marshal([]any{sess.Spec.Image, sess.Spec.Env})
+	key := string(keyB)
+	ps.mu.Lock()
+	v, ok := ps.pythonPath[key]
+	ps.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	var out, errb bytes.Buffer
+	res, err := ag.Exec(ctx, sandbox.ExecRequest{
+		Argv:    []string{runtimes[Python].argv[0], "-I", "-S", "-c", "import os,sys;sys.stdout.write(repr(os.environ.get('PYTHONPATH')))"},
+		Cwd:     workdir,
+		Timeout: 20 * time.Second,
+	}, &out, &errb)
+	if err != nil {
+		return nil, fmt.Errorf("reading PYTHONPATH: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return nil, fmt.Errorf("reading PYTHONPATH: python exited %d %s: %q", res.ExitCode, res.Signal, trimTo(errb.String(), 2000))
+	}
+	s := out.String()
+	if s != "None" {
+		u, err := strconv.Unquote(pyReprToGo(s))
+		if err != nil {
+			return nil, fmt.Errorf("reading PYTHONPATH: cannot parse %q: %v", s, err)
+		}
+		v = &u
+	}
+	ps.mu.Lock()
+	if ps.pythonPath == nil {
+		ps.pythonPath = map[string]*string{}
+	}
+	ps.pythonPath[key] = v
+	ps.mu.Unlock()
+	return v, nil
+}
+
+// pyReprToGo turns python's repr of a str into a Go quoted string: repr uses single quotes
+// unless the text holds one (then double), and escapes Go's strconv.Unquote reads alike
+// (\x, \u, \U, \n, \t, \\), except an escaped single quote in a single-quoted repr.
+func pyReprToGo(r string) string {
+	if len(r) >= 2 && r[0] == '\'' && r[len(r)-1] == '\'' {
+		body := r[1 : len(r)-1]
+		body = strings.ReplaceAll(body, `\'`, `'`)
+		body = strings.ReplaceAll(body, `"`, `\"`)
+		return `"` + body + `"`
+	}
+	return r
+}
+
+// pyStr renders s as a python string literal.
+func pyStr(s string) string {
+	b, _ := json.Marshal(s) // JSON string escapes are valid python escapes
+	return string(b)
+}
+
+// pythonLoader is usercustomize.py for one sandbox: dir is its own directory, file the
+// program's name (relative to the working directory), base the PYTHONPATH to restore.
+func pythonLoader(dir, file string, base *string) string {
+	restore := "os.environ.pop('PYTHONPATH', None)"
+	if base != nil {
+		restore = "os.environ['PYTHONPATH'] = " + pyStr(*base)
+	}
+	return `# airlock run_code loader: waits for the program, then lets python run it as usual.
+def _airlock_load():
+    import os, sys
+    d = ` + pyStr(dir) + `
+    pc = os.path.join(d, '__pycache__')
+    try:
+        names = os.listdir(pc)
+    except OSError:
+        names = None
+    if names is not None:
+        for n in names:
+            os.unlink(os.path.join(pc, n))
+        os.rmdir(pc)
+    os.unlink(os.path.join(d, 'usercustomize.py'))
+    os.rmdir(d)
+    while d in sys.path:
+        sys.path.remove(d)
+    sys.path_importer_cache.pop(d, None)
+    ` + restore + `
+    os.write(2, ` + pyBytes(readyMarker) + `)
+    hdr = b''
+    while not hdr.endswith(b'\n'):
+        c = os.read(0, 1)
+        if not c:
+            os._exit(0)
+        hdr += c
+        if len(hdr) > 40:
+            os.write(2, b'airlock loader: bad header\n')
+            os._exit(2)
+    n, has_stdin = hdr.split()
+    n = int(n)
+    parts = []
+    while n > 0:
+        c = os.read(0, min(n, 1 << 20))
+        if not c:
+            os._exit(0)
+        parts.append(c)
+        n -= len(c)
+    fd = os.open(` + pyStr(file) + `, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        for p in parts:
+            while p:
+                p = p[os.write(fd, p):]
+    finally:
+        os.close(fd)
+    if has_stdin == b'0':
+        import io
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        old = sys.stdin
+        if old is not None:
+            # As the interpreter builds sys.stdin (pylifecycle.c create_stdio): the stream
+            # caches facts of the descriptor (seekable) it was built on.
+            buf = io.open(0, 'rb', -1, None, None, None, False)
+            buf.raw.name = '<stdin>'
+            line = buf.raw.isatty() and not old.write_through
+            new = io.TextIOWrapper(buf, old.encoding, old.errors, '\n', line, old.write_through)
+            new.mode = 'r'
+            if sys.__stdin__ is old:
+                sys.__stdin__ = new
+            sys.stdin = new
+_airlock_load()
+del _airlock_load
+# Leave no module behind: a cold interpreter finds no usercustomize (site ignores this error).
+raise ImportError('airlock loader done', name='usercustomize')
+`
+}
+
+// pyBytes renders s as a python bytes literal.
+func pyBytes(s string) string {
+	var b strings.Builder
+	b.WriteString("b'")
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&b, "\\x%02x", s[i])
+	}
+	b.WriteString("'")
+	return b.String()
+}
+
+// nodeLoader is the --require preload for one sandbox: dir is its own directory.
+func nodeLoader(dir string) string {
+	return `// airlock run_code loader: waits for the program, then lets node run it as usual.
+'use strict';
+(() => {
+  const fs = require('fs');
+  const dir = ` + pyStr(dir) + `;
+  fs.rmSync(dir, { recursive: true, force: true });
+  const i = process.execArgv.indexOf(__filename);
+  if (i > 0 && (process.execArgv[i - 1] === '--require' || process.execArgv[i - 1] === '-r')) process.execArgv.splice(i - 1, 2);
+  delete require.cache[__filename];
+  fs.writeSync(2, ` + pyStr(readyMarker) + `);
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  const read = (buf, off, len) => {
+    for (;;) {
+      try {
+        return fs.readSync(0, buf, off, len, null);
+      } catch (e) {
+        if (e.code !== 'EAGAIN') throw e;
+        Atomics.wait(nap, 0, 0, 1);
+      }
+    }
+  };
+  let hdr = '';
+  const one = Buffer.alloc(1);
+  while (!hdr.endsWith('\n')) {
+    if (read(one, 0, 1) === 0) process.reallyExit(0);
+    hdr += one.toString('latin1');
+    if (hdr.length > 40) {
+      fs.writeSync(2, 'airlock loader: bad header\n');
+      process.reallyExit(2);
+    }
+  }
+  const n = parseInt(hdr, 10);
+  const code = Buffer.alloc(n);
+  for (let off = 0; off < n;) {
+    const got = read(code, off, n - off);
+    if (got === 0) process.reallyExit(0);
+    off += got;
+  }
+  const fd = fs.openSync(process.argv[1], 'w', 0o644);
+  try {
+    fs.fchmodSync(fd, 0o644);
+    for (let off = 0; off < n;) off += fs.writeSync(fd, code, off, n - off);
+  } finally {
+    fs.closeSync(fd);
+  }
+})();
+`
+}
+
+// take returns the waiting interpreter for l (nil: none) and removes every other one, so the
+// run's code is alone in its sandbox, whatever it runs in.
+func (pre *prestarted) take(ctx context.Context, pa processAgent, l Language, usable bool) (*waiting, error) {
+	if pre == nil {
+		return nil, nil
+	}
+	var w *waiting
+	var others []string
+	for lang, x := range pre.procs {
+		if lang == l && usable {
+			w = x
+			continue
+		}
+		others = append(others, x.id)
+	}
+	if len(others) == 0 {
+		return w, nil
+	}
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for i, id := range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := pa.RemoveProcess(ctx, id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+				errs[i] = fmt.Errorf("removing a pre-started interpreter: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// errInterpreterGone: the waiting interpreter had exited before it got the code; nothing of
+// the run has happened yet.
+var errInterpreterGone = errors.New("the pre-started interpreter had exited")
+
+// runPrestarted hands req's code (and stdin) to the waiting interpreter w and collects its
+// output and exit as Exec would. errInterpreterGone means the code never reached it (the
+// caller runs it cold instead).
+func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request, stdin io.Reader, opts Options, log *slog.Logger) (Result, error) {
+	capBytes := opts.MaxOutputBytes
+	if capBytes <= 0 {
+		capBytes = DefaultOutputBytes
+	}
+	timeout := time.Duration(req.TimeoutSeconds) * time.Second
+	start := time.Now()
+	outBuf := &capped{max: capBytes}
+	errBuf := &capped{max: capBytes}
+	var stdout, stderr io.Writer = outBuf, errBuf
+	if opts.Stdout != nil {
+		stdout = io.MultiWriter(outBuf, opts.Stdout)
+	}
+	if opts.Stderr != nil {
+		stderr = io.MultiWriter(errBuf, opts.Stderr)
+	}
+
+	// Streams and stdin outlive a cancelled caller long enough to be wound down here.
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	type outcome struct {
+		res  *sandbox.ExecResult
+		gap  bool
+		err  error
+		gone bool // ended before any output of the program
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		st, err := pa.Attach(bg, w.id, true)
+		if err != nil {
+			done <- outcome{err: fmt.Errorf("attaching to the interpreter: %w", err)}
+			return
+		}
+		defer st.Close()
+		last := w.readySeq
+		var o outcome
+		for {
+			ev, err := st.Next()
+			if err != nil {
+				o.err = err
+				done <- o
+				return
+			}
+			if ev.Result != nil {
+				o.res = ev.Result
+				done <- o
+				return
+			}
+			f := ev.Output
+			if f.Seq <= w.readySeq {
+				continue // the loader's marker
+			}
+			if f.Seq != last+1 {
+				o.gap = true // the agent's ring dropped frames this reader had not read
+			}
+			last = f.Seq
+			dst := stdout
+			if f.Stream == sandbox.Stderr {
+				dst = stderr
+			}
+			if _, err := dst.Write(f.Data); err != nil {
+				o.err = fmt.Errorf("write %s: %w", f.Stream, err)
+				done <- o
+				return
+			}
+		}
+	}()
+
+	kill := func() error {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
+		defer cancel()
+		if err := pa.RemoveProcess(kctx, w.id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	hdr := fmt.Sprintf("%d %d\n", len(req.Code), boolDigit(stdin != nil))
+	first := io.MultiReader(strings.NewReader(hdr), strings.NewReader(req.Code))
+	_, stdinIsString := stdin.(*strings.Reader)
+	closeFirst := stdin == nil || stdinIsString
+	if stdinIsString {
+		first = io.MultiReader(first, stdin)
+	}
+	if err := pa.WriteStdin(bg, w.id, first, closeFirst); err != nil {
+		stop()
+		o := <-done
+		_ = o
+		if errors.Is(err, sandbox.ErrConflict) {
+			_ = kill() // forget it; it has exited
+			return Result{}, errInterpreterGone
+		}
+		return Result{}, errors.Join(fmt.Errorf("handing the code to the interpreter: %w", err), kill())
+	}
+	var stdinDone chan struct{}
+	if !closeFirst {
+		stdinDone = make(chan struct{})
+		go func() {
+			defer close(stdinDone)
+			// Errors here are the program's business (it may exit without reading).
+			_ = pa.WriteStdin(bg, w.id, stdin, true)
+		}()
+	}
+	timer := time.NewTimer(timeout - time.Since(start))
+	defer timer.Stop()
+	var (
+		o        outcome
+		timedOut bool
+		ctxErr   error
+	)
+	select {
+	case o = <-done:
+	case <-timer.C:
+		timedOut = true
+		if err := kill(); err != nil {
+			stop()
+			<-done
+			return Result{}, fmt.Errorf("%w: killing the program at its timeout: %w", sandbox.ErrOutcomeUnknown, err)
+		}
+		o = <-done
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		kerr := kill()
+		stop()
+		<-done
+		if stdinDone != nil {
+			<-stdinDone
+		}
+		return Result{}, errors.Join(ctxErr, kerr)
+	}
+	end := time.Now()
+	stop()
+	if stdinDone != nil {
+		<-stdinDone
+	}
+	if o.err != nil {
+		return Result{}, errors.Join(o.err, kill())
+	}
+	ex := *o.res
+	if o.gap {
+		log.Warn("run_code: output of a pre-started interpreter was dropped by the agent's buffer before it was read; result marked truncated", "process", w.id)
+	}
+	res := Result{
+		ExitCode:       ex.ExitCode,
+		Signal:         ex.Signal,
+		Stdout:         outBuf.String(),
+		Stderr:         errBuf.String(),
+		TimedOut:       timedOut && ex.Signal != "",
+		OOMKilled:      ex.OOMKilled,
+		Truncated:      ex.Truncated || outBuf.over || errBuf.over || o.gap,
+		DurationMs:     end.Sub(start).Milliseconds(),
+		TimeoutSeconds: req.TimeoutSeconds,
+		OutputCapBytes: capBytes,
+	}
+	if res.ExitCode < 0 && res.Signal != "" {
+		if n := unix.SignalNum(res.Signal); n != 0 {
+			res.ExitCode = 128 + int(n)
+		}
+	}
+	return res, nil
+}
+
+func boolDigit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// prestartUsable reports whether a run may use a waiting interpreter: its output cap fits the
+// one the interpreter was started with.
+func prestartUsable(opts Options) bool {
+	return opts.MaxOutputBytes <= prestartMaxOutput
+}
