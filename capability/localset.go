@@ -7,7 +7,6 @@ import (
 
 // Reasons for what the local runtime does not do yet, whatever the host offers.
 const (
-	reasonIdleNotBuilt     = "the local backend does not enforce idle timeouts yet (issue 3)"
 	reasonRunscNotDriven   = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
 	reasonPreviewNotBuilt  = "the preview proxy is not built yet (issue 6)"
 	reasonSnapshotNotBuilt = "snapshots are not built yet (issue 6)"
@@ -34,10 +33,9 @@ func (h HostProbe) Set() Set {
 
 	// Done by the agent and the runtime itself on any host that passes the floor.
 	for _, n := range []Name{Files, Stdin, PTY, BackgroundProcesses, Env, Workdir, Labels,
-		Reconnect, SessionLifetime, ImageHost, ImageDir, ImageOCI, ImageRef} {
+		Reconnect, SessionLifetime, IdleTimeout, ImageHost, ImageDir, ImageOCI, ImageRef} {
 		put(n, "")
 	}
-	put(IdleTimeout, reasonIdleNotBuilt)
 	// The floor includes the network namespace: a sandbox with only loopback.
 	put(EgressDeny, "")
 

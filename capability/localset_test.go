@@ -35,7 +35,7 @@ var capableLocal = map[Name]bool{
 	Files: true, Reconnect: true, Preview: false, SuspendResume: true, Snapshot: false,
 	DomainEgressRules: true, EgressDeny: true, PublicOnlyEgress: true,
 	EnforcedLimits: true, ProcessLimit: true, DiskLimit: true,
-	SessionLifetime: true, IdleTimeout: false,
+	SessionLifetime: true, IdleTimeout: true,
 	Env: true, Stdin: true, PTY: true, BackgroundProcesses: true,
 	GVisor: false, Labels: true, Workdir: true,
 	ImageHost: true, ImageOCI: true, ImageRef: true, ImageDir: true, DockerRuntime: false,

@@ -127,7 +127,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 		Listen: "unix:" + nsinit.AgentSocket, FilesRoot: "/",
 		DenyPaths: []string{nsinit.AirlockDir, "/dev", "/proc", "/sys"},
 		Workdir:   r.workdir, Env: r.env, CodeUID: nsinit.CodeUID, CodeGID: nsinit.CodeGID,
-		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+		MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
 	}
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {

@@ -307,6 +307,7 @@ type resolved struct {
 	limits   limits
 	disk     int64
 	lifetime time.Duration
+	idle     time.Duration // 0: the lifetime ends the sandbox first
 	workdir  string
 	rootKind string
 	rootSrc  string
@@ -370,6 +371,11 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 		return nil, bad("session.maxLifetimeSeconds", fmt.Sprint(life), "at least 1")
 	}
 	r.lifetime = time.Duration(life) * time.Second
+	// The agent enforces the idle timeout itself (agent.Config.IdleTimeout): no activity for
+	// that long and it returns, so PID 1 exits and the sandbox ends like at its lifetime.
+	if idle := decl.Session.IdleTimeout(); idle > 0 && time.Duration(idle)*time.Second < r.lifetime {
+		r.idle = time.Duration(idle) * time.Second
+	}
 	r.workdir = decl.Workdir
 	if r.workdir == "" {
 		r.workdir = spec.DefaultWorkdir
@@ -537,7 +543,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{
 			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),
-			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
 		},
 	}
 	restored, err := b.prepareSnapshot(ctx, dir, r, cfg) // snapshot.go

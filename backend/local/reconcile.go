@@ -142,7 +142,8 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	yes(capability.Files, capability.Reconnect, capability.EgressDeny, capability.SessionLifetime,
 		capability.Env, capability.Stdin, capability.PTY, capability.BackgroundProcesses,
 		capability.Labels, capability.Workdir, capability.ImageHost, capability.ImageDir,
-		capability.ImageOCI, capability.ImageRef, capability.DiskLimit)
+		capability.ImageOCI, capability.ImageRef, capability.DiskLimit,
+		capability.IdleTimeout) // the agent ends itself when idle (agent.Config.IdleTimeout)
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
 		yes(capability.SuspendResume) // pause.go: the cgroup freezer
@@ -152,7 +153,6 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		no(capability.ProcessLimit, "no usable cgroup hierarchy")
 	}
 	yes(capability.Preview) // preview.go
-	no(capability.IdleTimeout, "not enforced by the local backend yet")
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
 	if _, err := findRunsc(runsc); err != nil {
 		no(capability.GVisor, err.Error())

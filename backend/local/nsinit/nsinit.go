@@ -144,8 +144,7 @@ func writablePaths(workdir string) []string {
 func serve(cfg *Config, status *os.File) error {
 	// The sandbox's lifetime: when Serve returns, init (PID 1) exits and the kernel kills
 	// every process of the pid namespace; the host reaps the cgroups and the state dir.
-	// TODO(lead): the idle timeout (spec Session.IdleTimeoutSeconds) needs an activity hook
-	// from the agent (last request time); until then the capability says it is not enforced.
+	// The idle timeout is the agent's (Config.IdleTimeout): Serve returns agent.ErrIdle.
 	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
 	defer cancel()
 	acfg := cfg.Agent
@@ -173,8 +172,8 @@ func serve(cfg *Config, status *os.File) error {
 	slog.SetDefault(logger)
 	err := agent.Serve(ctx, acfg, hooks)
 	report(status, Status{Error: fmt.Sprintf("agent stopped before it was ready: %v", err)})
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		return nil // the sandbox's lifetime ended
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.Is(err, agent.ErrIdle) {
+		return nil // the sandbox's lifetime or idle timeout ended
 	}
 	return err
 }
