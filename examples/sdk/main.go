@@ -20,7 +20,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	sb, err := c.Create(ctx, spec.Sandbox{ID: "hello", Image: spec.Image{Host: true}, Session: spec.Session{MaxLifetimeSeconds: new(int64(600))}})
+	sb, err := c.Create(ctx, spec.Sandbox{ID: "hello", Image: spec.Image{Host: true}})
 	if err != nil {
 		log.Fatal(err)
 	}
