@@ -212,8 +212,8 @@ func TestSandboxCommands(t *testing.T) {
 
 	// A declaration this host cannot enforce: every refusal, and what to read.
 	decl := filepath.Join(dir, "sb.yaml")
-	os.WriteFile(decl, []byte("id: web\nimage: host\npreviewPorts: [8080]\nruntime: docker\nsession: {maxLifetimeSeconds: 600}\n"), 0o644)
-	if code, _, errs := cli(t, "", "sandbox", "create", "-f", decl); code != 1 || !strings.Contains(errs, "previewPorts") || !strings.Contains(errs, "needs dockerRuntime") || !strings.Contains(errs, "airlock capabilities") {
+	os.WriteFile(decl, []byte("id: web\nimage: host\nlimits: {maxProcesses: 1000000}\nruntime: docker\nsession: {maxLifetimeSeconds: 600}\n"), 0o644)
+	if code, _, errs := cli(t, "", "sandbox", "create", "-f", decl); code != 1 || !strings.Contains(errs, "maxProcesses") || !strings.Contains(errs, "needs dockerRuntime") || !strings.Contains(errs, "airlock capabilities") {
 		t.Fatalf("refused create: %d %s", code, errs)
 	}
 	if code, _, errs := cli(t, "", "sandbox", "create", "-f", decl, "--memory", "1Gi"); code != 2 || !strings.Contains(errs, "belongs in the file") {
