@@ -110,10 +110,16 @@ type processAgent interface {
 	RemoveProcess(ctx context.Context, id string) error
 }
 
-// prestarted is what Prestart leaves in a sandbox: one waiting interpreter per language.
+// prestarted is what Prestart leaves in a sandbox: one waiting interpreter per language, and
+// the client Prestart used, kept with its connections open for the run (a new connection is a
+// noticeable part of a run this short).
 type prestarted struct {
+	agent sandbox.Agent
 	procs map[Language]*waiting
 }
+
+// Close releases the client's connections (the pool calls it for a sandbox it drops unused).
+func (pre *prestarted) Close() error { return pre.agent.Close() }
 
 // waiting is one interpreter blocked in its loader.
 type waiting struct {
@@ -170,7 +176,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if workdir == "" {
 		workdir = "/workspace"
 	}
-	pre := &prestarted{procs: map[Language]*waiting{}}
+	pre := &prestarted{agent: ag, procs: map[Language]*waiting{}}
 	var errs []error
 	for _, l := range ps.langs {
 		w, err := ps.start(ctx, pa, ag, sess, l, workdir, deadline)
@@ -192,6 +198,16 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if len(pre.procs) == 0 {
 		return nil, errors.Join(errs...)
 	}
+	// A run makes two requests at once (attach, stdin): leave two connections open for it.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = ag.Health(ctx)
+		}()
+	}
+	wg.Wait()
 	return pre, nil
 }
 

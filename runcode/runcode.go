@@ -198,12 +198,13 @@ type Pool interface {
 	Discard(sessionID string)
 }
 
-// PrestartPool is a Pool whose sandboxes may hold work its PoolOptions.Prestart started
-// (backend/local.Pool implements it); Run uses the interpreters Prestart left there.
-type PrestartPool interface {
+// RunPool is a Pool that hands out sandboxes for one run (backend/local.Pool implements it):
+// they may hold interpreters its PoolOptions.Prestart started, which Run uses.
+type RunPool interface {
 	Pool
-	// ClaimPrestarted is Claim that also returns what was pre-started in the sandbox.
-	ClaimPrestarted(ctx context.Context) (*sandbox.Session, any, error)
+	// ClaimForRun is Claim for one run, whose sandbox goes (Discard) when the run ends, at
+	// the latest with this process; it also returns what was pre-started in the sandbox.
+	ClaimForRun(ctx context.Context) (*sandbox.Session, any, error)
 }
 
 // Result is what one run produced.
@@ -397,7 +398,6 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 		return Result{}, err
 	}
 	decl.ApplyDefaults()
-
 	sess, pooled, pre, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
 		return Result{}, err
@@ -422,8 +422,10 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 		}
 	}()
 
-	agent, err := backend.Connect(ctx, sess.ID)
-	if err != nil {
+	var agent sandbox.Agent
+	if pre != nil {
+		agent = pre.agent // the prestart's client, its connections open
+	} else if agent, err = backend.Connect(ctx, sess.ID); err != nil {
 		return Result{}, fmt.Errorf("connecting to the sandbox: %w", err)
 	}
 	defer agent.Close()
@@ -486,14 +488,14 @@ const claimMargin = 5 * time.Second
 
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
 // has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
-// pool pre-started in it (PrestartPool), nil if nothing.
+// pool pre-started in it (RunPool), nil if nothing.
 func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (sess *sandbox.Session, pooled bool, pre *prestarted, err error) {
 	if pool == nil || !Fits(decl, pool.Template()) {
 		return nil, false, nil, nil
 	}
 	var v any
-	if pp, ok := pool.(PrestartPool); ok {
-		sess, v, err = pp.ClaimPrestarted(ctx)
+	if pp, ok := pool.(RunPool); ok {
+		sess, v, err = pp.ClaimForRun(ctx)
 	} else {
 		sess, err = pool.Claim(ctx)
 	}

@@ -69,9 +69,15 @@ type PoolOptions struct {
 	// Prestart, when set, runs in every sandbox the pool creates, after its warm-up exec and
 	// before it is offered: it may leave work started and waiting in the sandbox (runcode starts
 	// language interpreters, see runcode.Prestart). What it returns is handed to the claimer
-	// with the sandbox (ClaimPrestarted); a claim that finds the pool empty gets a cold sandbox
+	// with the sandbox (ClaimForRun); a claim that finds the pool empty gets a cold sandbox
 	// and nil. An error is logged and the sandbox offered without it: Prestart cleans up what it
 	// started before failing. ctx ends when the pool closes or after prestartTimeout.
+	//
+	// agent is a client of the sandbox's agent. When Prestart succeeds it owns agent (it may keep
+	// it, with its open connections, in its value for the claimer, or close it); the value, when
+	// it is an io.Closer, is closed if the pool terminates the sandbox unclaimed or a claim
+	// drops it (Claim), and is the claimer's to close otherwise. When Prestart fails, the pool
+	// closes agent.
 	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
 }
 
@@ -243,14 +249,29 @@ func (p *Pool) Stats() PoolStats {
 // Claim hands out a ready sandbox no other claim gets, or, when none is ready, creates one (a
 // miss, counted). The caller owns the sandbox: it is single-use, terminate it when done.
 func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
-	sess, _, err := p.ClaimPrestarted(ctx)
+	sess, pre, err := p.claim(ctx, true)
+	release(pre)
 	return sess, err
 }
 
-// ClaimPrestarted is Claim that also returns what PoolOptions.Prestart left in the sandbox: nil
-// when the pool has no Prestart, when it failed there, or when the claim created the sandbox
-// cold (a miss).
-func (p *Pool) ClaimPrestarted(ctx context.Context) (*sandbox.Session, any, error) {
+// release closes what Prestart returned, when nobody will use it.
+func release(pre any) {
+	if c, ok := pre.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// ClaimForRun is Claim for a caller whose use of the sandbox ends with this process, as a
+// run_code call's does (one run, then Discard). It also returns what PoolOptions.Prestart left
+// in the sandbox (nil when the pool has no Prestart, when it failed there, or when the claim
+// created the sandbox cold), and it records no claim on disk: should this process die, the
+// next process's reconcile reaps the sandbox as an unclaimed one, which is right, its user
+// being gone too. (Writing that record is most of a claim's time on a busy disk: 0.1-1 ms.)
+func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
+	return p.claim(ctx, false)
+}
+
+func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -281,14 +302,18 @@ func (p *Pool) ClaimPrestarted(ctx context.Context) (*sandbox.Session, any, erro
 		p.signal()
 		if it.s.exited() {
 			p.count(func(st *PoolStats) { st.Dead++ })
+			release(it.prestarted)
 			p.Discard(it.sess.ID)
 			continue
 		}
 		// Recorded on disk: a claimed sandbox outlives a crash of this process like any other.
-		if err := os.WriteFile(filepath.Join(it.s.dir, claimedFile), nil, 0o600); err != nil {
-			p.log.Warn("pool: recording a claim failed; discarding the sandbox", "session", it.sess.ID, "err", err)
-			p.Discard(it.sess.ID)
-			continue
+		if record {
+			if err := os.WriteFile(filepath.Join(it.s.dir, claimedFile), nil, 0o600); err != nil {
+				p.log.Warn("pool: recording a claim failed; discarding the sandbox", "session", it.sess.ID, "err", err)
+				release(it.prestarted)
+				p.Discard(it.sess.ID)
+				continue
+			}
 		}
 		p.count(func(st *PoolStats) { st.Hits++ })
 		return it.sess, it.prestarted, nil
@@ -473,6 +498,7 @@ func (p *Pool) createOne() bool {
 	}
 	if p.closed {
 		p.mu.Unlock()
+		release(pre)
 		p.terminate(sess.ID)
 		return true
 	}
@@ -495,23 +521,24 @@ func (p *Pool) warmUp(sess *sandbox.Session) any {
 	if err != nil {
 		return nil
 	}
-	defer a.Close()
 	if _, err := a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second}, io.Discard, io.Discard); err != nil {
 		p.log.Debug("pool: warm-up exec failed", "session", id, "err", err)
 	}
 	if p.opts.Prestart == nil {
+		a.Close()
 		return nil
 	}
 	pctx, pcancel := context.WithTimeout(p.ctx, prestartTimeout)
 	defer pcancel()
 	pre, err := p.opts.Prestart(pctx, sess, a)
 	if err != nil {
+		a.Close()
 		if p.ctx.Err() == nil {
 			p.log.Warn("pool: prestart failed; offering the sandbox without it", "session", id, "err", err)
 		}
 		return nil
 	}
-	return pre
+	return pre // a is Prestart's now
 }
 
 // expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until
@@ -526,6 +553,7 @@ func (p *Pool) expire() time.Duration {
 		left := p.opts.IdleExpiry - now.Sub(it.since)
 		if left <= 0 || it.s.exited() {
 			old = append(old, it.sess.ID)
+			release(it.prestarted)
 			if it.s.exited() {
 				p.stats.Dead++
 			} else {
@@ -582,6 +610,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for i, it := range ready {
+		release(it.prestarted)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
