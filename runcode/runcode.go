@@ -454,6 +454,7 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 		if w != nil {
 			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
 			if err == nil {
+				log.Debug("run_code: ran in a pre-started interpreter", "session", sess.ID, "language", req.Language)
 				res.Language = req.Language
 				res.SandboxID = sess.SandboxID
 				res.Memory = string(decl.Limits.Memory)
