@@ -628,17 +628,25 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	}
 	hdr := fmt.Sprintf("%d %d\n", len(req.Code), boolDigit(stdin != nil))
 	first := io.MultiReader(strings.NewReader(hdr), strings.NewReader(req.Code))
-	_, stdinIsString := stdin.(*strings.Reader)
+	// Stdin already in memory goes in the same request as the code; a stream follows in a
+	// second one once the code is in (and is left unread if the interpreter is gone).
+	sr, stdinIsString := stdin.(*strings.Reader)
 	closeFirst := stdin == nil || stdinIsString
+	var pos int64
 	if stdinIsString {
+		pos, _ = sr.Seek(0, io.SeekCurrent)
 		first = io.MultiReader(first, stdin)
 	}
 	if err := pa.WriteStdin(bg, w.id, first, closeFirst); err != nil {
 		stop()
 		o := <-done
 		_ = o
-		if errors.Is(err, sandbox.ErrConflict) {
-			_ = kill() // forget it; it has exited
+		if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrNotFound) {
+			// It had exited (or the agent no longer holds it): the code never got there.
+			_ = kill()
+			if stdinIsString {
+				_, _ = sr.Seek(pos, io.SeekStart) // the cold run reads it from the start
+			}
 			return Result{}, errInterpreterGone
 		}
 		return Result{}, errors.Join(fmt.Errorf("handing the code to the interpreter: %w", err), kill())
