@@ -29,6 +29,7 @@ type mcpFlags struct {
 	pool        int
 	poolMax     int
 	poolIdle    time.Duration
+	prestart    string
 	logLevel    string
 	backend     backendFlags
 }
@@ -49,10 +50,16 @@ authentication. Sandboxes created with sandbox_create are terminated when the se
 
 With --pool N the server keeps N run_code sandboxes created and their agents ready, so a call
 claims one instead of creating it; each is still used by one call only and then terminated,
-and the pool refills in the background (a call that finds it empty creates one as usual).`,
+and the pool refills in the background (a call that finds it empty creates one as usual).
+Each pooled sandbox also holds the interpreters named by --pool-prestart (default python)
+started and waiting, under the same uid, seccomp, Landlock and limits as the code: a run_code
+call in that language hands its code to the waiting interpreter and skips its start-up. Calls
+in another language first end the waiting interpreters (pre-starting python and node together
+makes every call pay for ending the other one: node's exit is slow).`,
 		Example: `  airlock mcp
   airlock mcp --http 127.0.0.1:8765
   airlock mcp --pool 4            # run_code claims warm sandboxes instead of creating them
+  airlock mcp --pool 4 --pool-prestart node   # ... with node waiting instead of python
 
   # Claude Desktop, Cursor and other stdio clients:
   {"mcpServers": {"airlock": {"command": "sudo", "args": ["airlock", "mcp"]}}}`,
@@ -67,6 +74,7 @@ and the pool refills in the background (a call that finds it empty creates one a
 	fl.IntVar(&f.pool, "pool", 0, "keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
+	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	f.backend.add(cmd)
 	return cmd
@@ -96,6 +104,13 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	if f.poolIdle < time.Second {
 		return usageError("--pool-idle %v must be at least 1s", f.poolIdle)
 	}
+	prestart, err := runcode.ParsePrestart(f.prestart)
+	if err != nil {
+		return usageError("--pool-prestart: %v", err)
+	}
+	if cmd.Flags().Changed("pool-prestart") && f.pool == 0 && len(prestart) > 0 {
+		return usageError("--pool-prestart needs --pool: interpreters are pre-started in pooled sandboxes")
+	}
 	var ln net.Listener
 	if f.http != "" {
 		if err := checkLoopback(f.http); err != nil {
@@ -119,7 +134,13 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log}
 	if f.pool > 0 {
 		tmpl := runcode.PoolTemplate(runcode.Options{Image: img}, f.poolIdle)
-		pool, err := local.NewPool(ctx, b, tmpl, local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log})
+		popts := local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log}
+		if len(prestart) > 0 {
+			if popts.Prestart, err = runcode.Prestart(runcode.PrestartOptions{Languages: prestart, Logger: log}); err != nil {
+				return usageError("--pool-prestart: %v", err)
+			}
+		}
+		pool, err := local.NewPool(ctx, b, tmpl, popts)
 		if err != nil {
 			return fmt.Errorf("--pool: %w", err)
 		}

@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/runcode"
+)
+
+// newPrestartPool is newWarmPool whose sandboxes hold langs' interpreters started and waiting.
+func newPrestartPool(b *testing.B, be *local.Backend, size int, langs ...runcode.Language) *local.Pool {
+	b.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: langs, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := local.NewPool(context.Background(), be, runcode.PoolTemplate(runcode.Options{}, 10*time.Minute),
+		local.PoolOptions{Size: size, IdleExpiry: 10 * time.Minute, Logger: quiet, Prestart: pf})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil {
+			b.Error(err)
+		}
+	})
+	waitPool(b, p, size)
+	return p
+}
+
+// BenchmarkPrestartVsHostInterleaved is run_code from a settled pool whose sandboxes hold the
+// language's interpreter pre-started, next to the same program run on the host with no sandbox
+// (python3 -c / node -e), one after the other in every iteration so both see the same load. It
+// reports the medians and the median of the per-iteration ratios; ns/op is the whole iteration
+// and means nothing by itself. Every run_code call is timed whole: plan check, claim, handing
+// the code over, the program's run and exit, the sandbox handed to the reaper.
+func BenchmarkPrestartVsHostInterleaved(b *testing.B) {
+	py := []string{"/usr/bin/python3", "-c", snippet}
+	js := []string{"/usr/bin/node", "-e", "console.log(2+2)"}
+	cases := []struct {
+		name   string
+		lang   runcode.Language
+		langs  []runcode.Language // pre-started in each pooled sandbox
+		code   string
+		host   []string
+		stdout string
+	}{
+		{"python", runcode.Python, []runcode.Language{runcode.Python}, snippet, py, "4"},
+		{"node", runcode.Node, []runcode.Language{runcode.Node}, "console.log(2+2)", js, "4"},
+		// Both pre-started: the run first removes the one it does not use.
+		{"python-of-both", runcode.Python, []runcode.Language{runcode.Python, runcode.Node}, snippet, py, "4"},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			needRoot(b)
+			be := newBackend(b, stateDir(b))
+			p := newPrestartPool(b, be, 4, c.langs...)
+			var host, warm, ratio []float64
+			for b.Loop() {
+				settle(b, p, 4)
+				t := time.Now()
+				res, err := runcode.Run(context.Background(), be, runcode.Request{Language: string(c.lang), Code: c.code}, runcode.Options{Pool: p})
+				w := time.Since(t)
+				if err != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != c.stdout {
+					b.Fatalf("run_code: %v %+v", err, res)
+				}
+				settle(b, p, 4)
+				t = time.Now()
+				runOnce(b, c.host[0], c.host[1:]...)
+				h := time.Since(t)
+				host = append(host, ms(h))
+				warm = append(warm, ms(w))
+				ratio = append(ratio, float64(w)/float64(h))
+			}
+			b.ReportMetric(median(host), "host-ms")
+			b.ReportMetric(median(warm), "prestart-ms")
+			b.ReportMetric(median(ratio), "prestart/host")
+			reportPool(b, p)
+		})
+	}
+}

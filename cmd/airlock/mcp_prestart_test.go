@@ -1,0 +1,26 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestMCPCommandPrestartUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		has  string
+	}{
+		{[]string{"--pool", "1", "--pool-prestart", "bash"}, `language "bash" cannot be pre-started`},
+		{[]string{"--pool", "1", "--pool-prestart", "python,ruby"}, `language "ruby" is not supported`},
+		{[]string{"--pool-prestart", "node"}, "--pool-prestart needs --pool"},
+	} {
+		cmd := newMCPCmd(&globals{output: outputText})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		code, err := execCmd(t, cmd, tt.args)
+		if code != exitUsage || err == nil || !strings.Contains(err.Error(), tt.has) {
+			t.Errorf("%v: exit %d, %v; want exit %d mentioning %q", tt.args, code, err, exitUsage, tt.has)
+		}
+	}
+}
