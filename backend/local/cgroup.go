@@ -391,8 +391,26 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 	}
 }
 
+// thaw thaws the sandbox's freezer cgroup and every one below it: a child frozen on its own (the
+// agent freezes an exec's cgroup while it kills it, and may itself be killed before it thaws
+// it) stays frozen when only its parent is thawed.
 func (c *v1Cgroup) thaw() error {
-	return os.WriteFile(filepath.Join(c.dir("freezer"), "freezer.state"), []byte("THAWED"), 0)
+	var errs []error
+	err := filepath.WalkDir(c.dir("freezer"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			if err := os.WriteFile(filepath.Join(p, "freezer.state"), []byte("THAWED"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
 }
 
 func (c *v1Cgroup) kill(ctx context.Context) error {
@@ -419,6 +437,10 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 			if err := c.setFreezer(ctx, "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
+		}
+		// So does one in a child cgroup frozen on its own, which the above leaves frozen.
+		if err := c.thaw(); err != nil {
+			return err
 		}
 		if len(pids) == 0 {
 			return nil
