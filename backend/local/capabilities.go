@@ -1,8 +1,14 @@
 package local
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
 )
@@ -67,14 +73,81 @@ func combineCapabilities(host, backend capability.Set, cgroupVersion int, runscO
 	return out
 }
 
-// capabilitySet starts probing the host (a few milliseconds of /proc, /sys and netlink reads)
-// in the background and returns the published set once both halves are known: a process that
-// never asks (terminate, list) never waits for it.
+// capabilitySet starts probing in the background and returns the published set once it is
+// known: a process that never asks (terminate, list) never waits for it.
 func (b *Backend) capabilitySet() func() capability.Set {
 	probed := make(chan capability.Set, 1)
-	go func() { probed <- capability.ProbeHost().Set() }()
-	cg, runsc := b.cg, b.opts.RunscPath
-	return sync.OnceValue(func() capability.Set {
-		return combineCapabilities(<-probed, probeCapabilities(cg, runsc), cg.version(), runsc)
-	})
+	stateDir, cg, runsc := b.opts.StateDir, b.cg, b.opts.RunscPath
+	key := currentHostKey()
+	key.CgroupVersion, key.RunscOption = cg.version(), runsc
+	go func() {
+		probed <- cachedHostSet(stateDir, time.Now(), key, func() capability.Set {
+			// The two probes are independent: side by side.
+			host := make(chan capability.Set, 1)
+			go func() { host <- capability.ProbeHost().Set() }()
+			backend := probeCapabilities(cg, runsc)
+			return combineCapabilities(<-host, backend, cg.version(), runsc)
+		})
+	}()
+	return sync.OnceValue(func() capability.Set { return <-probed })
+}
+
+// Probing costs milliseconds: the host probe reads and decompresses /proc/config.gz, lists
+// nf_tables tables over netlink and searches PATH (1.5-3 ms here), the backend's own asks the
+// egress gateway's requirements (~2 ms). A one-shot process (airlock run) would pay that on
+// every call before it can plan, so the published set is kept in the state dir for
+// hostProbeTTL and reused by processes of the same user, boot, PATH, cgroup version and runsc
+// option. A fact that changes within that window shows late: one gained (runsc installed, a
+// module loaded) is refused a little longer, one lost fails at create (the backend cannot make a
+// sandbox without the mechanism), never silently.
+const (
+	hostProbeFile = "host-probe.json"
+	hostProbeTTL  = 30 * time.Second
+)
+
+// hostKey is what a cached probe must have been made under.
+type hostKey struct {
+	BootID        string `json:"bootId"`
+	UID           int    `json:"uid"`
+	Path          string `json:"path"`
+	CgroupVersion int    `json:"cgroupVersion"`
+	RunscOption   string `json:"runscOption"`
+}
+
+func currentHostKey() hostKey {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return hostKey{BootID: strings.TrimSpace(string(boot)), UID: os.Geteuid(), Path: os.Getenv("PATH")}
+}
+
+type cachedProbe struct {
+	Key   hostKey        `json:"key"`
+	At    time.Time      `json:"at"`
+	Set   capability.Set `json:"set"`
+	Owner string         `json:"owner"` // the format: a later one ignores an older file
+}
+
+const cachedProbeFormat = "airlock-capabilities-1"
+
+// cachedHostSet returns the probed set, from the state dir when a fresh one made under key is
+// there, else probed now and written back.
+func cachedHostSet(stateDir string, now time.Time, key hostKey, probe func() capability.Set) capability.Set {
+	p := filepath.Join(stateDir, hostProbeFile)
+	if b, err := os.ReadFile(p); err == nil && key.BootID != "" {
+		var c cachedProbe
+		if json.Unmarshal(b, &c) == nil && c.Owner == cachedProbeFormat && c.Key == key &&
+			!c.At.After(now) && now.Sub(c.At) < hostProbeTTL && len(c.Set.Entries) > 0 {
+			return c.Set
+		}
+	}
+	set := probe()
+	if key.BootID == "" {
+		return set
+	}
+	if b, err := json.Marshal(cachedProbe{Key: key, At: now, Set: set, Owner: cachedProbeFormat}); err == nil {
+		tmp := p + "." + strconv.Itoa(os.Getpid()) + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil || os.Rename(tmp, p) != nil {
+			_ = os.Remove(tmp)
+		}
+	}
+	return set
 }

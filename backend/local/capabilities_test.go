@@ -1,7 +1,10 @@
 package local
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
 )
@@ -130,4 +133,56 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestCachedHostSet: a probe is reused only when fresh and made under the same boot, user, PATH,
+// cgroup version and runsc option; anything else probes again and writes the new result back.
+func TestCachedHostSet(t *testing.T) {
+	dir := t.TempDir()
+	key := hostKey{BootID: "boot-1", UID: 0, Path: "/usr/bin"}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	probes := 0
+	probe := func(reason string) func() capability.Set {
+		return func() capability.Set {
+			probes++
+			return setOf(capability.Status{Reason: reason}, nil)
+		}
+	}
+	got := cachedHostSet(dir, now, key, probe("first"))
+	if probes != 1 || got.Entries[capability.Files].Reason != "first" {
+		t.Fatalf("first call: %d probes, %+v", probes, got.Entries[capability.Files])
+	}
+	for _, tc := range []struct {
+		name   string
+		at     time.Time
+		key    hostKey
+		probes int    // total after this call
+		reason string // of the set returned
+	}{
+		{"fresh, same key", now.Add(hostProbeTTL - time.Second), key, 1, "first"},
+		{"expired", now.Add(hostProbeTTL), key, 2, "second"},
+		{"fresh again after the rewrite", now.Add(hostProbeTTL + time.Second), key, 2, "second"},
+		{"another boot", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/usr/bin"}, 3, "third"},
+		{"another PATH", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/opt/bin:/usr/bin"}, 4, "fourth"},
+		{"another user", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 5, "fifth"},
+		{"written in the future", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 6, "sixth"},
+		{"another cgroup version", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2}, 7, "seventh"},
+		{"another runsc option", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2, RunscOption: "/x/runsc"}, 8, "eighth"},
+		{"no boot id: never cached", now, hostKey{}, 9, "ninth"},
+		{"no boot id again", now, hostKey{}, 10, "tenth"},
+	} {
+		got := cachedHostSet(dir, tc.at, tc.key, probe([]string{"", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"}[probes+1]))
+		if probes != tc.probes || got.Entries[capability.Files].Reason != tc.reason {
+			t.Errorf("%s: %d probes and %q, want %d and %q", tc.name, probes, got.Entries[capability.Files].Reason, tc.probes, tc.reason)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, hostProbeFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := cachedHostSet(dir, now, key, probe("after corruption")); probes != 11 || got.Entries[capability.Files].Reason != "after corruption" {
+		t.Errorf("a corrupt cache was used: %d probes, %q", probes, got.Entries[capability.Files].Reason)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
 }
