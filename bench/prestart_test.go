@@ -52,6 +52,11 @@ func BenchmarkPrestartVsHostInterleaved(b *testing.B) {
 	}{
 		{"python", runcode.Python, []runcode.Language{runcode.Python}, snippet, py, "4"},
 		{"node", runcode.Node, []runcode.Language{runcode.Node}, "console.log(2+2)", js, "4"},
+		// The same output, then os._exit: python's finalisation skipped. Not run_code's
+		// semantics (atexit, __del__, flushes at exit are lost); it shows what finalisation
+		// costs of the python call above.
+		{"python-no-finalisation", runcode.Python, []runcode.Language{runcode.Python},
+			"import os, sys\nprint(2+2)\nsys.stdout.flush()\nos._exit(0)", py, "4"},
 		// Both pre-started: the run first removes the one it does not use.
 		{"python-of-both", runcode.Python, []runcode.Language{runcode.Python, runcode.Node}, snippet, py, "4"},
 	}
