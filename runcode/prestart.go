@@ -242,7 +242,7 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 			return nil, err
 		}
 		pp := dir
-		if base != nil {
+		if base != nil && *base != "" { // python treats an empty PYTHONPATH as unset
 			pp += ":" + *base
 		}
 		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, rt.file, base)), 0o644); err != nil {
