@@ -70,7 +70,8 @@ type PoolOptions struct {
 	// before it is offered: it may leave work started and waiting in the sandbox (runcode starts
 	// language interpreters, see runcode.Prestart). What it returns is handed to the claimer
 	// with the sandbox (ClaimForRun); a claim that finds the pool empty gets a cold sandbox
-	// and nil. An error is logged and the sandbox offered without it: Prestart cleans up what it
+	// and nil. Claim hands the sandbox out with what Prestart started still in it (only its
+	// value is released): give a pool with Prestart to callers that know it. An error is logged and the sandbox offered without it: Prestart cleans up what it
 	// started before failing. ctx ends when the pool closes or after prestartTimeout.
 	//
 	// agent is a client of the sandbox's agent. When Prestart succeeds it owns agent (it may keep
