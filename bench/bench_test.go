@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -208,6 +209,49 @@ func BenchmarkFreshPython(b *testing.B) {
 			runOnce(b, bin, "run", "--rm", "--network", "none", img, "/usr/bin/python3", "-c", snippet)
 		}
 	})
+}
+
+// BenchmarkFreshVsHostInterleaved runs, in every iteration, host python, a fresh sandbox through
+// the library (create, exec python, terminate) and the same through the one-shot CLI, one after
+// the other: on a shared machine the three see the same load, so the per-iteration ratios are the
+// ones to quote. Reported: medians of each (ms) and of the per-iteration ratios.
+func BenchmarkFreshVsHostInterleaved(b *testing.B) {
+	needRoot(b)
+	state := stateDir(b)
+	be := newBackend(b, state)
+	ctx := context.Background()
+	cli := filepath.Join(binDir, "airlock")
+	timed := func(f func()) float64 {
+		t := time.Now()
+		f()
+		return float64(time.Since(t)) / float64(time.Millisecond)
+	}
+	var host, lib, cmd, libRatio, cliRatio []float64
+	for b.Loop() {
+		h := timed(func() { runOnce(b, "/usr/bin/python3", "-c", snippet) })
+		l := timed(func() {
+			if err := freshRun(ctx, be); err != nil {
+				b.Fatal(err)
+			}
+		})
+		c := timed(func() { runOnce(b, cli, "run", "--state-dir", state, "--lang", "python", "-c", snippet) })
+		host, lib, cmd = append(host, h), append(lib, l), append(cmd, c)
+		libRatio, cliRatio = append(libRatio, l/h), append(cliRatio, c/h)
+	}
+	b.ReportMetric(medianOf(host), "host-ms")
+	b.ReportMetric(medianOf(lib), "library-ms")
+	b.ReportMetric(medianOf(cmd), "cli-ms")
+	b.ReportMetric(medianOf(libRatio), "library/host")
+	b.ReportMetric(medianOf(cliRatio), "cli/host")
+}
+
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkCreateThroughput is fresh sandboxes (create, exec python, terminate) on every core.
