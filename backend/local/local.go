@@ -235,6 +235,12 @@ func prepareStateDir(dir string) error {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	// Every native sandbox mounts its root on this one directory, each in its own mount
+	// namespace: no per-session mount point to make and remove (two metadata writes of the
+	// state dir's filesystem per sandbox).
+	if err := os.Mkdir(filepath.Join(dir, rootMountDir), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("state dir: %w", err)
+	}
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil {
@@ -514,9 +520,6 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if err := os.Chown(run, b.opts.UIDBase, b.opts.UIDBase); err != nil {
 		return nil, err
 	}
-	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {
-		return nil, err
-	}
 	cg, err := b.cg.create(id, r.limits)
 	if err != nil {
 		return nil, err
@@ -538,7 +541,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		},
 	}
 	cfg := &nsinit.Config{
-		SessionDir: dir, Hostname: decl.ID, RootKind: r.rootKind, RootSource: r.rootSrc,
+		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: r.rootSrc,
 		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{

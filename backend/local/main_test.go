@@ -213,13 +213,13 @@ func leftovers(b *Backend, id string, initPID int) []string {
 }
 
 // stateLeftovers lists what a state dir holds besides what outlives every sandbox: the master
-// secret, the lock, the host-image /etc copies (one per host, etc.go) and the cached host probe
-// (capabilities.go).
+// secret, the lock, the host-image /etc copies (one per host, etc.go), the cached host probe
+// (capabilities.go) and the directory every sandbox mounts its root on.
 func stateLeftovers(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var left []string
 	for _, e := range entries {
-		if n := e.Name(); n != masterFile && n != lockFile && n != etcCacheDir && n != hostProbeFile {
+		if n := e.Name(); n != masterFile && n != lockFile && n != etcCacheDir && n != hostProbeFile && n != rootMountDir {
 			left = append(left, n)
 		}
 	}

@@ -47,6 +47,8 @@ const (
 	masterFile = "master.key"
 	lockFile   = ".lock"
 	initLog    = "init.log"
+	// rootMountDir is the state dir's subdirectory native sandboxes mount their root on.
+	rootMountDir = "mnt"
 )
 
 var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)

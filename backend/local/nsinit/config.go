@@ -42,11 +42,15 @@ const (
 
 // Config is everything the init stage needs; the host sends it as JSON on FDConfig.
 type Config struct {
-	// SessionDir is the host path of the session's state directory: SessionDir/root is the
-	// mount point of the new root and SessionDir/run is bound at /.airlock/run.
+	// SessionDir is the host path of the session's state directory: SessionDir/run is bound
+	// at /.airlock/run.
 	SessionDir string `json:"sessionDir"`
-	Hostname   string `json:"hostname"`
-	RootKind   string `json:"rootKind"`
+	// RootMount is the host path of an empty directory the new root is mounted on, in this
+	// sandbox's own mount namespace (so one directory serves every sandbox); empty means
+	// SessionDir/root.
+	RootMount string `json:"rootMount,omitempty"`
+	Hostname  string `json:"hostname"`
+	RootKind  string `json:"rootKind"`
 	// RootSource is the host directory of a RootDir root.
 	RootSource string `json:"rootSource,omitempty"`
 	// EtcDir is the host directory a RootHost root gets as its /etc (read-only): the chosen
@@ -92,6 +96,9 @@ func (c *Config) check() error {
 		}
 	default:
 		return fmt.Errorf("rootKind %q is not %q or %q", c.RootKind, RootHost, RootDir)
+	}
+	if c.RootMount != "" && c.RootMount[0] != '/' {
+		return fmt.Errorf("rootMount %q must be an absolute path", c.RootMount)
 	}
 	if c.SessionDir == "" || c.Workdir == "" || c.Workdir[0] != '/' {
 		return fmt.Errorf("sessionDir %q / workdir %q must be absolute paths", c.SessionDir, c.Workdir)

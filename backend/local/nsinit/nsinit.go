@@ -102,7 +102,10 @@ func setup(cfg *Config) error {
 	if err := loopbackUp(); err != nil {
 		return err
 	}
-	root := filepath.Join(cfg.SessionDir, "root")
+	root := cfg.RootMount
+	if root == "" {
+		root = filepath.Join(cfg.SessionDir, "root")
+	}
 	if err := buildRoot(cfg, root); err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ func TestConfigCheck(t *testing.T) {
 		"dir without src":  func(c *Config) { c.RootKind = RootDir },
 		"host without etc": func(c *Config) { c.EtcDir = "" },
 		"relative etc":     func(c *Config) { c.EtcDir = "etc" },
+		"relative root":    func(c *Config) { c.RootMount = "mnt" },
 		"relative workdir": func(c *Config) { c.Workdir = "work" },
 		"no disk":          func(c *Config) { c.DiskBytes = 0 },
 		"cgroup version":   func(c *Config) { c.CgroupVersion = 3 },
