@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -10,106 +9,37 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 const (
-	masterFile = "master.key"
-	lockFile   = ".lock"
+	masterFile = statedir.MasterFile
+	lockFile   = statedir.LockFile
 	configFile = "agent.json"
 	runDir     = "run"
 	rwDir      = "rw"
 )
 
-var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)
-
-func newSessionID() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return "s-" + hex.EncodeToString(b[:]), nil
-}
-
-func checkSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
-		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
-	}
-	return nil
-}
+// The state dir's shared parts (ids, master secret, lock) are statedir's, as in backend/local.
+var (
+	newSessionID   = statedir.NewSessionID
+	checkSessionID = statedir.CheckSessionID
+	loadMaster     = statedir.LoadMaster
+	flock          = statedir.Lock
+)
 
 // stateTag names a state dir in container labels, so that two backends over different state
 // dirs never list, adopt or remove each other's containers.
 func stateTag(stateDir string) string {
 	h := sha256.Sum256([]byte(stateDir))
 	return hex.EncodeToString(h[:8])
-}
-
-// loadMaster reads the state dir's master secret, creating it (0600) on first use.
-func loadMaster(stateDir string) ([]byte, error) {
-	p := filepath.Join(stateDir, masterFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if _, err := f.Write(key); err != nil {
-			f.Close()
-			return nil, err
-		}
-		return key, f.Close()
-	}
-	if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("master secret %s: %w", p, err)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sandbox.ErrRefused, p, fi.Mode().Perm())
-	}
-	key, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	if len(key) < 32 {
-		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sandbox.ErrInvalid, p, len(key))
-	}
-	return key, nil
-}
-
-// flock takes the state dir's lock: exclusive while reconciling, shared while creating, so
-// that a reconcile never removes the directory of a sandbox still being created.
-func flock(stateDir string, how int) (release func(), err error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return func() {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		f.Close()
-	}, nil
 }
 
 // makeScratch mounts the session's one tmpfs, sized to the disk limit, and makes in it the
@@ -182,55 +112,10 @@ func isMountPoint(p string) (bool, error) {
 	return st.Dev != parent.Dev, nil
 }
 
-// resolveAgent finds the agent binary: the option, $AIRLOCK_AGENT, "airlock-agent" next to
-// this executable, on PATH, else this executable in "__agent" mode. It must be statically
-// linked: it runs inside images whose libc we know nothing about.
+// resolveAgent finds the agent binary (statedir.ResolveAgent). It must be statically linked:
+// it runs inside images whose libc we know nothing about.
 func resolveAgent(opt string, args []string) (string, []string, error) {
-	check := func(p string) (string, error) {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return "", err
-		}
-		fi, err := os.Stat(abs)
-		if err != nil {
-			return "", err
-		}
-		if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("%w: agent binary %s is not a regular file", sandbox.ErrInvalid, abs)
-		}
-		if err := checkStatic(abs); err != nil {
-			return "", err
-		}
-		return abs, nil
-	}
-	if opt != "" {
-		p, err := check(opt)
-		return p, args, err
-	}
-	if env := os.Getenv("AIRLOCK_AGENT"); env != "" {
-		p, err := check(env)
-		if err != nil {
-			return "", nil, fmt.Errorf("$AIRLOCK_AGENT: %w", err)
-		}
-		return p, args, nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	if p, err := check(filepath.Join(filepath.Dir(self), "airlock-agent")); err == nil {
-		return p, args, nil
-	}
-	if lp, err := exec.LookPath("airlock-agent"); err == nil {
-		if p, err := check(lp); err == nil {
-			return p, args, nil
-		}
-	}
-	p, err := check(self)
-	if err != nil {
-		return "", nil, fmt.Errorf("no usable agent binary (looked at the agent option, $AIRLOCK_AGENT, airlock-agent next to %s and on PATH, and %s itself): %w", self, self, err)
-	}
-	return p, append([]string{"__agent"}, args...), nil
+	return statedir.ResolveAgent(opt, args, func(abs string, _ fs.FileInfo) error { return checkStatic(abs) })
 }
 
 // checkStatic refuses a dynamically linked ELF binary (one with a program interpreter).

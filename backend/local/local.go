@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -255,51 +256,15 @@ func prepareStateDir(dir string) error {
 	}
 }
 
-// resolveAgent finds the agent binary: the option, $AIRLOCK_AGENT, next to this executable,
-// on PATH, else this executable in "__agent" mode.
+// resolveAgent finds the agent binary (statedir.ResolveAgent); the sandbox's mapped root runs
+// it, so it must be executable by others.
 func resolveAgent(opt string, args []string) (string, []string, error) {
-	check := func(p string) (string, error) {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return "", err
+	return statedir.ResolveAgent(opt, args, func(abs string, fi fs.FileInfo) error {
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: agent binary %s must be a regular file executable by others (mode %v): the sandbox's mapped root runs it", sandbox.ErrInvalid, abs, fi.Mode().Perm())
 		}
-		fi, err := os.Stat(abs)
-		if err != nil {
-			return "", err
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o001 == 0 {
-			return "", fmt.Errorf("%w: agent binary %s must be a regular file executable by others (mode %v): the sandbox's mapped root runs it", sandbox.ErrInvalid, abs, fi.Mode().Perm())
-		}
-		return abs, nil
-	}
-	if opt != "" {
-		p, err := check(opt)
-		return p, args, err
-	}
-	if env := os.Getenv("AIRLOCK_AGENT"); env != "" {
-		p, err := check(env)
-		if err != nil {
-			return "", nil, fmt.Errorf("$AIRLOCK_AGENT: %w", err)
-		}
-		return p, args, nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	if p, err := check(filepath.Join(filepath.Dir(self), "airlock-agent")); err == nil {
-		return p, args, nil
-	}
-	if lp, err := exec.LookPath("airlock-agent"); err == nil {
-		if p, err := check(lp); err == nil {
-			return p, args, nil
-		}
-	}
-	p, err := check(self)
-	if err != nil {
-		return "", nil, err
-	}
-	return p, append([]string{"__agent"}, args...), nil
+		return nil
+	})
 }
 
 // Platform is local.

@@ -2,22 +2,19 @@ package local
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -44,29 +41,20 @@ type record struct {
 
 const (
 	recordFile = "session.json"
-	masterFile = "master.key"
-	lockFile   = ".lock"
+	masterFile = statedir.MasterFile
+	lockFile   = statedir.LockFile
 	initLog    = "init.log"
 	// rootMountDir is the state dir's subdirectory native sandboxes mount their root on.
 	rootMountDir = "mnt"
 )
 
-var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)
-
-func newSessionID() (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return "s-" + hex.EncodeToString(b[:]), nil
-}
-
-func checkSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
-		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
-	}
-	return nil
-}
+// The state dir's shared parts (ids, master secret, lock) are statedir's, as in backend/docker.
+var (
+	newSessionID   = statedir.NewSessionID
+	checkSessionID = statedir.CheckSessionID
+	loadMaster     = statedir.LoadMaster
+	flock          = statedir.Lock
+)
 
 func writeRecord(dir string, r *record) error {
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -130,68 +118,6 @@ func alive(pid int, start uint64) bool {
 	}
 	got, err := startTime(pid)
 	return err == nil && got == start
-}
-
-// loadMaster reads the state dir's master secret, creating it (0600) on first use.
-func loadMaster(stateDir string) ([]byte, error) {
-	p := filepath.Join(stateDir, masterFile)
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if _, err := f.Write(key); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
-			return nil, err
-		}
-		return key, nil
-	}
-	if !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("master secret %s: %w", p, err)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sandbox.ErrRefused, p, fi.Mode().Perm())
-	}
-	key, err := os.ReadFile(p)
-	if err != nil {
-		return nil, err
-	}
-	if len(key) < 32 {
-		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sandbox.ErrInvalid, p, len(key))
-	}
-	return key, nil
-}
-
-// flock takes the state dir's lock: exclusive for reconciling, shared while creating, so a
-// reconcile never reaps a sandbox that is still being created.
-func flock(stateDir string, how int) (release func(), err error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return func() {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		f.Close()
-	}, nil
 }
 
 // mountPoints returns the mount points listed in mountinfo text (field 5, octal escapes
