@@ -358,27 +358,15 @@ func (e *RefusedError) Unwrap() []error {
 }
 
 // Check refuses, before anything is created, a declaration the backend cannot enforce.
-//
-// One refusal is waived: the idle timeout, when it equals the lifetime and the lifetime is
-// enforced. The lifetime bound then ends the sandbox no later than an idle timeout could, so
-// nothing declared goes unenforced (plan.Check asks for the capability whatever the values).
+// (An idle timeout no shorter than an enforced lifetime needs no idleTimeout capability:
+// plan.Check itself knows the lifetime ends the sandbox first.)
 func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, network bool) error {
 	set := backend.Capabilities(ctx)
 	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, backend.Platform(), set)
-	d := decl
-	d.ApplyDefaults()
-	implied := set.Has(capability.SessionLifetime) && d.Session.IdleTimeout() >= d.Session.Lifetime()
-	var refusals []*plan.Refusal
-	for _, r := range res.Refusals {
-		if r.Capability == capability.IdleTimeout && r.Rule == plan.RuleCapability && implied {
-			continue
-		}
-		refusals = append(refusals, r)
-	}
-	if len(refusals) == 0 {
+	if len(res.Refusals) == 0 {
 		return nil
 	}
-	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: refusals, Set: set}
+	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: res.Refusals, Set: set}
 }
 
 // Run runs req in a fresh sandbox on backend and always terminates that sandbox, even when
