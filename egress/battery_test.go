@@ -448,7 +448,7 @@ func TestBattery(t *testing.T) {
 	} {
 		t.Run(string(p.Mode), func(t *testing.T) {
 			s := e.newSandbox("bat-"+string(p.Mode), p)
-			for _, c := range batteryCases {
+			for _, c := range append(batteryCases, keepAliveCases...) {
 				t.Run(c.name, func(t *testing.T) {
 					c.run(&bctx{t: t, e: e, s: s, other: other, mode: p.Mode, ctx: ctx10(t)})
 				})

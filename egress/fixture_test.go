@@ -193,6 +193,20 @@ func (e *env) webHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr).String()
 		e.hits.add(local)
+		e.hits.add(r.Host + "@" + local) // which virtual host of that address was asked
+		if r.URL.Path == "/upgrade" && r.Header.Get("Upgrade") == "echo" {
+			// A protocol switch: after the 101 the connection echoes raw bytes.
+			c, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			rw.Flush()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.Copy(c, rw)
+			return
+		}
 		if r.URL.Path == "/big" {
 			w.Write(make([]byte, 1<<20))
 			return

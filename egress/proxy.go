@@ -42,6 +42,8 @@ const (
 	ReasonNoOriginalDst    Reason = "original destination unknown"                     //
 	ReasonUnexpectedSource Reason = "connection not from the sandbox"                  //
 	ReasonTooManyConns     Reason = "too many simultaneous connections"                // Options.MaxConns
+	ReasonAmbiguousFraming Reason = "ambiguous request framing"                        // Transfer-Encoding with Content-Length, repeated Content-Length
+	ReasonUpgrade          Reason = "protocol upgrade refused"                         // h2c, with a body, or after the first request
 )
 
 func (a *Attachment) refuse(proto, name string, dst netip.AddrPort, r Reason) {
@@ -147,6 +149,11 @@ func (n *network) handle(c *net.TCPConn) {
 	}
 	defer n.untrack(up)
 	defer up.Close()
+	if pol.Mode == spec.EgressAllowDomains && len(head) > 0 && head[0] != 0x16 {
+		// Plaintext HTTP: every request is judged, not only the one peeked.
+		n.forwardHTTP(c, up, pol, dst, head)
+		return
+	}
 	if len(head) > 0 {
 		k, err := up.Write(head)
 		a.ctr.bytesSent.Add(uint64(k))
@@ -155,6 +162,210 @@ func (n *network) handle(c *net.TCPConn) {
 		}
 	}
 	splice(c, up, &a.ctr)
+}
+
+// forwardHTTP relays a plaintext HTTP/1 connection under allowDomains request by request.
+// Each request head is parsed and judged like the first (name, then decide against the
+// policy the connection was opened under) before any byte of it goes upstream, so a
+// keep-alive or pipelined request cannot switch to another virtual host of the same
+// address. Bodies are framed by net/http and relayed as the client sent them, so the
+// next head is found where the server will find it; framing two parsers could read
+// differently is refused (requestName). A protocol switch (Upgrade, CONNECT) is allowed
+// only on the first request: its response is read here, and after a 101 (or a CONNECT's
+// 2xx) the bytes are relayed unparsed. first is what peekName consumed, which may already
+// hold more than the first head.
+func (n *network) forwardHTTP(c, up *net.TCPConn, pol *Policy, dst netip.AddrPort, first []byte) {
+	a := n.a
+	fr := bytes.NewReader(first)
+	t := &tap{r: io.MultiReader(fr, c)}
+	br := bufio.NewReader(t)
+	send := func(b []byte) bool {
+		k, err := up.Write(b)
+		a.ctr.bytesSent.Add(uint64(k))
+		return err == nil
+	}
+	flush := func() bool { return t.relay(len(t.pending)-br.Buffered(), send) }
+
+	var respWG sync.WaitGroup
+	defer respWG.Wait()
+	startResponses := func() {
+		respWG.Add(1)
+		go func() {
+			defer respWG.Done()
+			if err := copyCounting(c, up, &a.ctr.bytesReceived); err != nil {
+				up.Close()
+				c.Close()
+				return
+			}
+			c.CloseWrite()
+		}()
+	}
+	refuse := func(name string, r Reason) {
+		a.ctr.connsDenied.Add(1)
+		a.refuse("tcp", name, dst, r)
+		resetClose(c)
+		up.Close()
+	}
+
+	buf := make([]byte, 32<<10)
+	for i := 0; ; i++ {
+		t.limit = br.Buffered() + a.g.opts.PeekLimit
+		req, err := http.ReadRequest(br)
+		t.limit = 0
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF) && len(t.pending) == 0: // the client is done
+				up.CloseWrite()
+			case broken(err): // nothing to judge
+				up.Close()
+				c.Close()
+			default:
+				refuse("", ReasonNotTLSOrHTTP)
+			}
+			return
+		}
+		head := t.pending[:len(t.pending)-br.Buffered()]
+		name, reason := requestName(req, head)
+		switch {
+		case reason != "":
+		case switchesProtocol(req) && (i > 0 || req.ContentLength != 0):
+			// Only the first request's answer is read here; one with a body would need
+			// answers relayed before the body is (Expect: 100-continue).
+			reason = ReasonUpgrade
+		case i > 0:
+			reason = a.decide(n.ctx, pol, name, dst)
+		}
+		if reason != "" {
+			refuse(name, reason)
+			return
+		}
+		if !flush() {
+			up.Close()
+			return
+		}
+		if i == 0 && !switchesProtocol(req) {
+			startResponses() // before the body: an Expect: 100-continue client waits for an answer
+		}
+		for {
+			k, err := req.Body.Read(buf)
+			if k > 0 && !flush() {
+				up.Close()
+				return
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if broken(err) {
+				up.Close()
+				c.Close()
+				return
+			}
+			if err != nil {
+				// A body that is not what its framing says: the server would disagree
+				// with us about where the next request starts.
+				refuse(name, ReasonNotTLSOrHTTP)
+				return
+			}
+		}
+		if !flush() { // a chunked body's trailer
+			up.Close()
+			return
+		}
+		if i == 0 && switchesProtocol(req) {
+			switched, ok := n.relaySwitchResponse(c, up, req)
+			if !ok {
+				return
+			}
+			if switched {
+				// What bufio held was read before what is left of first, then the socket.
+				if !t.relay(len(t.pending), send) || !send(first[len(first)-fr.Len():]) {
+					up.Close()
+					return
+				}
+				splice(c, up, &a.ctr)
+				return
+			}
+			startResponses()
+		}
+	}
+}
+
+// broken reports whether err is the connection failing rather than what was sent on it.
+func broken(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// switchesProtocol reports whether the server may stop speaking HTTP/1 after answering req.
+func switchesProtocol(req *http.Request) bool {
+	return req.Method == http.MethodConnect || len(req.Header["Upgrade"]) > 0
+}
+
+// relaySwitchResponse reads the answer to a request that may switch protocols (the first
+// on its connection, so its answer is the first on the wire), relays every byte read to the
+// client, and reports whether the protocol switched.
+func (n *network) relaySwitchResponse(c, up *net.TCPConn, req *http.Request) (switched, ok bool) {
+	ut := &tap{r: up}
+	ubr := bufio.NewReader(ut)
+	for {
+		ut.limit = len(ut.pending) + n.a.g.opts.PeekLimit
+		resp, err := http.ReadResponse(ubr, req) // its Body is never read: the rest is relayed raw
+		if err != nil {
+			up.Close()
+			c.Close()
+			return false, false
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			switched = true
+			break
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode < 100 {
+			switched = req.Method == http.MethodConnect && resp.StatusCode < 300
+			break
+		}
+	}
+	if !ut.relay(len(ut.pending), func(b []byte) bool {
+		k, err := c.Write(b)
+		n.a.ctr.bytesReceived.Add(uint64(k))
+		return err == nil
+	}) {
+		up.Close()
+		c.Close()
+		return false, false
+	}
+	return switched, true
+}
+
+// tap records what a parser reads, so that exactly those bytes are relayed.
+type tap struct {
+	r       io.Reader
+	pending []byte // read and not yet relayed
+	limit   int    // > 0: hold at most this many bytes (bounds a head)
+}
+
+func (t *tap) Read(p []byte) (int, error) {
+	if t.limit > 0 {
+		room := t.limit - len(t.pending)
+		if room <= 0 {
+			return 0, errPeekLimit
+		}
+		if len(p) > room {
+			p = p[:room]
+		}
+	}
+	k, err := t.r.Read(p)
+	t.pending = append(t.pending, p[:k]...)
+	return k, err
+}
+
+// relay hands the first k pending bytes to send and drops them.
+func (t *tap) relay(k int, send func([]byte) bool) bool {
+	if k == 0 {
+		return true
+	}
+	ok := send(t.pending[:k])
+	t.pending = t.pending[:copy(t.pending, t.pending[k:])]
+	return ok
 }
 
 // decide applies the policy to a connection to dst that names name (allowDomains) and returns
@@ -287,44 +498,71 @@ func peekName(c net.Conn, limit int, deadline time.Time) (name string, consumed 
 		if err != nil {
 			return "", rc.buf, ReasonNotTLSOrHTTP
 		}
-		req.Body.Close()
-		host = req.Host
-		if hh := hostHeader(rc.buf); req.URL != nil && req.URL.Host != "" && hh != "" && !strings.EqualFold(hh, req.URL.Host) {
-			// Absolute-form target: servers should use it and ignore Host, but some do not.
-			return "", rc.buf, ReasonAmbiguousHost
-		}
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		name, r := requestName(req, rc.buf)
+		return name, rc.buf, r
 	}
+	name, r = hostName(host)
+	return name, rc.buf, r
+}
+
+// requestName returns the host an HTTP/1 request names (absolute-form target or Host), and
+// refuses what two parsers could read differently: a target and a Host that disagree, and
+// framing other than one Content-Length or chunked alone. It refuses an h2c upgrade too,
+// after which every HTTP/2 stream names its own authority. head is the raw request head.
+func requestName(req *http.Request, head []byte) (string, Reason) {
+	h := rawHeader(head)
+	if hh := h.Get("Host"); req.URL != nil && req.URL.Host != "" && hh != "" && !strings.EqualFold(hh, req.URL.Host) {
+		// Absolute-form target: servers should use it and ignore Host, but some do not.
+		return "", ReasonAmbiguousHost
+	}
+	host := req.Host
+	if hp, _, err := net.SplitHostPort(host); err == nil {
+		host = hp
+	}
+	name, r := hostName(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if r != "" {
+		return name, r
+	}
+	if cl := len(h["Content-Length"]); cl > 1 || cl > 0 && len(h["Transfer-Encoding"]) > 0 {
+		return name, ReasonAmbiguousFraming
+	}
+	for _, v := range req.Header["Upgrade"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if p, _, _ := strings.Cut(strings.TrimSpace(tok), "/"); strings.EqualFold(p, "h2c") {
+				return name, ReasonUpgrade
+			}
+		}
+	}
+	return name, ""
+}
+
+// hostName checks a TLS server name or an HTTP host without its port.
+func hostName(host string) (string, Reason) {
 	if host == "" {
-		return "", rc.buf, ReasonNoName
+		return "", ReasonNoName
 	}
 	if i := strings.IndexByte(host, '%'); i >= 0 { // zone of a literal
 		host = host[:i]
 	}
-	if _, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err != nil {
-		if name = normalizeName(host); name == "" {
-			return "", rc.buf, ReasonBadName
-		}
-		return name, rc.buf, ""
+	if _, err := netip.ParseAddr(strings.TrimSuffix(host, ".")); err == nil {
+		return host, ReasonIPLiteral
 	}
-	return host, rc.buf, ReasonIPLiteral
+	if name := normalizeName(host); name != "" {
+		return name, ""
+	}
+	return "", ReasonBadName
 }
 
-// hostHeader returns the Host header of the request head in b (http.ReadRequest hides it
-// when the request line carries an absolute URI); "" when absent.
-func hostHeader(b []byte) string {
+// rawHeader returns the header fields of the request head in b as sent (http.ReadRequest
+// hides Host when the request line carries an absolute URI, and a Content-Length beside
+// chunked); nil when unreadable.
+func rawHeader(b []byte) textproto.MIMEHeader {
 	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(b)))
 	if _, err := tp.ReadLine(); err != nil {
-		return ""
+		return nil
 	}
-	h, err := tp.ReadMIMEHeader()
-	if err != nil && len(h) == 0 {
-		return ""
-	}
-	return h.Get("Host")
+	h, _ := tp.ReadMIMEHeader()
+	return h
 }
 
 // recordingConn keeps a copy of what is read (bounded by limit) and refuses every write, so
