@@ -44,16 +44,18 @@ func compileDefaultSeccomp() (*SeccompProgram, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: docker default profile: %w", err)
 	}
-	// Docker allows ptrace on kernels from 4.8 on; this runtime refuses it as well: LLM code
-	// has no need to trace, and it is the first tool of an escape. First match wins, so a
-	// rule placed first overrides the profile's allowance.
+	// Docker allows ptrace on kernels from 4.8 on; this runtime refuses it (and its siblings
+	// in extraDenied) as well: LLM code has no need to trace, and it is the first tool of an
+	// escape. First match wins, so a rule placed first overrides the profile's allowance.
 	deny := specs.LinuxSyscall{Names: extraDenied, Action: specs.ActErrno}
 	prof.Syscalls = append([]specs.LinuxSyscall{deny}, prof.Syscalls...)
 	return compileSeccomp(prof)
 }
 
 // extraDenied are syscalls the default profile allows and this runtime refuses.
-var extraDenied = []string{"ptrace"}
+// process_vm_readv/writev read and write another process's memory without ptrace (same
+// checks as PTRACE_MODE_ATTACH); refused for the same reason.
+var extraDenied = []string{"ptrace", "process_vm_readv", "process_vm_writev"}
 
 // compileSeccomp converts an OCI seccomp profile to a BPF program for this architecture. It
 // refuses every construct it cannot express exactly rather than allowing more than the profile.

@@ -90,6 +90,8 @@ func TestDefaultSeccompDecisions(t *testing.T) {
 		{"mount", unix.SYS_MOUNT, nil, retEPERM},
 		{"umount2", unix.SYS_UMOUNT2, nil, retEPERM},
 		{"ptrace", unix.SYS_PTRACE, nil, retEPERM},
+		{"process_vm_readv", unix.SYS_PROCESS_VM_READV, nil, retEPERM},
+		{"process_vm_writev", unix.SYS_PROCESS_VM_WRITEV, nil, retEPERM},
 		{"bpf", unix.SYS_BPF, nil, retEPERM},
 		{"keyctl", unix.SYS_KEYCTL, nil, retEPERM},
 		{"add_key", unix.SYS_ADD_KEY, nil, retEPERM},
