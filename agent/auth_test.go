@@ -12,7 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -86,10 +86,10 @@ func TestTokenRefusals(t *testing.T) {
 		}
 	}
 	// Nothing refused above may have acted.
-	if _, err := h.cl.Stat(context.Background(), "/x"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := h.cl.Stat(context.Background(), "/x"); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("a refused PUT wrote /x: stat error %v", err)
 	}
-	if _, err := h.cl.Stat(context.Background(), "/d"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := h.cl.Stat(context.Background(), "/d"); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("a refused mkdir made /d: stat error %v", err)
 	}
 }
@@ -99,13 +99,13 @@ func TestTokenRefusalsThroughClient(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()
 	_, err := h.clientWith("").Stat(ctx, "/")
-	if !errors.Is(err, sandbox.ErrUnauthenticated) {
+	if !errors.Is(err, sbtypes.ErrUnauthenticated) {
 		t.Errorf("no token: %v, want ErrUnauthenticated", err)
 	}
 	expired := h.clientWith(h.token(token.Execute, func(c *token.Claims) { c.Expiry = time.Now().Add(-time.Minute).Unix() }))
-	_, err = expired.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second}, nil, nil)
+	_, err = expired.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Second}, nil, nil)
 	var ce *client.Error
-	if !errors.Is(err, sandbox.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != string(token.ReasonExpired) {
+	if !errors.Is(err, sbtypes.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != string(token.ReasonExpired) {
 		t.Errorf("expired token: %v, want ErrForbidden with reason expired", err)
 	}
 }
@@ -135,7 +135,7 @@ func TestShutdownDisabled(t *testing.T) {
 	h.cfg.ShutdownOnManage = false
 	h.start()
 	err := h.clientWith(h.token(token.Manage, nil)).Shutdown(context.Background())
-	if !errors.Is(err, sandbox.ErrUnsupported) {
+	if !errors.Is(err, sbtypes.ErrUnsupported) {
 		t.Errorf("shutdown on an agent without shutdownOnManage: %v, want ErrUnsupported", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // BenchmarkExecTrue is one exec round trip of `true` over the agent's unix socket: request,
@@ -18,7 +18,7 @@ import (
 func BenchmarkExecTrue(b *testing.B) {
 	h := newHarness(b).start()
 	ctx := context.Background()
-	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
+	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
 	b.ResetTimer()
 	for b.Loop() {
 		res, err := h.cl.Exec(ctx, req, nil, nil)
@@ -33,7 +33,7 @@ func BenchmarkOutputThroughput(b *testing.B) {
 	h := newHarness(b).start()
 	ctx := context.Background()
 	const n = 64 << 20
-	req := sandbox.ExecRequest{Shell: "head -c 67108864 /dev/zero", Timeout: time.Minute, MaxStdout: n}
+	req := sbtypes.ExecRequest{Shell: "head -c 67108864 /dev/zero", Timeout: time.Minute, MaxStdout: n}
 	b.SetBytes(n)
 	b.ResetTimer()
 	for b.Loop() {
@@ -97,7 +97,7 @@ func benchExecTrueV1(b *testing.B, gap time.Duration) {
 	h.cfg.CgroupV1Freezer = dir
 	h.start()
 	ctx := context.Background()
-	req := sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
+	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
 	for b.Loop() {
 		if gap > 0 {
 			b.StopTimer()

@@ -14,7 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // testCgroup creates a cgroup for one agent under hierarchy and removes it after the test
@@ -124,7 +124,7 @@ func TestCgroupKill(t *testing.T) {
 
 			t.Run("deadline", func(t *testing.T) {
 				dir := t.TempDir()
-				s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: treeScript(dir), Timeout: 3 * time.Second})
+				s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: treeScript(dir), Timeout: 3 * time.Second})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -147,7 +147,7 @@ func TestCgroupKill(t *testing.T) {
 
 			t.Run("disconnect", func(t *testing.T) {
 				dir := t.TempDir()
-				s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour})
+				s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,7 +168,7 @@ func TestCgroupKill(t *testing.T) {
 
 			t.Run("leftovers die with the exec", func(t *testing.T) {
 				dir := t.TempDir()
-				out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf(`cd %s; setsid sleep 1000 >/dev/null 2>&1 & echo $! > p1; sh -c 'setsid sleep 1000 >/dev/null 2>&1 & echo $! > p2'; sleep 1000 >/dev/null 2>&1 & echo $! > p3; echo done`, dir)})
+				out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: fmt.Sprintf(`cd %s; setsid sleep 1000 >/dev/null 2>&1 & echo $! > p1; sh -c 'setsid sleep 1000 >/dev/null 2>&1 & echo $! > p2'; sleep 1000 >/dev/null 2>&1 & echo $! > p3; echo done`, dir)})
 				if out != "done\n" || res.ExitCode != 0 || res.TimedOut {
 					t.Fatalf("stdout %q result %+v", out, res)
 				}
@@ -180,7 +180,7 @@ func TestCgroupKill(t *testing.T) {
 
 			t.Run("background process removal", func(t *testing.T) {
 				dir := t.TempDir()
-				p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour}})
+				p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Shell: treeScript(dir), Timeout: time.Hour}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -216,7 +216,7 @@ func TestCodeRunsUnprivileged(t *testing.T) {
 	}
 	h.start()
 	ctx := context.Background()
-	out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "id -u; id -g; id -G; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | head -2"})
+	out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: "id -u; id -g; id -G; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status | head -2"})
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if res.ExitCode != 0 || len(lines) < 5 || lines[0] != "65534" || lines[1] != "65534" || lines[2] != "65534" {
 		t.Fatalf("identity %q %+v", out, res)
@@ -226,7 +226,7 @@ func TestCodeRunsUnprivileged(t *testing.T) {
 			t.Errorf("capabilities not dropped: %s", l)
 		}
 	}
-	_, errs, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf("kill -9 %d", h.proc.Process.Pid)})
+	_, errs, res := run(t, h.cl, sbtypes.ExecRequest{Shell: fmt.Sprintf("kill -9 %d", h.proc.Process.Pid)})
 	if res.ExitCode == 0 {
 		t.Errorf("code could signal the agent: %q", errs)
 	}
@@ -292,21 +292,21 @@ func TestOOMKilled(t *testing.T) {
 		t.Fatalf("health %+v %v: want oomDetection", hl, err)
 	}
 	// tail keeps the current line in memory; /dev/zero never ends it.
-	_, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"tail", "-n", "1", "/dev/zero"}, Timeout: time.Minute})
+	_, _, res := run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"tail", "-n", "1", "/dev/zero"}, Timeout: time.Minute})
 	if !res.OOMKilled || res.Signal != "SIGKILL" || res.TimedOut {
 		t.Errorf("result %+v, want oomKilled", res)
 	}
-	_, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "kill -9 $$"})
+	_, _, res = run(t, h.cl, sbtypes.ExecRequest{Shell: "kill -9 $$"})
 	if res.OOMKilled {
 		t.Errorf("a plain SIGKILL was reported as an OOM kill: %+v", res)
 	}
 	// The victim is not the exec's main process: the shell survives it and exits normally.
-	out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "tail -n 1 /dev/zero; echo rc=$?", Timeout: time.Minute})
+	out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: "tail -n 1 /dev/zero; echo rc=$?", Timeout: time.Minute})
 	if out != "rc=137\n" || res.ExitCode != 0 || !res.OOMKilled {
 		t.Errorf("stdout %q result %+v, want the grandchild's OOM kill reported (oomKilled, exit 0)", out, res)
 	}
 	// Per exec: a later exec without an OOM kill is not marked by the earlier ones.
-	if _, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: "exit 137"}); res.OOMKilled {
+	if _, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: "exit 137"}); res.OOMKilled {
 		t.Errorf("an exec with no OOM kill during it reported one: %+v", res)
 	}
 }
@@ -366,7 +366,7 @@ func TestOutputNotHeldByAnotherExec(t *testing.T) {
 			for i, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					sock := filepath.Join(h.dir, fmt.Sprintf("holder%d.sock", i))
-					p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"python3", "-c", fdHolder, sock}, Timeout: time.Minute}})
+					p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Argv: []string{"python3", "-c", fdHolder, sock}, Timeout: time.Minute}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -385,7 +385,7 @@ func TestOutputNotHeldByAnotherExec(t *testing.T) {
 						t.Fatalf("holder: %+v %v", ev, err)
 					}
 					var out strings.Builder
-					res, err := h.cl.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", fdSender, sock, tc.mode}, Timeout: tc.to, TTY: tc.tty}, &out, nil)
+					res, err := h.cl.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"python3", "-c", fdSender, sock, tc.mode}, Timeout: tc.to, TTY: tc.tty}, &out, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -417,7 +417,7 @@ func TestExecBornInItsCgroup(t *testing.T) {
 			base := setup(h)
 			h.start()
 			for range 3 {
-				s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: time.Minute})
+				s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -50,6 +50,11 @@ type Config struct {
 	// long: no authenticated request in flight (exec streams and attaches included), no
 	// background process running. 0 means no idle timeout. Health does not count.
 	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// IdleFromFirstCall counts idle time from the first authenticated call instead of from the
+	// start (a pool pod waits unclaimed; see pool.go).
+	IdleFromFirstCall bool `json:"idleFromFirstCall,omitempty"`
+	// MaxProcesses sets RLIMIT_NPROC on the agent, inherited by every command (see pool.go). 0: none.
+	MaxProcesses int64 `json:"maxProcesses,omitempty"`
 }
 
 // Hooks let the embedding runtime act at points only the agent controls.

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // execSpec is a validated request.
@@ -54,7 +54,7 @@ const (
 // validate turns a wire request into a spec, refusing anything it cannot honour exactly.
 func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 	inv := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", sandbox.ErrInvalid, field, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: %s: %s", sbtypes.ErrInvalid, field, fmt.Sprintf(format, a...))
 	}
 	sp := &execSpec{stdin: req.Stdin, tty: req.TTY}
 	switch {
@@ -198,25 +198,25 @@ func lookPath(file, pathEnv, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: argv[0]: executable %q not found in PATH %q", sandbox.ErrNotFound, file, pathEnv)
+	return "", fmt.Errorf("%w: argv[0]: executable %q not found in PATH %q", sbtypes.ErrNotFound, file, pathEnv)
 }
 
 // classify maps an OS error to a sandbox error class.
 func classify(err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return sandbox.ErrNotFound
+		return sbtypes.ErrNotFound
 	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EROFS):
-		return sandbox.ErrForbidden
+		return sbtypes.ErrForbidden
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELOOP),
 		errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
-		return sandbox.ErrInvalid
+		return sbtypes.ErrInvalid
 	case errors.Is(err, os.ErrExist), errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EBUSY):
-		return sandbox.ErrConflict
+		return sbtypes.ErrConflict
 	case errors.Is(err, syscall.EFBIG), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return sandbox.ErrTooLarge
+		return sbtypes.ErrTooLarge
 	}
-	return sandbox.ErrRefused
+	return sbtypes.ErrRefused
 }
 
 // sink receives a job's output. output returns false once the consumer is gone.
@@ -256,7 +256,7 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	j := &job{id: newID(), spec: sp, pidfd: -1}
 	g, err := s.cg.create(j.id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", sandbox.ErrRefused, err)
+		return nil, fmt.Errorf("%w: %v", sbtypes.ErrRefused, err)
 	}
 	j.group = g
 	fail := func(err error) (*job, error) {
@@ -275,7 +275,7 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	if sp.tty {
 		ptm, pts, err := pty.Open()
 		if err != nil {
-			return fail(fmt.Errorf("%w: open pty: %v", sandbox.ErrRefused, err))
+			return fail(fmt.Errorf("%w: open pty: %v", sbtypes.ErrRefused, err))
 		}
 		child = append(child, pts)
 		j.ptm = ptm
@@ -283,15 +283,15 @@ func (s *server) start(sp *execSpec) (*job, error) {
 		// pty.Open's ioctls went through ptm.Fd(), which puts the master in blocking mode:
 		// a blocked Read could then not be interrupted when the output is cut off (supervise).
 		if err := setNonblock(ptm); err != nil {
-			return fail(fmt.Errorf("%w: pty: %v", sandbox.ErrRefused, err))
+			return fail(fmt.Errorf("%w: pty: %v", sbtypes.ErrRefused, err))
 		}
 		if err := setWinsize(ptm, sp.rows, sp.cols); err != nil {
-			return fail(fmt.Errorf("%w: set pty size: %v", sandbox.ErrRefused, err))
+			return fail(fmt.Errorf("%w: set pty size: %v", sbtypes.ErrRefused, err))
 		}
 		if s.spawn.cred != nil {
 			// The terminal belongs to the code that uses it, as a login's would.
 			if err := pts.Chown(int(s.spawn.cred.Uid), int(s.spawn.cred.Gid)); err != nil {
-				return fail(fmt.Errorf("%w: chown pty: %v", sandbox.ErrRefused, err))
+				return fail(fmt.Errorf("%w: chown pty: %v", sbtypes.ErrRefused, err))
 			}
 		}
 		if sp.stdin {
@@ -302,13 +302,13 @@ func (s *server) start(sp *execSpec) (*job, error) {
 		if sp.stdin {
 			r, w, err := os.Pipe()
 			if err != nil {
-				return fail(fmt.Errorf("%w: stdin pipe: %v", sandbox.ErrRefused, err))
+				return fail(fmt.Errorf("%w: stdin pipe: %v", sbtypes.ErrRefused, err))
 			}
 			in, j.stdin = r, w
 		} else {
 			devnull, err := os.Open(os.DevNull)
 			if err != nil {
-				return fail(fmt.Errorf("%w: open %s: %v", sandbox.ErrRefused, os.DevNull, err))
+				return fail(fmt.Errorf("%w: open %s: %v", sbtypes.ErrRefused, os.DevNull, err))
 			}
 			in = devnull
 		}
@@ -316,7 +316,7 @@ func (s *server) start(sp *execSpec) (*job, error) {
 		for range 2 {
 			r, w, err := os.Pipe()
 			if err != nil {
-				return fail(fmt.Errorf("%w: output pipe: %v", sandbox.ErrRefused, err))
+				return fail(fmt.Errorf("%w: output pipe: %v", sbtypes.ErrRefused, err))
 			}
 			// A larger pipe lets a fast writer run ahead of the agent between reads.
 			_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, pipeSize)
@@ -594,7 +594,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	ex.OOMKilled = j.group.oomKilled
 	if err := errors.Join(errs...); err != nil {
 		// Something may have survived: never report a clean outcome.
-		return ex, fmt.Errorf("%w: exec %s ended but its processes could not be confirmed gone: %v", sandbox.ErrOutcomeUnknown, j.id, err)
+		return ex, fmt.Errorf("%w: exec %s ended but its processes could not be confirmed gone: %v", sbtypes.ErrOutcomeUnknown, j.id, err)
 	}
 	return ex, nil
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 func TestHealth(t *testing.T) {
@@ -34,7 +34,7 @@ func TestHealth(t *testing.T) {
 	}
 }
 
-func run(t *testing.T, cl *client.Client, req sandbox.ExecRequest) (string, string, sandbox.ExecResult) {
+func run(t *testing.T, cl *client.Client, req sbtypes.ExecRequest) (string, string, sbtypes.ExecResult) {
 	t.Helper()
 	if req.Timeout == 0 {
 		req.Timeout = time.Minute
@@ -55,21 +55,21 @@ func TestExecBasics(t *testing.T) {
 	}
 	tests := []struct {
 		name                string
-		req                 sandbox.ExecRequest
+		req                 sbtypes.ExecRequest
 		stdout, stderr, sig string
 		code                int
 	}{
-		{name: "argv", req: sandbox.ExecRequest{Argv: []string{"echo", "hello", "world"}}, stdout: "hello world\n"},
-		{name: "shell", req: sandbox.ExecRequest{Shell: "echo out; echo err >&2; exit 3"}, stdout: "out\n", stderr: "err\n", code: 3},
-		{name: "exit code", req: sandbox.ExecRequest{Argv: []string{"false"}}, code: 1},
-		{name: "signal", req: sandbox.ExecRequest{Shell: "kill -TERM $$"}, code: -1, sig: "SIGTERM"},
-		{name: "env overrides base and is added", req: sandbox.ExecRequest{Shell: `echo "$LANG $BASE_ONLY $EXTRA"`, Env: map[string]string{"LANG": "C", "EXTRA": "x y"}}, stdout: "C base x y\n"},
-		{name: "env is exactly base plus request", req: sandbox.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"A": "1"}}, stdout: "A=1\nBASE_ONLY=base\nLANG=C.UTF-8\nPATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"},
-		{name: "cwd", req: sandbox.ExecRequest{Argv: []string{"pwd"}, Cwd: work}, stdout: work + "\n"},
-		{name: "default workdir", req: sandbox.ExecRequest{Argv: []string{"pwd"}}, stdout: "/\n"},
-		{name: "stdin", req: sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("from stdin\n")}, stdout: "from stdin\n"},
-		{name: "no stdin is empty", req: sandbox.ExecRequest{Argv: []string{"cat"}}, stdout: ""},
-		{name: "absolute argv0", req: sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $0"}}, stdout: "/bin/sh\n"},
+		{name: "argv", req: sbtypes.ExecRequest{Argv: []string{"echo", "hello", "world"}}, stdout: "hello world\n"},
+		{name: "shell", req: sbtypes.ExecRequest{Shell: "echo out; echo err >&2; exit 3"}, stdout: "out\n", stderr: "err\n", code: 3},
+		{name: "exit code", req: sbtypes.ExecRequest{Argv: []string{"false"}}, code: 1},
+		{name: "signal", req: sbtypes.ExecRequest{Shell: "kill -TERM $$"}, code: -1, sig: "SIGTERM"},
+		{name: "env overrides base and is added", req: sbtypes.ExecRequest{Shell: `echo "$LANG $BASE_ONLY $EXTRA"`, Env: map[string]string{"LANG": "C", "EXTRA": "x y"}}, stdout: "C base x y\n"},
+		{name: "env is exactly base plus request", req: sbtypes.ExecRequest{Argv: []string{"env"}, Env: map[string]string{"A": "1"}}, stdout: "A=1\nBASE_ONLY=base\nLANG=C.UTF-8\nPATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"},
+		{name: "cwd", req: sbtypes.ExecRequest{Argv: []string{"pwd"}, Cwd: work}, stdout: work + "\n"},
+		{name: "default workdir", req: sbtypes.ExecRequest{Argv: []string{"pwd"}}, stdout: "/\n"},
+		{name: "stdin", req: sbtypes.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("from stdin\n")}, stdout: "from stdin\n"},
+		{name: "no stdin is empty", req: sbtypes.ExecRequest{Argv: []string{"cat"}}, stdout: ""},
+		{name: "absolute argv0", req: sbtypes.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $0"}}, stdout: "/bin/sh\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +84,7 @@ func TestExecBasics(t *testing.T) {
 func TestExecLargeStdinAndOutput(t *testing.T) {
 	h := newHarness(t).start()
 	in := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-	out, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in)})
+	out, _, res := run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in)})
 	if out != string(in) || res.ExitCode != 0 {
 		t.Fatalf("cat of 1 MiB: got %d bytes, result %+v", len(out), res)
 	}
@@ -98,7 +98,7 @@ func TestExecStreamingOrder(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	script := `for i in 1 2 3 4 5; do echo out$i; read x; echo err$i >&2; read x; done; echo end`
-	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Shell: script, Stdin: pr, Timeout: time.Minute})
+	s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Shell: script, Stdin: pr, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestExecOutputCaps(t *testing.T) {
 	h := newHarness(t).start()
 	// 1 MiB each way, far past the caps: the command must still finish (the agent keeps
 	// draining past the cap) and report truncation.
-	out, errs, res := run(t, h.cl, sandbox.ExecRequest{
+	out, errs, res := run(t, h.cl, sbtypes.ExecRequest{
 		Shell:     "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2; echo done > " + filepath.Join(h.dir, "done"),
 		MaxStdout: 1000, MaxStderr: 10,
 	})
@@ -157,7 +157,7 @@ func TestExecOutputCaps(t *testing.T) {
 	}
 	// Output up to the cap arrives while the command still runs (it is flushed, not held
 	// back until the end): `yes` never ends on its own.
-	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Argv: []string{"yes"}, MaxStdout: 100, Timeout: time.Hour})
+	s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Argv: []string{"yes"}, MaxStdout: 100, Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestExecOutputCaps(t *testing.T) {
 		<-got
 	}
 	s.Close()
-	out, _, res = run(t, h.cl, sandbox.ExecRequest{Shell: "printf 12345", MaxStdout: 5})
+	out, _, res = run(t, h.cl, sbtypes.ExecRequest{Shell: "printf 12345", MaxStdout: 5})
 	if out != "12345" || res.Truncated {
 		t.Errorf("output exactly at the cap: %q %+v, want untruncated", out, res)
 	}
@@ -196,7 +196,7 @@ func TestExecOutputCaps(t *testing.T) {
 func TestExecDeadlineKillsGroup(t *testing.T) {
 	h := newHarness(t).start()
 	pidFile := filepath.Join(h.dir, "pid")
-	out, _, res := run(t, h.cl, sandbox.ExecRequest{
+	out, _, res := run(t, h.cl, sbtypes.ExecRequest{
 		Shell:   "sleep 1000 >/dev/null 2>&1 & echo $! > " + pidFile + "; wait",
 		Timeout: 1500 * time.Millisecond,
 	})
@@ -226,7 +226,7 @@ func TestExecDisconnectKills(t *testing.T) {
 	h := newHarness(t).start()
 	for _, withStdin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stdin=%v", withStdin), func(t *testing.T) {
-			req := sandbox.ExecRequest{Shell: "sleep 1000 & echo $!; wait", Timeout: time.Hour}
+			req := sbtypes.ExecRequest{Shell: "sleep 1000 & echo $!; wait", Timeout: time.Hour}
 			if withStdin {
 				pr, pw := io.Pipe()
 				defer pw.Close()
@@ -264,22 +264,22 @@ func TestExecRefusals(t *testing.T) {
 		class error
 		field string
 	}{
-		{"unknown field", `{"argv":["true"],"timeoutMs":1000,"bogus":1}`, sandbox.ErrInvalid, "bogus"},
-		{"no deadline", `{"argv":["true"]}`, sandbox.ErrInvalid, "timeoutMs"},
-		{"negative deadline", `{"argv":["true"],"timeoutMs":-5}`, sandbox.ErrInvalid, "timeoutMs"},
-		{"deadline above max", `{"argv":["true"],"timeoutMs":3600001}`, sandbox.ErrInvalid, "timeoutMs"},
-		{"argv and shell", `{"argv":["true"],"shell":"true","timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
-		{"no command", `{"timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
-		{"bad env name", `{"argv":["true"],"timeoutMs":1000,"env":{"A=B":"x"}}`, sandbox.ErrInvalid, "env"},
-		{"NUL in env value", `{"argv":["true"],"timeoutMs":1000,"env":{"A":"x\u0000y"}}`, sandbox.ErrInvalid, "env"},
-		{"relative cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"tmp"}`, sandbox.ErrInvalid, "cwd"},
-		{"missing cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"/no/such/dir"}`, sandbox.ErrNotFound, "cwd"},
-		{"unknown executable", `{"argv":["no-such-command-xyz"],"timeoutMs":1000}`, sandbox.ErrNotFound, "argv[0]"},
-		{"negative cap", `{"argv":["true"],"timeoutMs":1000,"maxStdout":-1}`, sandbox.ErrInvalid, "maxStdout"},
-		{"rows without tty", `{"argv":["true"],"timeoutMs":1000,"rows":5}`, sandbox.ErrInvalid, "rows"},
-		{"wrong type", `{"argv":"true","timeoutMs":1000}`, sandbox.ErrInvalid, "argv"},
-		{"body after header without stdin", `{"argv":["true"],"timeoutMs":1000}xyz`, sandbox.ErrInvalid, "stdin"},
-		{"not JSON", `argv=true`, sandbox.ErrInvalid, "JSON"},
+		{"unknown field", `{"argv":["true"],"timeoutMs":1000,"bogus":1}`, sbtypes.ErrInvalid, "bogus"},
+		{"no deadline", `{"argv":["true"]}`, sbtypes.ErrInvalid, "timeoutMs"},
+		{"negative deadline", `{"argv":["true"],"timeoutMs":-5}`, sbtypes.ErrInvalid, "timeoutMs"},
+		{"deadline above max", `{"argv":["true"],"timeoutMs":3600001}`, sbtypes.ErrInvalid, "timeoutMs"},
+		{"argv and shell", `{"argv":["true"],"shell":"true","timeoutMs":1000}`, sbtypes.ErrInvalid, "argv"},
+		{"no command", `{"timeoutMs":1000}`, sbtypes.ErrInvalid, "argv"},
+		{"bad env name", `{"argv":["true"],"timeoutMs":1000,"env":{"A=B":"x"}}`, sbtypes.ErrInvalid, "env"},
+		{"NUL in env value", `{"argv":["true"],"timeoutMs":1000,"env":{"A":"x\u0000y"}}`, sbtypes.ErrInvalid, "env"},
+		{"relative cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"tmp"}`, sbtypes.ErrInvalid, "cwd"},
+		{"missing cwd", `{"argv":["true"],"timeoutMs":1000,"cwd":"/no/such/dir"}`, sbtypes.ErrNotFound, "cwd"},
+		{"unknown executable", `{"argv":["no-such-command-xyz"],"timeoutMs":1000}`, sbtypes.ErrNotFound, "argv[0]"},
+		{"negative cap", `{"argv":["true"],"timeoutMs":1000,"maxStdout":-1}`, sbtypes.ErrInvalid, "maxStdout"},
+		{"rows without tty", `{"argv":["true"],"timeoutMs":1000,"rows":5}`, sbtypes.ErrInvalid, "rows"},
+		{"wrong type", `{"argv":"true","timeoutMs":1000}`, sbtypes.ErrInvalid, "argv"},
+		{"body after header without stdin", `{"argv":["true"],"timeoutMs":1000}xyz`, sbtypes.ErrInvalid, "stdin"},
+		{"not JSON", `argv=true`, sbtypes.ErrInvalid, "JSON"},
 	}
 	tok := h.token("execute", nil)
 	for _, tc := range tests {
@@ -294,12 +294,12 @@ func TestExecRefusals(t *testing.T) {
 		})
 	}
 	// The same through the client: classes survive the wire.
-	_, err := h.cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"no-such-command-xyz"}, Timeout: time.Second}, nil, nil)
-	if !errors.Is(err, sandbox.ErrNotFound) {
+	_, err := h.cl.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"no-such-command-xyz"}, Timeout: time.Second}, nil, nil)
+	if !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("unknown executable: %v, want ErrNotFound", err)
 	}
-	_, err = h.cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 2 * time.Hour}, nil, nil)
-	if !errors.Is(err, sandbox.ErrInvalid) {
+	_, err = h.cl.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: 2 * time.Hour}, nil, nil)
+	if !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("deadline above max: %v, want ErrInvalid", err)
 	}
 }
@@ -311,7 +311,7 @@ func TestExecStdinConnectionReuse(t *testing.T) {
 	ctx := context.Background()
 	check := func(what string) {
 		t.Helper()
-		s, err := h.cl.ExecStream(ctx, sandbox.ExecRequest{Shell: "echo a; sleep 0.2; echo b", Timeout: time.Minute})
+		s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: "echo a; sleep 0.2; echo b", Timeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,14 +324,14 @@ func TestExecStdinConnectionReuse(t *testing.T) {
 		}
 	}
 	for i := 0; i < 3; i++ {
-		out, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("x")})
+		out, _, res := run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("x")})
 		if out != "x" || res.ExitCode != 0 {
 			t.Fatalf("cat: %q %+v", out, res)
 		}
 		check("stdin that ended")
 		// stdin never closed by the caller; the command ignores it and ends.
 		pr, pw := io.Pipe()
-		_, _, res = run(t, h.cl, sandbox.ExecRequest{Argv: []string{"true"}, Stdin: pr})
+		_, _, res = run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"true"}, Stdin: pr})
 		pw.Close()
 		if res.ExitCode != 0 {
 			t.Fatalf("true: %+v", res)
@@ -364,7 +364,7 @@ func wchar(t *testing.T, pid int) int64 {
 // agent does not buffer the output for it.
 func TestExecBackpressure(t *testing.T) {
 	h := newHarness(t).start()
-	s, err := h.cl.ExecStream(context.Background(), sandbox.ExecRequest{Shell: "echo $$; exec yes", MaxStdout: 1 << 40, Timeout: time.Hour})
+	s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Shell: "echo $$; exec yes", MaxStdout: 1 << 40, Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

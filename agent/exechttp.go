@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // frameWriter writes frames to an HTTP response as they are produced. Writes are synchronous:
@@ -88,7 +88,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 	if !req.Stdin {
 		var one [1]byte
 		if n, _ := io.ReadFull(rest, one[:]); n > 0 {
-			writeError(w, fmt.Errorf("%w: request body continues after the JSON header but stdin is false", sandbox.ErrInvalid))
+			writeError(w, fmt.Errorf("%w: request body continues after the JSON header but stdin is false", sbtypes.ErrInvalid))
 			return
 		}
 	}
@@ -100,7 +100,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	if req.Stdin {
 		if err := rc.EnableFullDuplex(); err != nil {
-			writeError(w, fmt.Errorf("%w: stdin needs a full-duplex connection: %v", sandbox.ErrUnsupported, err))
+			writeError(w, fmt.Errorf("%w: stdin needs a full-duplex connection: %v", sbtypes.ErrUnsupported, err))
 			return
 		}
 	}
@@ -173,7 +173,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 		return l.r.Read(p)
 	}
 	if l.n == 0 {
-		return 0, fmt.Errorf("%w: exec request header exceeds %d bytes", sandbox.ErrTooLarge, maxRequestHeader)
+		return 0, fmt.Errorf("%w: exec request header exceeds %d bytes", sbtypes.ErrTooLarge, maxRequestHeader)
 	}
 	if int64(len(p)) > l.n {
 		p = p[:l.n]

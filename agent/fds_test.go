@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // procFDRe matches ls's own open directory: /proc/self/fd as seen from ls.
@@ -20,9 +20,9 @@ var procFDRe = regexp.MustCompile(`^/proc/[0-9]+/fd$`)
 
 // commandFDs runs `ls -l /proc/self/fd` through cl and returns the command's descriptors other
 // than ls's own directory handle, as "fd -> target".
-func commandFDs(t *testing.T, run func(sandbox.ExecRequest) string) []string {
+func commandFDs(t *testing.T, run func(sbtypes.ExecRequest) string) []string {
 	t.Helper()
-	out := run(sandbox.ExecRequest{Argv: []string{"ls", "-l", "/proc/self/fd"}, Timeout: time.Minute})
+	out := run(sbtypes.ExecRequest{Argv: []string{"ls", "-l", "/proc/self/fd"}, Timeout: time.Minute})
 	var fds []string
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
@@ -70,7 +70,7 @@ func TestCommandsInheritOnlyStdio(t *testing.T) {
 	}
 	defer unix.Close(dfd)
 	cl, _ := serveInProcess(t, h, agent.Hooks{})
-	fds := commandFDs(t, func(req sandbox.ExecRequest) string {
+	fds := commandFDs(t, func(req sbtypes.ExecRequest) string {
 		var out strings.Builder
 		res, err := cl.Exec(context.Background(), req, &out, nil)
 		if err != nil || res.ExitCode != 0 {

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -41,11 +41,11 @@ type files struct {
 func newFiles(cfg *Config) (*files, error) {
 	real, err := filepath.EvalSymlinks(cfg.FilesRoot)
 	if err != nil {
-		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sandbox.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sbtypes.ErrInvalid, err)
 	}
 	root, err := os.OpenRoot(real)
 	if err != nil {
-		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sandbox.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: agent config filesRoot: %v", sbtypes.ErrInvalid, err)
 	}
 	f := &files{root: root, rootReal: real, deny: slices.Clone(cfg.DenyPaths), uid: int(cfg.CodeUID), gid: int(cfg.CodeGID)}
 	f.chown = os.Geteuid() == 0 && !(cfg.CodeUID == 0 && cfg.CodeGID == 0)
@@ -59,15 +59,15 @@ func (f *files) close() { f.root.Close() }
 func (f *files) clean(field, p string) (abs, rel string, err error) {
 	switch {
 	case p == "":
-		return "", "", fmt.Errorf("%w: %s is empty", sandbox.ErrInvalid, field)
+		return "", "", fmt.Errorf("%w: %s is empty", sbtypes.ErrInvalid, field)
 	case !strings.HasPrefix(p, "/"):
-		return "", "", fmt.Errorf("%w: %s %q is not absolute", sandbox.ErrInvalid, field, p)
+		return "", "", fmt.Errorf("%w: %s %q is not absolute", sbtypes.ErrInvalid, field, p)
 	case strings.IndexByte(p, 0) >= 0:
-		return "", "", fmt.Errorf("%w: %s contains a NUL byte", sandbox.ErrInvalid, field)
+		return "", "", fmt.Errorf("%w: %s contains a NUL byte", sbtypes.ErrInvalid, field)
 	}
 	for _, c := range strings.Split(p, "/") {
 		if c == ".." {
-			return "", "", fmt.Errorf("%w: %s %q contains '..'; give the path without it", sandbox.ErrInvalid, field, p)
+			return "", "", fmt.Errorf("%w: %s %q contains '..'; give the path without it", sbtypes.ErrInvalid, field, p)
 		}
 	}
 	abs = path.Clean(p)
@@ -85,7 +85,7 @@ func (f *files) clean(field, p string) (abs, rel string, err error) {
 func (f *files) allowed(abs string) error {
 	for _, d := range f.deny {
 		if abs == d || strings.HasPrefix(abs, d+"/") {
-			return fmt.Errorf("%w: %s is inside %s, which the files API does not serve", sandbox.ErrForbidden, abs, d)
+			return fmt.Errorf("%w: %s is inside %s, which the files API does not serve", sbtypes.ErrForbidden, abs, d)
 		}
 	}
 	return nil
@@ -95,7 +95,7 @@ func (f *files) allowed(abs string) error {
 func (f *files) holdsDenied(abs string) error {
 	for _, d := range f.deny {
 		if abs == "/" || strings.HasPrefix(d, abs+"/") {
-			return fmt.Errorf("%w: %s contains %s, which the files API does not serve", sandbox.ErrForbidden, abs, d)
+			return fmt.Errorf("%w: %s contains %s, which the files API does not serve", sbtypes.ErrForbidden, abs, d)
 		}
 	}
 	return nil
@@ -106,10 +106,10 @@ func (f *files) where(file *os.File) (string, error) {
 	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(file.Fd())))
 	if err != nil {
 		// Fail closed: without /proc the location cannot be verified.
-		return "", fmt.Errorf("%w: cannot verify where %s is: %v", sandbox.ErrRefused, file.Name(), err)
+		return "", fmt.Errorf("%w: cannot verify where %s is: %v", sbtypes.ErrRefused, file.Name(), err)
 	}
 	if strings.HasSuffix(target, " (deleted)") {
-		return "", fmt.Errorf("%w: %s was removed", sandbox.ErrNotFound, file.Name())
+		return "", fmt.Errorf("%w: %s was removed", sbtypes.ErrNotFound, file.Name())
 	}
 	var sp string
 	switch {
@@ -120,7 +120,7 @@ func (f *files) where(file *os.File) (string, error) {
 	case strings.HasPrefix(target, f.rootReal+"/"):
 		sp = strings.TrimPrefix(target, f.rootReal)
 	default:
-		return "", fmt.Errorf("%w: %s resolves outside the files root", sandbox.ErrForbidden, file.Name())
+		return "", fmt.Errorf("%w: %s resolves outside the files root", sbtypes.ErrForbidden, file.Name())
 	}
 	if err := f.allowed(sp); err != nil {
 		return "", err
@@ -163,7 +163,7 @@ func (p *parentDir) close() {
 
 func (f *files) parent(field, rel string) (*parentDir, error) {
 	if rel == "." {
-		return nil, fmt.Errorf("%w: %s: not allowed on /", sandbox.ErrInvalid, field)
+		return nil, fmt.Errorf("%w: %s: not allowed on /", sbtypes.ErrInvalid, field)
 	}
 	dir, base := path.Split(rel)
 	if dir == "" {
@@ -195,19 +195,19 @@ func (f *files) fsError(err error) error {
 		p = path.Clean("/" + p)
 		msg = pe.Op + " " + p + ": " + pe.Err.Error()
 		if pe.Err.Error() == "not a directory" { // os.Root's own error for a non-directory root
-			return fmt.Errorf("%w: %s", sandbox.ErrInvalid, msg)
+			return fmt.Errorf("%w: %s", sbtypes.ErrInvalid, msg)
 		}
 		if pe.Err.Error() == "path escapes from parent" {
-			return fmt.Errorf("%w: %s (the files API is confined to its root; absolute symlinks are not followed)", sandbox.ErrForbidden, msg)
+			return fmt.Errorf("%w: %s (the files API is confined to its root; absolute symlinks are not followed)", sbtypes.ErrForbidden, msg)
 		}
 	}
 	switch {
 	case errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("%w: %s (not a directory)", sandbox.ErrInvalid, msg)
+		return fmt.Errorf("%w: %s (not a directory)", sbtypes.ErrInvalid, msg)
 	case errors.Is(err, syscall.EISDIR):
-		return fmt.Errorf("%w: %s (is a directory)", sandbox.ErrInvalid, msg)
+		return fmt.Errorf("%w: %s (is a directory)", sbtypes.ErrInvalid, msg)
 	case errors.Is(err, syscall.ENOTEMPTY):
-		return fmt.Errorf("%w: %s (directory not empty; remove it with recursive)", sandbox.ErrConflict, msg)
+		return fmt.Errorf("%w: %s (directory not empty; remove it with recursive)", sbtypes.ErrConflict, msg)
 	}
 	return fmt.Errorf("%w: %s", classify(err), msg)
 }
@@ -224,8 +224,8 @@ func fileType(m fs.FileMode) string {
 	return "other"
 }
 
-func info(sp string, fi fs.FileInfo, target string) sandbox.FileInfo {
-	return sandbox.FileInfo{
+func info(sp string, fi fs.FileInfo, target string) sbtypes.FileInfo {
+	return sbtypes.FileInfo{
 		Name:    path.Base(sp),
 		Path:    sp,
 		Size:    fi.Size(),
@@ -237,10 +237,10 @@ func info(sp string, fi fs.FileInfo, target string) sandbox.FileInfo {
 }
 
 // lstat describes base in r, with its target when it is a symlink.
-func (f *files) lstat(r *os.Root, base, sp string) (sandbox.FileInfo, error) {
+func (f *files) lstat(r *os.Root, base, sp string) (sbtypes.FileInfo, error) {
 	fi, err := r.Lstat(base)
 	if err != nil {
-		return sandbox.FileInfo{}, f.fsError(err)
+		return sbtypes.FileInfo{}, f.fsError(err)
 	}
 	var target string
 	if fi.Mode()&fs.ModeSymlink != 0 {
@@ -266,7 +266,7 @@ func queryInt(r *http.Request, name string, def int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%w: query parameter %s=%q is not a non-negative integer", sandbox.ErrInvalid, name, v)
+		return 0, fmt.Errorf("%w: query parameter %s=%q is not a non-negative integer", sbtypes.ErrInvalid, name, v)
 	}
 	return n, nil
 }
@@ -323,7 +323,7 @@ func (s *server) readFile(w http.ResponseWriter, r *http.Request) {
 	}
 	size := fi.Size()
 	if offset > size {
-		writeError(w, fmt.Errorf("%w: offset %d is past the end of %s (%d bytes)", sandbox.ErrInvalid, offset, abs, size))
+		writeError(w, fmt.Errorf("%w: offset %d is past the end of %s (%d bytes)", sbtypes.ErrInvalid, offset, abs, size))
 		return
 	}
 	n := size - offset
@@ -343,9 +343,9 @@ func regular(abs string, fi fs.FileInfo) error {
 	case fi.Mode().IsRegular():
 		return nil
 	case fi.IsDir():
-		return fmt.Errorf("%w: %s is a directory", sandbox.ErrInvalid, abs)
+		return fmt.Errorf("%w: %s is a directory", sbtypes.ErrInvalid, abs)
 	}
-	return fmt.Errorf("%w: %s is not a regular file (%s); only regular files are read or written", sandbox.ErrInvalid, abs, fi.Mode().Type())
+	return fmt.Errorf("%w: %s is not a regular file (%s); only regular files are read or written", sbtypes.ErrInvalid, abs, fi.Mode().Type())
 }
 
 // writeFile replaces a file atomically: a temporary file in the same directory, fsync, rename.
@@ -364,7 +364,7 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("mode"); v != "" {
 		mode, err = strconv.ParseUint(v, 8, 32)
 		if err != nil || mode > 0o777 {
-			writeError(w, fmt.Errorf("%w: query parameter mode=%q is not an octal permission 0..0777", sandbox.ErrInvalid, v))
+			writeError(w, fmt.Errorf("%w: query parameter mode=%q is not an octal permission 0..0777", sbtypes.ErrInvalid, v))
 			return
 		}
 	}
@@ -389,7 +389,7 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
 				return f.fsError(err)
 			}
-			return fmt.Errorf("%w: write %s: %v", sandbox.ErrRefused, abs, err)
+			return fmt.Errorf("%w: write %s: %v", sbtypes.ErrRefused, abs, err)
 		}
 		if err := tf.Chmod(os.FileMode(mode)); err != nil {
 			return f.fsError(err)
@@ -489,15 +489,15 @@ func (s *server) listDir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(names) > maxListEntries {
-		writeError(w, fmt.Errorf("%w: %s has more than %d entries", sandbox.ErrTooLarge, sp, maxListEntries))
+		writeError(w, fmt.Errorf("%w: %s has more than %d entries", sbtypes.ErrTooLarge, sp, maxListEntries))
 		return
 	}
 	slices.Sort(names)
-	out := make([]sandbox.FileInfo, 0, len(names))
+	out := make([]sbtypes.FileInfo, 0, len(names))
 	for _, n := range names {
 		fi, err := f.lstat(sub, n, path.Join(sp, n))
 		if err != nil {
-			if errors.Is(err, sandbox.ErrNotFound) {
+			if errors.Is(err, sbtypes.ErrNotFound) {
 				continue // removed since the listing was read
 			}
 			writeError(w, err)
@@ -543,7 +543,7 @@ func (f *files) mkdirFresh(parent *os.Root, name, sp string, mode os.FileMode) e
 	defer unix.Unlinkat(pfd, stage, unix.AT_REMOVEDIR)
 	sfd, err := unix.Openat(pfd, stage, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced (%v); try again", sandbox.ErrConflict, sp, err)
+		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced (%v); try again", sbtypes.ErrConflict, sp, err)
 	}
 	defer unix.Close(sfd)
 	var st unix.Stat_t
@@ -553,7 +553,7 @@ func (f *files) mkdirFresh(parent *os.Root, name, sp string, mode os.FileMode) e
 	// Whatever it is, once nobody but the agent may change its entries, what is made inside
 	// stays what was made.
 	if st.Uid != uint32(os.Geteuid()) || st.Mode&0o022 != 0 {
-		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced; try again", sandbox.ErrConflict, sp)
+		return fmt.Errorf("%w: mkdir %s: the directory being made was replaced; try again", sbtypes.ErrConflict, sp)
 	}
 	if err := unix.Mkdirat(sfd, "d", 0o700); err != nil {
 		return fail(err)
@@ -605,7 +605,7 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 		req.Mode = 0o755
 	}
 	if req.Mode > 0o777 {
-		writeError(w, fmt.Errorf("%w: mode %#o is not a permission 0..0777", sandbox.ErrInvalid, req.Mode))
+		writeError(w, fmt.Errorf("%w: mode %#o is not a permission 0..0777", sbtypes.ErrInvalid, req.Mode))
 		return
 	}
 	_, rel, err := f.clean("path", req.Path)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 func readAll(ctx context.Context, cl *client.Client, p string, off, n int64) (string, error) {
@@ -56,7 +56,7 @@ func TestFilesRoundTrip(t *testing.T) {
 			t.Errorf("read %d+%d = %q %v, want %q", r.off, r.n, got, err, r.want)
 		}
 	}
-	if _, err := readAll(ctx, cl, "/a.txt", 6, 0); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := readAll(ctx, cl, "/a.txt", 6, 0); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("read past the end: %v, want ErrInvalid", err)
 	}
 	// Replace: atomic, new mode applies, no temporary file left behind.
@@ -91,18 +91,18 @@ func TestFilesRoundTrip(t *testing.T) {
 		t.Errorf("read through an inside symlink: %q", got)
 	}
 	must(cl.Rename(ctx, "/a.txt", "/d1/b.txt"))
-	if _, err := cl.Stat(ctx, "/a.txt"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := cl.Stat(ctx, "/a.txt"); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("renamed-away file: %v", err)
 	}
 	if got, _ := readAll(ctx, cl, "/d1/b.txt", 0, 0); got != "replaced" {
 		t.Errorf("renamed file: %q", got)
 	}
-	if err := cl.Remove(ctx, "/d1", false); !errors.Is(err, sandbox.ErrConflict) {
+	if err := cl.Remove(ctx, "/d1", false); !errors.Is(err, sbtypes.ErrConflict) {
 		t.Errorf("non-recursive remove of a non-empty dir: %v, want ErrConflict", err)
 	}
 	must(cl.Remove(ctx, "/d1", true))
 	must(cl.Remove(ctx, "/big", false))
-	if err := cl.Remove(ctx, "/big", false); !errors.Is(err, sandbox.ErrNotFound) {
+	if err := cl.Remove(ctx, "/big", false); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("remove missing: %v, want ErrNotFound", err)
 	}
 	list, _ = cl.List(ctx, "/")
@@ -126,19 +126,19 @@ func TestFilesErrors(t *testing.T) {
 		call  func() error
 		class error
 	}{
-		{"read a directory", func() error { _, err := readAll(ctx, cl, "/dir", 0, 0); return err }, sandbox.ErrInvalid},
-		{"read missing", func() error { _, err := readAll(ctx, cl, "/nope", 0, 0); return err }, sandbox.ErrNotFound},
-		{"write over a directory", func() error { return cl.WriteFile(ctx, "/dir", strings.NewReader("x"), 0) }, sandbox.ErrInvalid},
-		{"write into missing dir", func() error { return cl.WriteFile(ctx, "/nope/f", strings.NewReader("x"), 0) }, sandbox.ErrNotFound},
-		{"write below a file", func() error { return cl.WriteFile(ctx, "/file/f", strings.NewReader("x"), 0) }, sandbox.ErrInvalid},
-		{"write mode too wide", func() error { return cl.WriteFile(ctx, "/m", strings.NewReader("x"), 0o4755) }, sandbox.ErrInvalid},
-		{"mkdir below a file", func() error { return cl.Mkdir(ctx, "/file/d", 0) }, sandbox.ErrInvalid},
-		{"list a file", func() error { _, err := cl.List(ctx, "/file"); return err }, sandbox.ErrInvalid},
-		{"remove /", func() error { return cl.Remove(ctx, "/", true) }, sandbox.ErrInvalid},
-		{"rename /", func() error { return cl.Rename(ctx, "/", "/x") }, sandbox.ErrInvalid},
-		{"relative path", func() error { _, err := cl.Stat(ctx, "file"); return err }, sandbox.ErrInvalid},
-		{"empty path", func() error { _, err := cl.Stat(ctx, ""); return err }, sandbox.ErrInvalid},
-		{"dot-dot", func() error { _, err := cl.Stat(ctx, "/dir/../file"); return err }, sandbox.ErrInvalid},
+		{"read a directory", func() error { _, err := readAll(ctx, cl, "/dir", 0, 0); return err }, sbtypes.ErrInvalid},
+		{"read missing", func() error { _, err := readAll(ctx, cl, "/nope", 0, 0); return err }, sbtypes.ErrNotFound},
+		{"write over a directory", func() error { return cl.WriteFile(ctx, "/dir", strings.NewReader("x"), 0) }, sbtypes.ErrInvalid},
+		{"write into missing dir", func() error { return cl.WriteFile(ctx, "/nope/f", strings.NewReader("x"), 0) }, sbtypes.ErrNotFound},
+		{"write below a file", func() error { return cl.WriteFile(ctx, "/file/f", strings.NewReader("x"), 0) }, sbtypes.ErrInvalid},
+		{"write mode too wide", func() error { return cl.WriteFile(ctx, "/m", strings.NewReader("x"), 0o4755) }, sbtypes.ErrInvalid},
+		{"mkdir below a file", func() error { return cl.Mkdir(ctx, "/file/d", 0) }, sbtypes.ErrInvalid},
+		{"list a file", func() error { _, err := cl.List(ctx, "/file"); return err }, sbtypes.ErrInvalid},
+		{"remove /", func() error { return cl.Remove(ctx, "/", true) }, sbtypes.ErrInvalid},
+		{"rename /", func() error { return cl.Rename(ctx, "/", "/x") }, sbtypes.ErrInvalid},
+		{"relative path", func() error { _, err := cl.Stat(ctx, "file"); return err }, sbtypes.ErrInvalid},
+		{"empty path", func() error { _, err := cl.Stat(ctx, ""); return err }, sbtypes.ErrInvalid},
+		{"dot-dot", func() error { _, err := cl.Stat(ctx, "/dir/../file"); return err }, sbtypes.ErrInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,18 +229,18 @@ func TestFilesConfinement(t *testing.T) {
 		path  string
 		class error
 	}{
-		{"/esc-rel", sandbox.ErrForbidden},
-		{"/esc-abs", sandbox.ErrForbidden},
-		{"/esc-parent/outside", sandbox.ErrForbidden},
-		{"/esc-deep", sandbox.ErrForbidden},
-		{"/proc-abs", sandbox.ErrForbidden},
-		{"/proc-rel", sandbox.ErrForbidden},
-		{"/proc/self/root" + outside, sandbox.ErrForbidden}, // denied lexically
-		{"/.airlock", sandbox.ErrForbidden},                 // denied lexically
-		{"/to-denied", sandbox.ErrForbidden},                // denied where it resolves
-		{"/to-denied-2", sandbox.ErrForbidden},
-		{"/sub/../../outside", sandbox.ErrInvalid}, // '..' refused outright
-		{"/../outside", sandbox.ErrInvalid},
+		{"/esc-rel", sbtypes.ErrForbidden},
+		{"/esc-abs", sbtypes.ErrForbidden},
+		{"/esc-parent/outside", sbtypes.ErrForbidden},
+		{"/esc-deep", sbtypes.ErrForbidden},
+		{"/proc-abs", sbtypes.ErrForbidden},
+		{"/proc-rel", sbtypes.ErrForbidden},
+		{"/proc/self/root" + outside, sbtypes.ErrForbidden}, // denied lexically
+		{"/.airlock", sbtypes.ErrForbidden},                 // denied lexically
+		{"/to-denied", sbtypes.ErrForbidden},                // denied where it resolves
+		{"/to-denied-2", sbtypes.ErrForbidden},
+		{"/sub/../../outside", sbtypes.ErrInvalid}, // '..' refused outright
+		{"/../outside", sbtypes.ErrInvalid},
 	}
 	for _, b := range bases {
 		for _, op := range ops {
@@ -263,7 +263,7 @@ func TestFilesConfinement(t *testing.T) {
 		}
 	}
 	// Removing or renaming a directory that holds a denied path is refused too.
-	if err := cl.Remove(ctx, "/", true); !errors.Is(err, sandbox.ErrInvalid) {
+	if err := cl.Remove(ctx, "/", true); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("remove /: %v", err)
 	}
 	// The symlinks themselves are ordinary entries: stat shows them without following.
@@ -284,10 +284,10 @@ func TestFilesDeniedSubtreeNotRemovable(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(h.root, "keep/secret"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.cl.Remove(ctx, "/keep", true); !errors.Is(err, sandbox.ErrForbidden) {
+	if err := h.cl.Remove(ctx, "/keep", true); !errors.Is(err, sbtypes.ErrForbidden) {
 		t.Errorf("recursive remove over a denied path: %v, want ErrForbidden", err)
 	}
-	if err := h.cl.Rename(ctx, "/keep", "/moved"); !errors.Is(err, sandbox.ErrForbidden) {
+	if err := h.cl.Rename(ctx, "/keep", "/moved"); !errors.Is(err, sbtypes.ErrForbidden) {
 		t.Errorf("rename of a dir holding a denied path: %v, want ErrForbidden", err)
 	}
 	if _, err := os.Stat(filepath.Join(h.root, "keep/secret")); err != nil {
@@ -328,11 +328,11 @@ func specialFiles(t *testing.T, device bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, n := range names {
-		if _, err := readAll(ctx, h.cl, n, 0, 0); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "not a regular file") {
+		if _, err := readAll(ctx, h.cl, n, 0, 0); !errors.Is(err, sbtypes.ErrInvalid) || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("read %s: %v, want ErrInvalid naming the file type", n, err)
 		}
 		if n != "/fifo-link" {
-			if err := h.cl.WriteFile(ctx, n, strings.NewReader("x"), 0); !errors.Is(err, sandbox.ErrInvalid) {
+			if err := h.cl.WriteFile(ctx, n, strings.NewReader("x"), 0); !errors.Is(err, sbtypes.ErrInvalid) {
 				t.Errorf("write %s: %v, want ErrInvalid", n, err)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 const idleTimeout = 300 * time.Millisecond
@@ -30,14 +30,14 @@ func TestIdleTimeout(t *testing.T) {
 
 	// An exec running 1 s, more than three idle timeouts: the agent must still be there to
 	// finish it (an agent that stopped would have killed it: SIGKILL, cancelled).
-	_, _, res := run(t, h.cl, sandbox.ExecRequest{Argv: []string{"sleep", "1"}, Timeout: time.Minute})
+	_, _, res := run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"sleep", "1"}, Timeout: time.Minute})
 	if res.ExitCode != 0 || res.Signal != "" {
 		t.Fatalf("exec running past the idle timeout ended %+v", res)
 	}
 
 	// A background process with no request in flight: the agent waits for it.
 	dir := t.TempDir()
-	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
+	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{
 		Shell: "while [ ! -e go ]; do sleep 0.02; done", Cwd: dir, Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)

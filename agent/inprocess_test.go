@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -91,7 +91,7 @@ func checkSpawnThread(t *testing.T, h *harness) {
 		return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	}})
 	var out bytes.Buffer
-	res, err := cl.Exec(context.Background(), sandbox.ExecRequest{Shell: "grep NoNewPrivs /proc/self/status", Timeout: time.Minute}, &out, nil)
+	res, err := cl.Exec(context.Background(), sbtypes.ExecRequest{Shell: "grep NoNewPrivs /proc/self/status", Timeout: time.Minute}, &out, nil)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec %+v %v", res, err)
 	}
@@ -131,7 +131,7 @@ func TestStopKillsRunning(t *testing.T) {
 	h := newHarness(t)
 	cl, stop := serveInProcess(t, h, agent.Hooks{})
 	ctx := context.Background()
-	p, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Shell: "sleep 1000 & echo $!; wait", Timeout: time.Hour}})
+	p, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Shell: "sleep 1000 & echo $!; wait", Timeout: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestStopKillsRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer att.Close()
-	s, err := cl.ExecStream(ctx, sandbox.ExecRequest{Shell: "echo started; sleep 1000", Timeout: time.Hour})
+	s, err := cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: "echo started; sleep 1000", Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestStopKillsRunning(t *testing.T) {
 		t.Fatalf("exec: %q", got)
 	}
 	pidText := nextOutput(t, att)
-	done := make(chan sandbox.ExecResult, 1)
+	done := make(chan sbtypes.ExecResult, 1)
 	go func() {
 		r, _ := s.Wait(nil, nil)
 		done <- r
@@ -189,7 +189,7 @@ func TestConfigRefusals(t *testing.T) {
 			cfg := h.cfg
 			tc.mutate(&cfg)
 			err := agent.Serve(context.Background(), cfg, agent.Hooks{})
-			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			if !errors.Is(err, sbtypes.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("Serve = %v, want ErrInvalid naming %s", err, tc.field)
 			}
 		})

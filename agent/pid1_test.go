@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // zombieChildren lists the zombie children of pid, read from /proc.
@@ -55,7 +55,7 @@ func TestPID1ReapsOrphans(t *testing.T) {
 	agentPid := h.proc.Process.Pid
 	for i := 0; i < 5; i++ {
 		// The subshell exits at once, leaving sleep to be reparented to PID 1.
-		out, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf("(sleep 0.0%d &); echo $$; exit %d", i, i+2)})
+		out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: fmt.Sprintf("(sleep 0.0%d &); echo $$; exit %d", i, i+2)})
 		if res.ExitCode != i+2 || strings.TrimSpace(out) == "" {
 			t.Fatalf("exec %d: %q %+v", i, out, res)
 		}
@@ -67,7 +67,7 @@ func TestPID1ReapsOrphans(t *testing.T) {
 	eventually(t, "orphans reaped", func() bool { return len(zombieChildren(t, agentPid)) == 0 })
 	// Exit statuses of tracked children are not stolen by the reaper.
 	for _, code := range []int{0, 1, 42} {
-		_, _, res := run(t, h.cl, sandbox.ExecRequest{Shell: fmt.Sprintf("sleep 0.01 & exit %d", code), Timeout: time.Minute})
+		_, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: fmt.Sprintf("sleep 0.01 & exit %d", code), Timeout: time.Minute})
 		if res.ExitCode != code {
 			t.Errorf("exit %d reported as %+v", code, res)
 		}

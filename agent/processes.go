@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -70,7 +70,7 @@ func (ps *processes) get(id string) (*proc, error) {
 	defer ps.mu.Unlock()
 	p, ok := ps.byID[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: no background process %q", sandbox.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: no background process %q", sbtypes.ErrNotFound, id)
 	}
 	return p, nil
 }
@@ -91,7 +91,7 @@ func (ps *processes) admit() error {
 		}
 	}
 	if oldest == nil {
-		return fmt.Errorf("%w: %d background processes are running, the most this agent keeps", sandbox.ErrConflict, maxProcesses)
+		return fmt.Errorf("%w: %d background processes are running, the most this agent keeps", sbtypes.ErrConflict, maxProcesses)
 	}
 	delete(ps.byID, oldest.j.id)
 	return nil
@@ -140,7 +140,7 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if s.life.Err() != nil {
-		writeError(w, fmt.Errorf("%w: the agent is stopping", sandbox.ErrRefused))
+		writeError(w, fmt.Errorf("%w: the agent is stopping", sbtypes.ErrRefused))
 		return
 	}
 	if err := ps.admit(); err != nil {
@@ -219,7 +219,7 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 	case "live":
 		cursor = p.out.last()
 	default:
-		writeError(w, fmt.Errorf("%w: query parameter from=%q: want start or live", sandbox.ErrInvalid, from))
+		writeError(w, fmt.Errorf("%w: query parameter from=%q: want start or live", sbtypes.ErrInvalid, from))
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -274,18 +274,18 @@ func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
 	if v := r.URL.Query().Get("close"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: query parameter close=%q is not a boolean", sandbox.ErrInvalid, v))
+			writeError(w, fmt.Errorf("%w: query parameter close=%q is not a boolean", sbtypes.ErrInvalid, v))
 			return
 		}
 		closeAfter = b
 	}
 	if !p.j.spec.stdin {
-		writeError(w, fmt.Errorf("%w: process %s was started with stdin false", sandbox.ErrConflict, p.j.id))
+		writeError(w, fmt.Errorf("%w: process %s was started with stdin false", sbtypes.ErrConflict, p.j.id))
 		return
 	}
 	select {
 	case <-p.done:
-		writeError(w, fmt.Errorf("%w: process %s has exited", sandbox.ErrConflict, p.j.id))
+		writeError(w, fmt.Errorf("%w: process %s has exited", sbtypes.ErrConflict, p.j.id))
 		return
 	default:
 	}
@@ -317,18 +317,18 @@ func (s *server) signalProcess(w http.ResponseWriter, r *http.Request, p *proc) 
 	}
 	sig := unix.SignalNum(name)
 	if sig == 0 {
-		writeError(w, fmt.Errorf("%w: signal %q is not a known signal name", sandbox.ErrInvalid, req.Signal))
+		writeError(w, fmt.Errorf("%w: signal %q is not a known signal name", sbtypes.ErrInvalid, req.Signal))
 		return
 	}
 	select {
 	case <-p.done:
-		writeError(w, fmt.Errorf("%w: process %s has exited", sandbox.ErrConflict, p.j.id))
+		writeError(w, fmt.Errorf("%w: process %s has exited", sbtypes.ErrConflict, p.j.id))
 		return
 	default:
 	}
 	if err := p.j.signal(sig); err != nil {
 		if err == syscall.ESRCH {
-			writeError(w, fmt.Errorf("%w: process %s has exited", sandbox.ErrConflict, p.j.id))
+			writeError(w, fmt.Errorf("%w: process %s has exited", sbtypes.ErrConflict, p.j.id))
 			return
 		}
 		writeError(w, fmt.Errorf("%w: signal %s: %v", classify(err), name, err))
@@ -365,16 +365,16 @@ func (s *server) resizeProcess(w http.ResponseWriter, r *http.Request, p *proc) 
 		return
 	}
 	if req.Rows <= 0 || req.Rows > maxTermSize || req.Cols <= 0 || req.Cols > maxTermSize {
-		writeError(w, fmt.Errorf("%w: rows/cols %dx%d is outside 1..%d", sandbox.ErrInvalid, req.Rows, req.Cols, maxTermSize))
+		writeError(w, fmt.Errorf("%w: rows/cols %dx%d is outside 1..%d", sbtypes.ErrInvalid, req.Rows, req.Cols, maxTermSize))
 		return
 	}
 	if p.j.ptm == nil {
-		writeError(w, fmt.Errorf("%w: process %s has no terminal (started with tty false)", sandbox.ErrConflict, p.j.id))
+		writeError(w, fmt.Errorf("%w: process %s has no terminal (started with tty false)", sbtypes.ErrConflict, p.j.id))
 		return
 	}
 	select {
 	case <-p.done:
-		writeError(w, fmt.Errorf("%w: process %s has exited", sandbox.ErrConflict, p.j.id))
+		writeError(w, fmt.Errorf("%w: process %s has exited", sbtypes.ErrConflict, p.j.id))
 		return
 	default:
 	}

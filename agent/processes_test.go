@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // next returns the next output of s as text, failing on anything else.
@@ -21,7 +21,7 @@ func nextOutput(t *testing.T, s *client.Stream) string {
 	return string(ev.Output.Data)
 }
 
-func nextResult(t *testing.T, s *client.Stream) sandbox.ExecResult {
+func nextResult(t *testing.T, s *client.Stream) sbtypes.ExecResult {
 	t.Helper()
 	for {
 		ev, err := s.Next()
@@ -39,7 +39,7 @@ func TestProcessLifecycle(t *testing.T) {
 	ctx := context.Background()
 	cl := h.cl
 	p, err := cl.StartProcess(ctx, client.ProcessRequest{
-		ExecRequest: sandbox.ExecRequest{Shell: `echo one; read x; echo "got $x"; exec sleep 1000`, Timeout: time.Hour},
+		ExecRequest: sbtypes.ExecRequest{Shell: `echo one; read x; echo "got $x"; exec sleep 1000`, Timeout: time.Hour},
 		OpenStdin:   true,
 	})
 	if err != nil {
@@ -91,10 +91,10 @@ func TestProcessLifecycle(t *testing.T) {
 	if err != nil || got.Running || got.Exit == nil || got.Exit.Signal != "SIGTERM" {
 		t.Errorf("process after exit %+v %v", got, err)
 	}
-	if err := cl.Signal(ctx, p.ID, "KILL"); !errors.Is(err, sandbox.ErrConflict) {
+	if err := cl.Signal(ctx, p.ID, "KILL"); !errors.Is(err, sbtypes.ErrConflict) {
 		t.Errorf("signal after exit: %v, want ErrConflict", err)
 	}
-	if err := cl.WriteStdin(ctx, p.ID, strings.NewReader("x"), true); !errors.Is(err, sandbox.ErrConflict) {
+	if err := cl.WriteStdin(ctx, p.ID, strings.NewReader("x"), true); !errors.Is(err, sbtypes.ErrConflict) {
 		t.Errorf("stdin after exit: %v, want ErrConflict", err)
 	}
 	// Replay after exit: from start gives everything, live only the end.
@@ -117,7 +117,7 @@ func TestProcessLifecycle(t *testing.T) {
 	if err := cl.RemoveProcess(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Process(ctx, p.ID); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := cl.Process(ctx, p.ID); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("removed process: %v, want ErrNotFound", err)
 	}
 }
@@ -126,23 +126,23 @@ func TestProcessRefusals(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()
 	cl := h.cl
-	if _, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"true"}}}); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Argv: []string{"true"}}}); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("no deadline: %v", err)
 	}
-	p, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: time.Hour}})
+	p, err := cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.WriteStdin(ctx, p.ID, strings.NewReader("x"), false); !errors.Is(err, sandbox.ErrConflict) {
+	if err := cl.WriteStdin(ctx, p.ID, strings.NewReader("x"), false); !errors.Is(err, sbtypes.ErrConflict) {
 		t.Errorf("stdin without OpenStdin: %v, want ErrConflict", err)
 	}
-	if err := cl.Resize(ctx, p.ID, 10, 10); !errors.Is(err, sandbox.ErrConflict) {
+	if err := cl.Resize(ctx, p.ID, 10, 10); !errors.Is(err, sbtypes.ErrConflict) {
 		t.Errorf("resize without tty: %v, want ErrConflict", err)
 	}
-	if err := cl.Signal(ctx, p.ID, "NOPE"); !errors.Is(err, sandbox.ErrInvalid) {
+	if err := cl.Signal(ctx, p.ID, "NOPE"); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("bad signal: %v, want ErrInvalid", err)
 	}
-	if _, err := cl.Process(ctx, "nope"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := cl.Process(ctx, "nope"); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("unknown id: %v", err)
 	}
 	status, body := h.raw("GET", "/v1/processes/"+p.ID+"/output?from=middle", h.token("execute", nil), nil)
@@ -157,7 +157,7 @@ func TestProcessRefusals(t *testing.T) {
 func TestProcessDeadline(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()
-	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: 500 * time.Millisecond}})
+	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: 500 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestProcessDeadline(t *testing.T) {
 func TestProcessOutputBounded(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()
-	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{Shell: "head -c 8000000 /dev/zero; echo; echo last", Timeout: time.Minute}})
+	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{ExecRequest: sbtypes.ExecRequest{Shell: "head -c 8000000 /dev/zero; echo; echo last", Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,11 +210,11 @@ func TestPTY(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()
 	cl := h.cl
-	out, _, res := run(t, cl, sandbox.ExecRequest{Argv: []string{"tty"}, TTY: true})
+	out, _, res := run(t, cl, sbtypes.ExecRequest{Argv: []string{"tty"}, TTY: true})
 	if !strings.HasPrefix(out, "/dev/pts/") || res.ExitCode != 0 {
 		t.Errorf("tty: %q %+v", out, res)
 	}
-	s, err := cl.ExecStream(ctx, sandbox.ExecRequest{Argv: []string{"stty", "size"}, TTY: true, Timeout: time.Minute}, client.WithTermSize(30, 100))
+	s, err := cl.ExecStream(ctx, sbtypes.ExecRequest{Argv: []string{"stty", "size"}, TTY: true, Timeout: time.Minute}, client.WithTermSize(30, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,13 +223,13 @@ func TestPTY(t *testing.T) {
 		t.Errorf("stty size: %q %+v %v", b.String(), res, err)
 	}
 	// Stdin EOF on a terminal is ^D: cat ends.
-	out, _, res = run(t, cl, sandbox.ExecRequest{Argv: []string{"cat"}, TTY: true, Stdin: strings.NewReader("hello\n")})
+	out, _, res = run(t, cl, sbtypes.ExecRequest{Argv: []string{"cat"}, TTY: true, Stdin: strings.NewReader("hello\n")})
 	if res.ExitCode != 0 || !strings.Contains(out, "hello") {
 		t.Errorf("cat on a tty: %q %+v", out, res)
 	}
 
 	p, err := cl.StartProcess(ctx, client.ProcessRequest{
-		ExecRequest: sandbox.ExecRequest{Shell: "stty size; read x; stty size", TTY: true, Timeout: time.Minute},
+		ExecRequest: sbtypes.ExecRequest{Shell: "stty size; read x; stty size", TTY: true, Timeout: time.Minute},
 		OpenStdin:   true,
 	}, client.WithTermSize(30, 100))
 	if err != nil {

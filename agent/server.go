@@ -32,6 +32,7 @@ type server struct {
 	procs *processes
 	log   *slog.Logger
 	act   *activity
+	gate  *idleGate
 
 	life     context.Context // cancelled when the agent stops: every job is killed
 	stop     context.CancelFunc
@@ -74,6 +75,10 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 			return fmt.Errorf("agent: chmod socket: %w", err)
 		}
 	}
+	if err := applyProcessLimit(cfg.MaxProcesses); err != nil {
+		ln.Close()
+		return err
+	}
 	sp := newSpawner(&cfg)
 	if err := sp.start(hooks.PrepareSpawnThread); err != nil {
 		ln.Close()
@@ -84,6 +89,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
 		life: life, stop: stop, shutdown: make(chan struct{}), act: newActivity(cfg.IdleTimeout),
 	}
+	s.gate = newIdleGate(s.act, cfg.IdleFromFirstCall)
 	s.procs = newProcesses(s)
 	hs := &http.Server{
 		Handler:           s.routes(),
@@ -216,6 +222,7 @@ func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc 
 		// An authenticated call keeps the agent from going idle until it has finished
 		// (an exec or attach stream: until the stream ends).
 		defer s.act.begin()()
+		s.gate.open()
 		h(w, r)
 	}
 }

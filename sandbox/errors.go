@@ -1,22 +1,19 @@
 package sandbox
 
-import (
-	"errors"
+import "github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 
-	"github.com/airlock-sandbox/airlock/spec"
-)
-
-// Error classes. Wrap them with %w; each wire maps them to codes in one place.
+// Error classes, defined in sbtypes (which the lean agent links instead of this package). Wrap
+// them with %w; each wire maps them to codes in one place.
 var (
-	ErrNotFound         = errors.New("not found")
-	ErrUnsupported      = errors.New("unsupported")
-	ErrRefused          = errors.New("refused")
-	ErrDeadlineExceeded = errors.New("deadline exceeded")
-	ErrOutcomeUnknown   = errors.New("outcome unknown")
-	ErrUnreachable      = errors.New("unreachable")
-	ErrInvalid          = spec.ErrInvalid // one class for a bad declaration and a bad request
-	ErrUnauthenticated  = errors.New("unauthenticated")
-	ErrForbidden        = errors.New("forbidden")
-	ErrConflict         = errors.New("conflict")
-	ErrTooLarge         = errors.New("too large")
+	ErrNotFound         = sbtypes.ErrNotFound
+	ErrUnsupported      = sbtypes.ErrUnsupported
+	ErrRefused          = sbtypes.ErrRefused
+	ErrDeadlineExceeded = sbtypes.ErrDeadlineExceeded
+	ErrOutcomeUnknown   = sbtypes.ErrOutcomeUnknown
+	ErrUnreachable      = sbtypes.ErrUnreachable
+	ErrInvalid          = sbtypes.ErrInvalid // also spec.ErrInvalid: a bad declaration and a bad request branch alike
+	ErrUnauthenticated  = sbtypes.ErrUnauthenticated
+	ErrForbidden        = sbtypes.ErrForbidden
+	ErrConflict         = sbtypes.ErrConflict
+	ErrTooLarge         = sbtypes.ErrTooLarge
 )

@@ -1,13 +1,14 @@
 package spec
 
 import (
-	"errors"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // ErrInvalid is the class of every parse and validation error of this package; sandbox.ErrInvalid
-// is the same value, so callers test with errors.Is(err, sandbox.ErrInvalid).
-var ErrInvalid = errors.New("invalid")
+// is the same value (sbtypes defines it), so callers test with errors.Is(err, sandbox.ErrInvalid).
+var ErrInvalid = sbtypes.ErrInvalid
 
 // ParseError is a document that cannot be read into the declaration types: bad YAML or JSON,
 // an unknown or duplicate field, a value of the wrong type, more than one document.

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
-// Client talks to one agent. It implements sandbox.Agent.
+// Client talks to one agent. It implements sbtypes.Agent.
 type Client struct {
 	base    string // "http://host:port" or "http://airlock-agent" for a unix socket
 	hc      *http.Client
@@ -28,11 +28,11 @@ type Client struct {
 	initErr error
 }
 
-var _ sandbox.Agent = (*Client)(nil)
+var _ sbtypes.Agent = (*Client)(nil)
 
 // New returns a client for the agent at addr: "unix:/path/agent.sock", "tcp:host:port" or an
 // http:// URL. tokenFn is called for every request and returns the capability token to send.
-// An invalid addr makes every call fail with sandbox.ErrInvalid.
+// An invalid addr makes every call fail with sbtypes.ErrInvalid.
 func New(addr string, tokenFn func() string) *Client {
 	tr := &http.Transport{
 		MaxIdleConnsPerHost: 16,
@@ -56,7 +56,7 @@ func New(addr string, tokenFn func() string) *Client {
 	case network == "http" && strings.HasPrefix(rest, "//"):
 		c.base = strings.TrimSuffix(addr, "/")
 	default:
-		c.initErr = fmt.Errorf("%w: agent address %q is not unix:/path, tcp:host:port or http://host:port", sandbox.ErrInvalid, addr)
+		c.initErr = fmt.Errorf("%w: agent address %q is not unix:/path, tcp:host:port or http://host:port", sbtypes.ErrInvalid, addr)
 	}
 	return c
 }
@@ -75,7 +75,7 @@ func (c *Client) Close() error {
 }
 
 // Error is an error the agent answered with. errors.Is matches it against the sandbox error
-// class its code maps to (sandbox.ErrNotFound, sandbox.ErrForbidden, ...).
+// class its code maps to (sbtypes.ErrNotFound, sbtypes.ErrForbidden, ...).
 type Error struct {
 	Status  int    // HTTP status, 0 for a terminal error frame
 	Code    string // wire code, e.g. "forbidden"
@@ -123,18 +123,18 @@ func codeForStatus(status int) string {
 func transportError(ctx context.Context, what string, mutating bool, err error) error {
 	if ctx.Err() != nil {
 		if mutating {
-			return fmt.Errorf("%w: %s: %w", sandbox.ErrOutcomeUnknown, what, ctx.Err())
+			return fmt.Errorf("%w: %s: %w", sbtypes.ErrOutcomeUnknown, what, ctx.Err())
 		}
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
-		return fmt.Errorf("%w: %s: %w", sandbox.ErrUnreachable, what, err)
+		return fmt.Errorf("%w: %s: %w", sbtypes.ErrUnreachable, what, err)
 	}
 	if mutating {
-		return fmt.Errorf("%w: %s: %w", sandbox.ErrOutcomeUnknown, what, err)
+		return fmt.Errorf("%w: %s: %w", sbtypes.ErrOutcomeUnknown, what, err)
 	}
-	return fmt.Errorf("%w: %s: %w", sandbox.ErrUnreachable, what, err)
+	return fmt.Errorf("%w: %s: %w", sbtypes.ErrUnreachable, what, err)
 }
 
 // do sends one request and returns the response when its status is want.
@@ -148,7 +148,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s %s: %v", sandbox.ErrInvalid, method, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", sbtypes.ErrInvalid, method, path, err)
 	}
 	if c.token != nil {
 		if t := c.token(); t != "" {
@@ -171,7 +171,7 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("%w: encode %s body: %v", sandbox.ErrInvalid, path, err)
+			return fmt.Errorf("%w: encode %s body: %v", sbtypes.ErrInvalid, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
@@ -186,16 +186,16 @@ func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, 
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		if mutating {
-			return fmt.Errorf("%w: %s %s: decode answer: %v", sandbox.ErrOutcomeUnknown, method, path, err)
+			return fmt.Errorf("%w: %s %s: decode answer: %v", sbtypes.ErrOutcomeUnknown, method, path, err)
 		}
-		return fmt.Errorf("%w: %s %s: decode answer: %v", sandbox.ErrUnreachable, method, path, err)
+		return fmt.Errorf("%w: %s %s: decode answer: %v", sbtypes.ErrUnreachable, method, path, err)
 	}
 	return nil
 }
 
 // Health reports the agent's version, features and kill scope. It needs no token.
-func (c *Client) Health(ctx context.Context) (sandbox.Health, error) {
-	var h sandbox.Health
+func (c *Client) Health(ctx context.Context) (sbtypes.Health, error) {
+	var h sbtypes.Health
 	err := c.doJSON(ctx, http.MethodGet, "/v1/health", nil, nil, &h, http.StatusOK, false)
 	return h, err
 }
@@ -252,15 +252,15 @@ func (c *Client) Mkdir(ctx context.Context, path string, mode uint32) error {
 }
 
 // List returns the entries of a directory, sorted by name.
-func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
-	var out []sandbox.FileInfo
+func (c *Client) List(ctx context.Context, path string) ([]sbtypes.FileInfo, error) {
+	var out []sbtypes.FileInfo
 	err := c.doJSON(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &out, http.StatusOK, false)
 	return out, err
 }
 
 // Stat describes path without following a final symlink.
-func (c *Client) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	var out sandbox.FileInfo
+func (c *Client) Stat(ctx context.Context, path string) (sbtypes.FileInfo, error) {
+	var out sbtypes.FileInfo
 	err := c.doJSON(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &out, http.StatusOK, false)
 	return out, err
 }

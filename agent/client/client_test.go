@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,8 +54,8 @@ func TestExecOutcomeUnknownWithoutTerminal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := fake(t, func(w http.ResponseWriter, r *http.Request) { frames(w, parts...) })
 			var out strings.Builder
-			res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, &out, nil)
-			if !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+			res, err := c.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, &out, nil)
+			if !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
 				t.Errorf("got %+v, %v; want ErrOutcomeUnknown", res, err)
 			}
 		})
@@ -78,7 +78,7 @@ func TestExecTerminalFrames(t *testing.T) {
 	})
 	var out, errb strings.Builder
 	// 1.5ms rounds up to 2: a deadline is never shortened.
-	res, err := c.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"x"}, Timeout: 1500 * time.Microsecond}, &out, &errb)
+	res, err := c.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"x"}, Timeout: 1500 * time.Microsecond}, &out, &errb)
 	if err != nil || res.ExitCode != 7 || !res.Truncated || res.Duration != 5*time.Millisecond || out.String() != "o" || errb.String() != "e" {
 		t.Errorf("got %+v %v %q %q", res, err, out.String(), errb.String())
 	}
@@ -98,16 +98,16 @@ func TestErrorFrameAndBodies(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	_, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil)
-	if !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+	_, err := c.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil)
+	if !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
 		t.Errorf("error frame: %v", err)
 	}
 	_, err = c.Stat(ctx, "/x")
 	var ce *Error
-	if !errors.Is(err, sandbox.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != "expired" || ce.Status != 403 {
+	if !errors.Is(err, sbtypes.ErrForbidden) || !errors.As(err, &ce) || ce.Reason != "expired" || ce.Status != 403 {
 		t.Errorf("403 body: %v", err)
 	}
-	if err := c.Mkdir(ctx, "/x", 0); !errors.Is(err, sandbox.ErrInvalid) {
+	if err := c.Mkdir(ctx, "/x", 0); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("plain 405: %v", err)
 	}
 }
@@ -116,13 +116,13 @@ func TestTransportErrors(t *testing.T) {
 	ctx := context.Background()
 	c := New("unix:/nonexistent/agent.sock", nil)
 	defer c.Close()
-	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrUnreachable) {
+	if _, err := c.Health(ctx); !errors.Is(err, sbtypes.ErrUnreachable) {
 		t.Errorf("dial failure: %v, want ErrUnreachable", err)
 	}
-	if err := c.Remove(ctx, "/x", false); !errors.Is(err, sandbox.ErrUnreachable) {
+	if err := c.Remove(ctx, "/x", false); !errors.Is(err, sbtypes.ErrUnreachable) {
 		t.Errorf("dial failure on a mutating call: %v, want ErrUnreachable (nothing was sent)", err)
 	}
-	if _, err := New("ftp://x", nil).Health(ctx); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := New("ftp://x", nil).Health(ctx); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("bad address: %v", err)
 	}
 	// The connection drops after the request was sent: a mutating call's outcome is unknown.
@@ -132,13 +132,13 @@ func TestTransportErrors(t *testing.T) {
 		conn, _, _ := hj.Hijack()
 		conn.Close()
 	})
-	if err := drop.Remove(ctx, "/x", false); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+	if err := drop.Remove(ctx, "/x", false); !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
 		t.Errorf("dropped mutating call: %v, want ErrOutcomeUnknown", err)
 	}
-	if _, err := drop.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
+	if _, err := drop.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"x"}, Timeout: time.Second}, nil, nil); !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
 		t.Errorf("dropped exec: %v, want ErrOutcomeUnknown", err)
 	}
-	if _, err := drop.Exec(ctx, sandbox.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := drop.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("no timeout: %v, want ErrInvalid before sending", err)
 	}
 }

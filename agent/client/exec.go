@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
-// ExecOption adjusts an exec or process request beyond sandbox.ExecRequest.
+// ExecOption adjusts an exec or process request beyond sbtypes.ExecRequest.
 type ExecOption func(*wire.ExecRequest)
 
 // WithTermSize sets the terminal size of a tty exec or process.
@@ -23,9 +23,9 @@ func WithTermSize(rows, cols int) ExecOption {
 	return func(r *wire.ExecRequest) { r.Rows, r.Cols = rows, cols }
 }
 
-func toWire(req sandbox.ExecRequest, opts []ExecOption) (wire.ExecRequest, error) {
+func toWire(req sbtypes.ExecRequest, opts []ExecOption) (wire.ExecRequest, error) {
 	if req.Timeout <= 0 {
-		return wire.ExecRequest{}, fmt.Errorf("%w: timeout: %v: a deadline is required", sandbox.ErrInvalid, req.Timeout)
+		return wire.ExecRequest{}, fmt.Errorf("%w: timeout: %v: a deadline is required", sbtypes.ErrInvalid, req.Timeout)
 	}
 	ms := req.Timeout.Milliseconds()
 	if time.Duration(ms)*time.Millisecond < req.Timeout {
@@ -43,8 +43,8 @@ func toWire(req sandbox.ExecRequest, opts []ExecOption) (wire.ExecRequest, error
 
 // Event is one item of an output stream: an output frame, or the terminal result.
 type Event struct {
-	Output *sandbox.OutputFrame
-	Result *sandbox.ExecResult
+	Output *sbtypes.OutputFrame
+	Result *sbtypes.ExecResult
 }
 
 // Stream is an exec's (or an attached process's) output as frames.
@@ -60,14 +60,14 @@ type Stream struct {
 
 // ExecStream starts a command and returns its output stream. Closing the stream before its
 // terminal event disconnects, which kills the command and everything it started.
-func (c *Client) ExecStream(ctx context.Context, req sandbox.ExecRequest, opts ...ExecOption) (*Stream, error) {
+func (c *Client) ExecStream(ctx context.Context, req sbtypes.ExecRequest, opts ...ExecOption) (*Stream, error) {
 	w, err := toWire(req, opts)
 	if err != nil {
 		return nil, err
 	}
 	hdr, err := json.Marshal(w)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode exec request: %v", sandbox.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: encode exec request: %v", sbtypes.ErrInvalid, err)
 	}
 	var body io.Reader = bytes.NewReader(hdr)
 	if req.Stdin != nil {
@@ -87,7 +87,7 @@ func newStream(resp *http.Response) *Stream {
 }
 
 // Next returns the next event. After the terminal event it returns io.EOF. A stream that ends
-// without a terminal event is an error wrapping sandbox.ErrOutcomeUnknown, never a success.
+// without a terminal event is an error wrapping sbtypes.ErrOutcomeUnknown, never a success.
 func (s *Stream) Next() (Event, error) {
 	if s.done {
 		return Event{}, io.EOF
@@ -98,29 +98,29 @@ func (s *Stream) Next() (Event, error) {
 		s.done = true
 		s.body.Close()
 		if err == io.EOF {
-			return Event{}, fmt.Errorf("%w: exec %s: output stream ended without a terminal frame", sandbox.ErrOutcomeUnknown, s.ID)
+			return Event{}, fmt.Errorf("%w: exec %s: output stream ended without a terminal frame", sbtypes.ErrOutcomeUnknown, s.ID)
 		}
-		return Event{}, fmt.Errorf("%w: exec %s: %w", sandbox.ErrOutcomeUnknown, s.ID, err)
+		return Event{}, fmt.Errorf("%w: exec %s: %w", sbtypes.ErrOutcomeUnknown, s.ID, err)
 	}
 	switch f.Type {
 	case wire.FrameStdout, wire.FrameStderr:
 		if f.Seq <= s.last {
 			s.done = true
 			s.body.Close()
-			return Event{}, fmt.Errorf("%w: exec %s: sequence %d after %d", sandbox.ErrOutcomeUnknown, s.ID, f.Seq, s.last)
+			return Event{}, fmt.Errorf("%w: exec %s: sequence %d after %d", sbtypes.ErrOutcomeUnknown, s.ID, f.Seq, s.last)
 		}
 		s.last = f.Seq
-		st := sandbox.Stdout
+		st := sbtypes.Stdout
 		if f.Type == wire.FrameStderr {
-			st = sandbox.Stderr
+			st = sbtypes.Stderr
 		}
-		return Event{Output: &sandbox.OutputFrame{Seq: f.Seq, Stream: st, Data: slices.Clone(f.Payload)}}, nil
+		return Event{Output: &sbtypes.OutputFrame{Seq: f.Seq, Stream: st, Data: slices.Clone(f.Payload)}}, nil
 	case wire.FrameExit:
 		s.done = true
 		defer s.body.Close()
 		var ex wire.Exit
 		if err := json.Unmarshal(f.Payload, &ex); err != nil {
-			return Event{}, fmt.Errorf("%w: exec %s: bad exit frame: %v", sandbox.ErrOutcomeUnknown, s.ID, err)
+			return Event{}, fmt.Errorf("%w: exec %s: bad exit frame: %v", sbtypes.ErrOutcomeUnknown, s.ID, err)
 		}
 		r := resultOf(ex)
 		return Event{Result: &r}, nil
@@ -129,7 +129,7 @@ func (s *Stream) Next() (Event, error) {
 		defer s.body.Close()
 		var we wire.Error
 		if err := json.Unmarshal(f.Payload, &we); err != nil || we.Code == "" {
-			return Event{}, fmt.Errorf("%w: exec %s: bad error frame", sandbox.ErrOutcomeUnknown, s.ID)
+			return Event{}, fmt.Errorf("%w: exec %s: bad error frame", sbtypes.ErrOutcomeUnknown, s.ID)
 		}
 		return Event{}, &Error{Code: we.Code, Reason: we.Reason, Message: we.Message}
 	}
@@ -141,8 +141,8 @@ func (s *Stream) Close() error {
 	return s.body.Close()
 }
 
-func resultOf(ex wire.Exit) sandbox.ExecResult {
-	return sandbox.ExecResult{
+func resultOf(ex wire.Exit) sbtypes.ExecResult {
+	return sbtypes.ExecResult{
 		ExitCode: ex.ExitCode, Signal: ex.Signal, TimedOut: ex.TimedOut, OOMKilled: ex.OOMKilled,
 		Truncated: ex.Truncated, Duration: time.Duration(ex.DurationMs) * time.Millisecond,
 	}
@@ -151,26 +151,26 @@ func resultOf(ex wire.Exit) sandbox.ExecResult {
 // Exec runs a command to completion, writing its output to stdout and stderr (nil discards)
 // as it arrives. The error is nil whenever a terminal exit frame arrived, whatever the exit
 // code; a deadline shows as TimedOut in the result.
-func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+func (c *Client) Exec(ctx context.Context, req sbtypes.ExecRequest, stdout, stderr io.Writer) (sbtypes.ExecResult, error) {
 	s, err := c.ExecStream(ctx, req)
 	if err != nil {
-		return sandbox.ExecResult{}, err
+		return sbtypes.ExecResult{}, err
 	}
 	defer s.Close()
 	return s.copyTo(stdout, stderr)
 }
 
-func (s *Stream) copyTo(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+func (s *Stream) copyTo(stdout, stderr io.Writer) (sbtypes.ExecResult, error) {
 	for {
 		ev, err := s.Next()
 		if err != nil {
-			return sandbox.ExecResult{}, err
+			return sbtypes.ExecResult{}, err
 		}
 		if ev.Result != nil {
 			return *ev.Result, nil
 		}
 		w := stdout
-		if ev.Output.Stream == sandbox.Stderr {
+		if ev.Output.Stream == sbtypes.Stderr {
 			w = stderr
 		}
 		if w == nil {
@@ -179,13 +179,13 @@ func (s *Stream) copyTo(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
 		if _, err := w.Write(ev.Output.Data); err != nil {
 			// Stop here: closing the stream kills the command rather than let it run unheard.
 			s.Close()
-			return sandbox.ExecResult{}, fmt.Errorf("exec %s: write %s: %w (the command was killed)", s.ID, ev.Output.Stream, err)
+			return sbtypes.ExecResult{}, fmt.Errorf("exec %s: write %s: %w (the command was killed)", s.ID, ev.Output.Stream, err)
 		}
 	}
 }
 
 // Wait reads the stream to its end, writing output to stdout and stderr (nil discards).
-func (s *Stream) Wait(stdout, stderr io.Writer) (sandbox.ExecResult, error) {
+func (s *Stream) Wait(stdout, stderr io.Writer) (sbtypes.ExecResult, error) {
 	defer s.Close()
 	return s.copyTo(stdout, stderr)
 }

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // ProcessRequest starts a background process. Stdin in the embedded request must be nil: a
 // process's stdin is fed later with WriteStdin when OpenStdin is set.
 type ProcessRequest struct {
-	sandbox.ExecRequest
+	sbtypes.ExecRequest
 	OpenStdin bool
 }
 
@@ -26,7 +26,7 @@ type Process struct {
 	TTY       bool
 	Running   bool
 	StartedAt time.Time
-	Exit      *sandbox.ExecResult // set once it has exited
+	Exit      *sbtypes.ExecResult // set once it has exited
 }
 
 func processOf(p wire.Process) Process {
@@ -44,7 +44,7 @@ func procPath(id, suffix string) string { return "/v1/processes/" + url.PathEsca
 // StartProcess starts a background process; its deadline still applies.
 func (c *Client) StartProcess(ctx context.Context, req ProcessRequest, opts ...ExecOption) (Process, error) {
 	if req.Stdin != nil {
-		return Process{}, fmt.Errorf("%w: stdin: a background process takes stdin through WriteStdin (set OpenStdin)", sandbox.ErrInvalid)
+		return Process{}, fmt.Errorf("%w: stdin: a background process takes stdin through WriteStdin (set OpenStdin)", sbtypes.ErrInvalid)
 	}
 	w, err := toWire(req.ExecRequest, opts)
 	if err != nil {
@@ -123,10 +123,10 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 }
 
 // Wait blocks until the process has exited and everything it started is gone.
-func (c *Client) Wait(ctx context.Context, id string) (sandbox.ExecResult, error) {
+func (c *Client) Wait(ctx context.Context, id string) (sbtypes.ExecResult, error) {
 	var ex wire.Exit
 	if err := c.doJSON(ctx, http.MethodGet, procPath(id, "/wait"), nil, nil, &ex, http.StatusOK, false); err != nil {
-		return sandbox.ExecResult{}, err
+		return sbtypes.ExecResult{}, err
 	}
 	return resultOf(ex), nil
 }

@@ -9,7 +9,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // ProtocolVersion is the major version in every path ("/v1/...") and in the health answer.
@@ -65,9 +65,9 @@ type Exit struct {
 	DurationMs int64  `json:"durationMs"`
 }
 
-// Health is the answer of GET /v1/health: sandbox.Health plus what only an agent knows.
+// Health is the answer of GET /v1/health: sbtypes.Health plus what only an agent knows.
 type Health struct {
-	sandbox.Health
+	sbtypes.Health
 	// IdleTimeoutMs is the agent's idle timeout; absent when it has none.
 	IdleTimeoutMs int64 `json:"idleTimeoutMs,omitempty"`
 	// IdleRemainingMs is how long the agent stays up if nothing happens from now on (the whole
@@ -133,17 +133,17 @@ var codes = []struct {
 	code   string
 	status int
 }{
-	{sandbox.ErrInvalid, "invalid", http.StatusBadRequest},
-	{sandbox.ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
-	{sandbox.ErrForbidden, "forbidden", http.StatusForbidden},
-	{sandbox.ErrNotFound, "not_found", http.StatusNotFound},
-	{sandbox.ErrConflict, "conflict", http.StatusConflict},
-	{sandbox.ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
-	{sandbox.ErrRefused, "refused", http.StatusUnprocessableEntity},
-	{sandbox.ErrUnsupported, "unsupported", http.StatusNotImplemented},
-	{sandbox.ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
-	{sandbox.ErrUnreachable, "unreachable", http.StatusBadGateway},
-	{sandbox.ErrOutcomeUnknown, "outcome_unknown", http.StatusInternalServerError},
+	{sbtypes.ErrInvalid, "invalid", http.StatusBadRequest},
+	{sbtypes.ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
+	{sbtypes.ErrForbidden, "forbidden", http.StatusForbidden},
+	{sbtypes.ErrNotFound, "not_found", http.StatusNotFound},
+	{sbtypes.ErrConflict, "conflict", http.StatusConflict},
+	{sbtypes.ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
+	{sbtypes.ErrRefused, "refused", http.StatusUnprocessableEntity},
+	{sbtypes.ErrUnsupported, "unsupported", http.StatusNotImplemented},
+	{sbtypes.ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
+	{sbtypes.ErrUnreachable, "unreachable", http.StatusBadGateway},
+	{sbtypes.ErrOutcomeUnknown, "outcome_unknown", http.StatusInternalServerError},
 }
 
 // CodeInternal is an error that matches no sandbox class.

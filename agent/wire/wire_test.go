@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
@@ -71,9 +71,9 @@ func TestCodeTable(t *testing.T) {
 		}
 		seen[code] = true
 	}
-	for _, e := range []error{sandbox.ErrNotFound, sandbox.ErrUnsupported, sandbox.ErrRefused, sandbox.ErrDeadlineExceeded,
-		sandbox.ErrOutcomeUnknown, sandbox.ErrUnreachable, sandbox.ErrInvalid, sandbox.ErrUnauthenticated,
-		sandbox.ErrForbidden, sandbox.ErrConflict, sandbox.ErrTooLarge} {
+	for _, e := range []error{sbtypes.ErrNotFound, sbtypes.ErrUnsupported, sbtypes.ErrRefused, sbtypes.ErrDeadlineExceeded,
+		sbtypes.ErrOutcomeUnknown, sbtypes.ErrUnreachable, sbtypes.ErrInvalid, sbtypes.ErrUnauthenticated,
+		sbtypes.ErrForbidden, sbtypes.ErrConflict, sbtypes.ErrTooLarge} {
 		if code, _ := CodeOf(e); code == CodeInternal {
 			t.Errorf("sandbox class %v has no wire code", e)
 		}

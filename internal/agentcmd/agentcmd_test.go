@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/agentcmd"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -115,7 +115,7 @@ func TestServeFromStdinAndFile(t *testing.T) {
 			cl := client.New(cfg.Listen, func() string { return tok })
 			defer cl.Close()
 			var out strings.Builder
-			res, err := cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"echo", "hi"}, Timeout: 10 * time.Second}, &out, nil)
+			res, err := cl.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"echo", "hi"}, Timeout: 10 * time.Second}, &out, nil)
 			if err != nil || out.String() != "hi\n" || res.ExitCode != 0 {
 				t.Errorf("exec through the binary: %q %+v %v", out.String(), res, err)
 			}
@@ -165,8 +165,21 @@ func TestLeanDependencies(t *testing.T) {
 		"github.com/modelcontextprotocol/", "github.com/aws/", "cloud.google.com/", "github.com/Azure/",
 		"github.com/moby/moby/client", "github.com/docker/docker", "github.com/google/go-containerregistry",
 		"google.golang.org/grpc", "github.com/containerd/cgroups",
+		// What sandbox → spec, capability pulled in before the agent's types moved to
+		// sandbox/sbtypes: ~15 package inits and 1 MB of binary on every sandbox start.
+		"k8s.io/", "sigs.k8s.io/", "gopkg.in/yaml", "go.yaml.in/", "github.com/fxamacker/cbor",
+		"github.com/google/nftables", "github.com/mdlayher/",
+	}
+	// Exact packages: the agent's types come from sandbox/sbtypes, never these.
+	forbiddenExact := map[string]bool{
+		"github.com/airlock-sandbox/airlock/sandbox":    true,
+		"github.com/airlock-sandbox/airlock/spec":       true,
+		"github.com/airlock-sandbox/airlock/capability": true,
 	}
 	for _, pkg := range strings.Fields(string(out)) {
+		if forbiddenExact[pkg] {
+			t.Errorf("airlock-agent links %s", pkg)
+		}
 		for _, f := range forbidden {
 			if strings.HasPrefix(pkg, f) {
 				t.Errorf("airlock-agent links %s", pkg)
@@ -285,7 +298,7 @@ func TestInheritedDescriptorsDoNotReachCommands(t *testing.T) {
 	cl := client.New(cfg.Listen, func() string { return tok })
 	defer cl.Close()
 	var out strings.Builder
-	res, err := cl.Exec(context.Background(), sandbox.ExecRequest{Argv: []string{"ls", "-l", "/proc/self/fd"}, Timeout: 10 * time.Second}, &out, nil)
+	res, err := cl.Exec(context.Background(), sbtypes.ExecRequest{Argv: []string{"ls", "-l", "/proc/self/fd"}, Timeout: 10 * time.Second}, &out, nil)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec %+v %v", res, err)
 	}
