@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -81,14 +81,14 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // validateEnvName refuses names a process environment cannot carry unambiguously.
 func validateEnvName(field, name string) error {
 	if !envName.MatchString(name) {
-		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sandbox.ErrInvalid, field, name, envName)
+		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sbtypes.ErrInvalid, field, name, envName)
 	}
 	return nil
 }
 
 func validateEnvValue(field, name, value string) error {
 	if strings.IndexByte(value, 0) >= 0 {
-		return fmt.Errorf("%w: %s: value of %q contains a NUL byte", sandbox.ErrInvalid, field, name)
+		return fmt.Errorf("%w: %s: value of %q contains a NUL byte", sbtypes.ErrInvalid, field, name)
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func validateEnvValue(field, name, value string) error {
 // check validates cfg and returns the parsed key ring.
 func (cfg *Config) check() (*token.KeyRing, error) {
 	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: agent config %s: %s", sandbox.ErrInvalid, field, fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: agent config %s: %s", sbtypes.ErrInvalid, field, fmt.Sprintf(format, a...))
 	}
 	if cfg.SandboxID == "" {
 		return nil, bad("sandboxId", "is empty")
@@ -166,10 +166,10 @@ func (cfg *Config) check() (*token.KeyRing, error) {
 func splitListen(l string) (network, addr string, err error) {
 	network, addr, ok := strings.Cut(l, ":")
 	if !ok || addr == "" || (network != "unix" && network != "tcp") {
-		return "", "", fmt.Errorf("%w: agent config listen: %q is not unix:/path or tcp:host:port", sandbox.ErrInvalid, l)
+		return "", "", fmt.Errorf("%w: agent config listen: %q is not unix:/path or tcp:host:port", sbtypes.ErrInvalid, l)
 	}
 	if network == "unix" && !path.IsAbs(addr) {
-		return "", "", fmt.Errorf("%w: agent config listen: unix socket path %q is not absolute", sandbox.ErrInvalid, addr)
+		return "", "", fmt.Errorf("%w: agent config listen: unix socket path %q is not absolute", sbtypes.ErrInvalid, addr)
 	}
 	return network, addr, nil
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -49,7 +49,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	}
 	cg, err := newCgroups(&cfg)
 	if err != nil {
-		return fmt.Errorf("%w: %v", sandbox.ErrInvalid, err)
+		return fmt.Errorf("%w: %v", sbtypes.ErrInvalid, err)
 	}
 	fs, err := newFiles(&cfg)
 	if err != nil {
@@ -64,7 +64,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
-		return fmt.Errorf("%w: agent: listen %s: %v", sandbox.ErrRefused, cfg.Listen, err)
+		return fmt.Errorf("%w: agent: listen %s: %v", sbtypes.ErrRefused, cfg.Listen, err)
 	}
 	if network == "unix" {
 		defer os.Remove(addr)
@@ -154,7 +154,7 @@ func (s *server) routes() http.Handler {
 	s.filesRoutes(mux)
 	s.processRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, fmt.Errorf("%w: no endpoint %s %s in protocol v%d", sandbox.ErrNotFound, r.Method, r.URL.Path, wire.ProtocolVersion))
+		writeError(w, fmt.Errorf("%w: no endpoint %s %s in protocol v%d", sbtypes.ErrNotFound, r.Method, r.URL.Path, wire.ProtocolVersion))
 	})
 	return mux
 }
@@ -178,7 +178,7 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	hl := wire.Health{Health: sandbox.Health{
+	hl := wire.Health{Health: sbtypes.Health{
 		Version:         Version,
 		ProtocolVersion: wire.ProtocolVersion,
 		SandboxID:       s.cfg.SandboxID,
@@ -199,7 +199,7 @@ func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc 
 		scheme, tok, _ := strings.Cut(auth, " ")
 		if auth == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-agent"`)
-			writeError(w, fmt.Errorf("%w: this call needs Authorization: Bearer <capability token of class %s>", sandbox.ErrUnauthenticated, class))
+			writeError(w, fmt.Errorf("%w: this call needs Authorization: Bearer <capability token of class %s>", sbtypes.ErrUnauthenticated, class))
 			return
 		}
 		_, err := token.Verify(s.ring, strings.TrimSpace(tok), token.Expect{
@@ -212,7 +212,7 @@ func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc 
 		if err != nil {
 			var te *token.Error
 			if errors.As(err, &te) {
-				writeErrorReason(w, fmt.Errorf("%w: %v", sandbox.ErrForbidden, err), string(te.Reason))
+				writeErrorReason(w, fmt.Errorf("%w: %v", sbtypes.ErrForbidden, err), string(te.Reason))
 				return
 			}
 			s.log.Error("token verification could not run", "err", err)
@@ -233,7 +233,7 @@ func (s *server) shutdownHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.cfg.ShutdownOnManage {
-		writeError(w, fmt.Errorf("%w: this agent was started without shutdownOnManage", sandbox.ErrUnsupported))
+		writeError(w, fmt.Errorf("%w: this agent was started without shutdownOnManage", sbtypes.ErrUnsupported))
 		return
 	}
 	writeJSON(w, http.StatusAccepted, struct{}{})
@@ -248,7 +248,7 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 			ok = ok || a == k
 		}
 		if !ok {
-			return fmt.Errorf("%w: query parameter %q is not known here (allowed: %s)", sandbox.ErrInvalid, k, strings.Join(allowed, ", "))
+			return fmt.Errorf("%w: query parameter %q is not known here (allowed: %s)", sbtypes.ErrInvalid, k, strings.Join(allowed, ", "))
 		}
 	}
 	return nil
@@ -262,7 +262,7 @@ func decodeJSON(body io.Reader, v any) error {
 		return jsonError(err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: request body has data after the JSON object", sandbox.ErrInvalid)
+		return fmt.Errorf("%w: request body has data after the JSON object", sbtypes.ErrInvalid)
 	}
 	return nil
 }
@@ -272,18 +272,18 @@ func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
-	case errors.Is(err, sandbox.ErrTooLarge):
+	case errors.Is(err, sbtypes.ErrTooLarge):
 		return err
 	case errors.As(err, &te):
-		return fmt.Errorf("%w: field %q: %s is not allowed, want %s", sandbox.ErrInvalid, te.Field, te.Value, te.Type)
+		return fmt.Errorf("%w: field %q: %s is not allowed, want %s", sbtypes.ErrInvalid, te.Field, te.Value, te.Type)
 	case errors.As(err, &se):
-		return fmt.Errorf("%w: request body is not valid JSON at offset %d: %v", sandbox.ErrInvalid, se.Offset, err)
+		return fmt.Errorf("%w: request body is not valid JSON at offset %d: %v", sbtypes.ErrInvalid, se.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("%w: unknown field %s", sandbox.ErrInvalid, strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return fmt.Errorf("%w: unknown field %s", sbtypes.ErrInvalid, strings.TrimPrefix(err.Error(), "json: unknown field "))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%w: request body ends before the JSON object does", sandbox.ErrInvalid)
+		return fmt.Errorf("%w: request body ends before the JSON object does", sbtypes.ErrInvalid)
 	}
-	return fmt.Errorf("%w: request body: %v", sandbox.ErrInvalid, err)
+	return fmt.Errorf("%w: request body: %v", sbtypes.ErrInvalid, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
