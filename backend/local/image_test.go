@@ -104,6 +104,21 @@ func TestDirImageIsTheRoot(t *testing.T) {
 	}
 }
 
+// TestDirImageWithItsOwnRoot: an image that has /root (every real one does) starts, and its
+// /root is the image's, read-only, with the image's mode (the sandbox used to fail in init,
+// chmod of the read-only /root).
+func TestDirImageWithItsOwnRoot(t *testing.T) {
+	root := minimalRootfs(t)
+	if err := os.Mkdir(filepath.Join(root, "root"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	x := newBox(t, func(d *spec.Sandbox) { d.Image = spec.Image{Dir: root} })
+	out, errs, _ := x.run(t, `ls -ld /root; cat /hello`, 30*time.Second)
+	if !strings.HasPrefix(out, "drwxr-x---") || !strings.Contains(out, "from the image") {
+		t.Errorf("out %q err %q", out, errs)
+	}
+}
+
 // writeOCILayout packs dir as a one-layer OCI image layout.
 func writeOCILayout(t *testing.T, dir string) string {
 	t.Helper()

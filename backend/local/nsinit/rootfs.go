@@ -131,7 +131,8 @@ func buildRoot(cfg *Config, root string) error {
 			return err
 		}
 	}
-	if err := os.Chmod(filepath.Join(root, "root"), 0o700); err != nil {
+	// An image's own /root is a read-only bind and keeps the image's mode.
+	if err := os.Chmod(filepath.Join(root, "root"), 0o700); err != nil && !errors.Is(err, unix.EROFS) {
 		return err
 	}
 	// The runtime's own directory: the agent's socket, the writable tmpfs, the cgroup views.
