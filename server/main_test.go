@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -94,6 +95,20 @@ type harness struct {
 
 func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
 	t.Helper()
+	return newHarnessWith(t, harnessConfig{templates: templates})
+}
+
+// harnessConfig varies the daemon: egress options for the local backend, and a wrapper that
+// hides or changes what the backend offers.
+type harnessConfig struct {
+	templates map[string]spec.Sandbox
+	egress    local.EgressOptions
+	wrap      func(*local.Backend) sandbox.Backend
+}
+
+func newHarnessWith(t *testing.T, cfg harnessConfig) *harness {
+	t.Helper()
+	templates := cfg.templates
 	testutil.RequireRoot(t)
 	stateDir := runcodetest.StateDir(t)
 	parent := runcodetest.CgroupParent(t)
@@ -101,13 +116,17 @@ func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
 	h := &harness{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
-	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, AgentPath: agentBin, CgroupParent: parent, Logger: log})
+	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, AgentPath: agentBin, CgroupParent: parent, Logger: log, Egress: cfg.egress})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var backend sandbox.Backend = h.backend
+	if cfg.wrap != nil {
+		backend = cfg.wrap(h.backend)
+	}
 	_, h.key, _ = ed25519.GenerateKey(rand.Reader)
 	h.srv, err = server.New(server.Options{
-		Backend: h.backend, Templates: templates, APIKeys: []string{testAPIKey}, SigningKey: h.key,
+		Backend: backend, Templates: templates, APIKeys: []string{testAPIKey}, SigningKey: h.key,
 		MaxTokenTTL: 30 * time.Minute, Logger: log, Registry: h.reg,
 	})
 	if err != nil {

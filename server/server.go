@@ -285,6 +285,9 @@ func (s *Server) routes() []route {
 		{"POST " + v + "/sandboxes/{id}/resume", accessManage, s.resume},
 		{"GET " + v + "/sandboxes/{id}/stats", accessRead, s.stats},
 		{"POST " + v + "/sandboxes/{id}/tokens", accessAdmin, s.mintToken},
+		// Egress is the creator's decision: a delegated token may not widen it.
+		{"PUT " + v + "/sandboxes/{id}/egress", accessAdmin, s.setEgress},
+		{"GET " + v + "/sandboxes/{id}/egress/counters", accessRead, s.egressCounters},
 
 		{"POST " + v + "/sandboxes/{id}/exec", accessExecute, s.exec},
 		{"GET " + v + "/sandboxes/{id}/files", accessExecute, s.readFile},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -128,6 +129,27 @@ type TokenResponse struct {
 	Session   string      `json:"session"`
 	Class     token.Class `json:"class"`
 	ExpiresAt time.Time   `json:"expiresAt"`
+}
+
+// EgressPolicy is the answer of PUT /v1/sandboxes/{id}/egress (whose body is a spec.Egress):
+// the policy now in force for new connections and DNS queries.
+type EgressPolicy struct {
+	Session string      `json:"session"`
+	Egress  spec.Egress `json:"egress"`
+}
+
+// EgressCounters is the answer of GET /v1/sandboxes/{id}/egress/counters: the sandbox's egress
+// decisions since it was attached by the daemon's process.
+type EgressCounters struct {
+	ConnsAllowed  uint64 `json:"connsAllowed"`  // TCP connections the policy allowed
+	ConnsDenied   uint64 `json:"connsDenied"`   // TCP connections (or later requests on one) refused
+	DialFailures  uint64 `json:"dialFailures"`  // allowed connections whose destination was unreachable
+	BytesSent     uint64 `json:"bytesSent"`     // sandbox → destination
+	BytesReceived uint64 `json:"bytesReceived"` // destination → sandbox
+	DNSAllowed    uint64 `json:"dnsAllowed"`    // queries answered from upstream
+	DNSDenied     uint64 `json:"dnsDenied"`     // queries refused or stripped of non-public answers
+	// PacketsDropped counts packets the kernel rules dropped (UDP other than DNS, other protocols).
+	PacketsDropped uint64 `json:"packetsDropped"`
 }
 
 // Capabilities is the answer of GET /v1/capabilities.
