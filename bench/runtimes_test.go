@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+	"golang.org/x/sys/unix"
+)
+
+// A row of the side-by-side table: one way to run python3 -c 'print(2+2)' in a fresh sandbox
+// (or, for host, in no sandbox), from creation to removal.
+type row struct {
+	name string
+	call func() error
+}
+
+// requiredRows is $AIRLOCK_BENCH_REQUIRE (comma-separated row names): rows that must run.
+// bench/run.sh sets it to every runtime it installs, so a broken runtime fails the run instead
+// of leaving its row out of the table.
+func requiredRows() map[string]bool {
+	req := map[string]bool{}
+	for _, n := range strings.Split(os.Getenv("AIRLOCK_BENCH_REQUIRE"), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			req[n] = true
+		}
+	}
+	return req
+}
+
+// runPython runs argv and checks that it printed 4 and nothing else.
+func runPython(argv ...string) error { return runPythonOn(nil, argv...) }
+
+// runPythonOn is runPython with the process started by start (nil: in this process's
+// namespaces).
+func runPythonOn(start func(*exec.Cmd) error, argv ...string) error {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	var err error
+	if start != nil {
+		err = start(cmd)
+		if err == nil {
+			err = cmd.Wait()
+		}
+	} else {
+		err = cmd.Run()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, errb.String())
+	}
+	if strings.TrimSpace(out.String()) != "4" {
+		return fmt.Errorf("%s printed %q, want 4 (stderr %q)", strings.Join(argv, " "), out.String(), errb.String())
+	}
+	return nil
+}
+
+// dirDecl is the sandbox the airlock rows create: the shared rootfs, egress denied (the
+// default), the other defaults as declared.
+func dirDecl(root string) spec.Sandbox {
+	d := spec.Sandbox{ID: "bench", Image: spec.Image{Dir: root}}
+	d.ApplyDefaults()
+	return d
+}
+
+// freshRunDecl is freshRun with a given declaration: create, exec python, terminate.
+func freshRunDecl(ctx context.Context, be sandbox.Backend, decl spec.Sandbox) error {
+	s, err := be.Create(ctx, decl)
+	if err != nil {
+		return err
+	}
+	defer be.Terminate(context.WithoutCancel(ctx), s.ID)
+	ag, err := be.Connect(ctx, s.ID)
+	if err != nil {
+		return err
+	}
+	defer ag.Close()
+	var out bytes.Buffer
+	res, err := ag.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", snippet}, Timeout: 30 * time.Second}, &out, &out)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || strings.TrimSpace(out.String()) != "4" {
+		return fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
+	}
+	return be.Terminate(ctx, s.ID)
+}
+
+// sideBySideRows builds every row this host can run; a missing runtime is left out unless
+// required (then the benchmark fails).
+func sideBySideRows(b *testing.B) []row {
+	b.Helper()
+	req := requiredRows()
+	var rows []row
+	missing := func(name, why string) {
+		if req[name] {
+			b.Fatalf("%s is required ($AIRLOCK_BENCH_REQUIRE) but %s", name, why)
+		}
+		b.Logf("%s: left out: %s", name, why)
+	}
+	rootfs := bundleRoot
+	if rootfs == "" {
+		b.Skip("set AIRLOCK_BENCH_ROOTFS to a rootfs (bench/run.sh does): every row runs in the same one")
+	}
+
+	rows = append(rows, row{"host", func() error { return runPython("/usr/bin/python3", "-c", snippet) }})
+
+	state := stateDir(b)
+	be := newBackend(b, state)
+	decl := dirDecl(rootfs)
+	rows = append(rows, row{"airlock-library", func() error { return freshRunDecl(context.Background(), be, decl) }})
+	if cli := filepath.Join(binDir, "airlock"); exec.Command(cli, "run", "--help").Run() == nil {
+		rows = append(rows, row{"airlock-cli", func() error {
+			return runPython(cli, "run", "--state-dir", state, "--image", rootfs, "-c", snippet)
+		}})
+	} else {
+		missing("airlock-cli", "the airlock CLI did not build")
+	}
+
+	if bw, err := exec.LookPath("bwrap"); err == nil {
+		// The same rootfs read-only as /, every namespace (network included) unshared.
+		args := []string{bw, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+			"--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+			"/usr/bin/python3", "-c", snippet}
+		rows = append(rows, row{"bwrap", func() error { return runPython(args...) }})
+	} else {
+		missing("bwrap", "bwrap is not installed")
+	}
+
+	var n atomic.Int64
+	for _, rt := range []string{"runc", "crun", "runsc"} {
+		bin, err := exec.LookPath(rt)
+		if err != nil {
+			missing(rt, rt+" is not installed")
+			continue
+		}
+		var start func(*exec.Cmd) error
+		if rt == "crun" {
+			start = legacyCgroupStarter(b)
+		}
+		// `runc spec`'s namespaces include a new network namespace: loopback only.
+		bundle := makeBundle(b, rt)
+		rows = append(rows, row{rt, func() error {
+			id := fmt.Sprintf("airlock-bench-%s-%d-%d", rt, os.Getpid(), n.Add(1))
+			args := []string{bin}
+			if rt == "runsc" {
+				args = append(args, "--network=none", "--root", filepath.Join(bundle, "state"))
+			}
+			// run (not create+start): the container is deleted when its process exits.
+			return runPythonOn(start, append(args, "run", "--bundle", bundle, id)...)
+		}})
+	}
+
+	docker := os.Getenv("AIRLOCK_BENCH_DOCKER_CLI")
+	if docker == "" {
+		docker, _ = exec.LookPath("docker")
+	}
+	img := os.Getenv("AIRLOCK_BENCH_DOCKER_IMAGE")
+	switch {
+	case docker == "":
+		missing("docker", "no docker CLI")
+	case img == "":
+		missing("docker", "AIRLOCK_BENCH_DOCKER_IMAGE is not set (bench/run.sh loads the rootfs as an image)")
+	case exec.Command(docker, "info").Run() != nil:
+		missing("docker", "no docker engine answers (bench/run.sh starts one)")
+	default:
+		rows = append(rows, row{"docker", func() error {
+			return runPython(docker, "run", "--rm", "--network", "none", img, "/usr/bin/python3", "-c", snippet)
+		}})
+	}
+	for name := range req {
+		if !slices.ContainsFunc(rows, func(r row) bool { return r.name == name }) {
+			b.Fatalf("required row %q is not a row of this benchmark", name)
+		}
+	}
+	return rows
+}
+
+// BenchmarkSideBySide is issue 3's table in one run: every iteration runs each row once, in an
+// order rotated by one per iteration, so every row sees the same load and no row always runs
+// right after the same other. Each row is a fresh sandbox with the same rootfs
+// ($AIRLOCK_BENCH_ROOTFS) running python3 -c 'print(2+2)', removed at the end, network none.
+// Reported: each row's median (ms), the medians of its per-iteration ratios to host python and
+// to airlock-library, and docker/airlock (the issue's "faster than docker run").
+func BenchmarkSideBySide(b *testing.B) {
+	needRoot(b)
+	rows := sideBySideRows(b)
+	// One call of each before b.Loop (which starts the clock): page cache, the image's first
+	// use, lazily built state.
+	for _, r := range rows {
+		if err := r.call(); err != nil {
+			b.Fatalf("%s: %v", r.name, err)
+		}
+	}
+	times := make([][]float64, len(rows))
+	it := 0
+	for b.Loop() {
+		took := make([]float64, len(rows))
+		for k := range rows {
+			i := (k + it) % len(rows)
+			t := time.Now()
+			if err := rows[i].call(); err != nil {
+				b.Fatalf("%s: %v", rows[i].name, err)
+			}
+			took[i] = float64(time.Since(t)) / float64(time.Millisecond)
+		}
+		for i := range rows {
+			times[i] = append(times[i], took[i])
+		}
+		it++
+	}
+	ratioTo := func(i, j int) float64 {
+		var r []float64
+		for k := range times[i] {
+			r = append(r, times[i][k]/times[j][k])
+		}
+		return medianOf(r)
+	}
+	idx := func(name string) int {
+		return slices.IndexFunc(rows, func(r row) bool { return r.name == name })
+	}
+	host, lib := idx("host"), idx("airlock-library")
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "\n| row | median ms | min ms | / host | / airlock-library |\n|---|---|---|---|---|\n")
+	for i, r := range rows {
+		b.ReportMetric(medianOf(times[i]), r.name+"-ms")
+		fmt.Fprintf(&tab, "| %s | %.1f | %.1f | %.2f× | %.2f× |\n", r.name, medianOf(times[i]), slices.Min(times[i]), ratioTo(i, host), ratioTo(i, lib))
+	}
+	b.ReportMetric(ratioTo(lib, host), "airlock/host")
+	if d := idx("docker"); d >= 0 {
+		b.ReportMetric(ratioTo(d, lib), "docker/airlock")
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Fprintf(&tab, "\n%d iterations; load average at the end: %s", len(times[0]), strings.TrimSpace(string(load)))
+	b.Log(tab.String())
+}
+
+// legacyCgroupStarter starts processes in a mount namespace of their own where the cgroup2
+// mount at /sys/fs/cgroup/unified is gone. crun 1.8 refuses this host's hybrid layout ("cgroups
+// in hybrid mode not supported, drop all controllers from cgroupv2": hugetlb is bound to no v1
+// hierarchy, so cgroup2 holds it); without that mount it sees plain cgroup v1, as runc does.
+// Binding hugetlb to a v1 hierarchy instead would change the host for everyone. The processes
+// are forked from one locked OS thread that unshared its mount namespace (made a slave first,
+// so the unmount does not propagate to the host): no wrapper process on the timed path.
+func legacyCgroupStarter(b *testing.B) func(*exec.Cmd) error {
+	b.Helper()
+	type req struct {
+		cmd  *exec.Cmd
+		done chan error
+	}
+	reqs := make(chan req)
+	ready := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, in its own mount namespace, ends with this goroutine.
+		runtime.LockOSThread()
+		err := unix.Unshare(unix.CLONE_NEWNS)
+		if err == nil {
+			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "")
+		}
+		if err == nil {
+			err = unix.Unmount("/sys/fs/cgroup/unified", unix.MNT_DETACH)
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				err = nil // not mounted: nothing to hide
+			}
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		for r := range reqs {
+			r.done <- r.cmd.Start()
+		}
+	}()
+	if err := <-ready; err != nil {
+		b.Fatalf("a mount namespace without the cgroup2 mount: %v", err)
+	}
+	b.Cleanup(func() { close(reqs) })
+	return func(cmd *exec.Cmd) error {
+		done := make(chan error)
+		reqs <- req{cmd, done}
+		return <-done
+	}
+}
