@@ -370,12 +370,54 @@ func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, netw
 }
 
 // Run runs req in a fresh sandbox on backend and always terminates that sandbox, even when
-// ctx is cancelled. An error means the run could not happen or its outcome is unknown; a
-// program that failed, timed out or was killed is a Result with no error.
-func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options) (res Result, err error) {
+// ctx is cancelled; it returns once the sandbox is gone. An error means the run could not
+// happen, its outcome is unknown, or its sandbox could not be terminated; a program that
+// failed, timed out or was killed is a Result with no error.
+func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options) (Result, error) {
+	res, term, err := RunDetached(ctx, backend, req, opts)
+	if terr := term.Wait(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	return res, err
+}
+
+// Termination is the end of a run's sandbox, which RunDetached leaves running in the
+// background once the result is known.
+type Termination struct {
+	done chan struct{}
+	err  error
+}
+
+// Wait blocks until the run's sandbox is gone (terminated, its cgroup confirmed empty and
+// removed; or handed back to the pool, which terminates it) and returns why terminating it
+// failed, if it did. Nil-safe: a nil Termination had no sandbox to terminate.
+func (t *Termination) Wait() error {
+	if t == nil {
+		return nil
+	}
+	<-t.done
+	return t.err
+}
+
+// Done is closed once the run's sandbox is gone (Wait then returns at once).
+func (t *Termination) Done() <-chan struct{} {
+	if t == nil {
+		return closedChan
+	}
+	return t.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// RunDetached is Run returning as soon as the result is known: the run's sandbox is terminated
+// in the background, the kernel's teardown of its namespaces off the caller's path. The
+// Termination reports when that is confirmed and what failed; it is nil only when no sandbox
+// was made. A caller that reports the run's success must Wait first (a sandbox that cannot be
+// terminated is an error of the run); one that answers at once must still Wait and report.
+func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts Options) (res Result, term *Termination, err error) {
 	req, err = Normalize(req)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	log := opts.Logger
 	if log == nil {
@@ -383,33 +425,43 @@ func Run(ctx context.Context, backend sandbox.Backend, req Request, opts Options
 	}
 	decl := Declaration(req, opts)
 	if err := Check(ctx, backend, decl, req.Network); err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	decl.ApplyDefaults()
 	sess, pooled, pre, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
-		return Result{}, err
+		return Result{}, nil, err
 	}
 	if sess == nil {
 		if sess, err = backend.Create(ctx, decl); err != nil {
-			return Result{}, fmt.Errorf("creating the sandbox: %w", err)
+			return Result{}, nil, fmt.Errorf("creating the sandbox: %w", err)
 		}
 	}
+	term = &Termination{done: make(chan struct{})}
 	defer func() {
 		if pooled {
-			opts.Pool.Discard(sess.ID)
+			opts.Pool.Discard(sess.ID) // the pool terminates it off this path and logs its errors
+			close(term.done)
 			return
 		}
 		// The sandbox goes whatever happened, with a context of its own: a cancelled
 		// caller must not leave it behind.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
-		defer cancel()
-		if terr := backend.Terminate(tctx, sess.ID); terr != nil {
-			log.Error("run_code: terminating the sandbox failed", "session", sess.ID, "err", terr)
-			err = errors.Join(err, fmt.Errorf("terminating sandbox %s: %w", sess.ID, terr))
-		}
+		go func() {
+			defer close(term.done)
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
+			defer cancel()
+			if terr := backend.Terminate(tctx, sess.ID); terr != nil {
+				log.Error("run_code: terminating the sandbox failed", "session", sess.ID, "err", terr)
+				term.err = fmt.Errorf("terminating sandbox %s: %w", sess.ID, terr)
+			}
+		}()
 	}()
+	res, err = runIn(ctx, backend, sess, pre, decl, req, opts, log)
+	return res, term, err
+}
 
+// runIn runs req in the sandbox sess (pre: what a pool pre-started in it, or nil).
+func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, pre *prestarted, decl spec.Sandbox, req Request, opts Options, log *slog.Logger) (res Result, err error) {
 	var agent sandbox.Agent
 	if pre != nil {
 		agent = pre.agent // the prestart's client, its connections open

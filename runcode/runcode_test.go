@@ -3,6 +3,7 @@ package runcode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -210,6 +211,8 @@ type fakeBackend struct {
 	written    map[string]string
 	dirs       []string
 	execReq    sandbox.ExecRequest
+	// terminate, when set, is what Terminate does after recording the call.
+	terminate func(ctx context.Context, id string) error
 }
 
 func supportedSet() capability.Set {
@@ -240,6 +243,12 @@ func (f *fakeBackend) Terminate(ctx context.Context, id string) error {
 	defer f.mu.Unlock()
 	f.terminated = append(f.terminated, id)
 	f.termCtxErr = append(f.termCtxErr, ctx.Err())
+	hook := f.terminate
+	f.mu.Unlock()
+	defer f.mu.Lock()
+	if hook != nil {
+		return hook(ctx, id)
+	}
 	return nil
 }
 
@@ -435,5 +444,73 @@ func TestCheckIdleTimeoutWaiver(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunDetached: the result comes back while the sandbox is still being terminated; Wait
+// returns only once Terminate has, with its error; Run joins that error to its own.
+func TestRunDetached(t *testing.T) {
+	termErr := fmt.Errorf("%w: cgroup still has tasks", sandbox.ErrOutcomeUnknown)
+	tests := []struct {
+		name    string
+		termErr error
+	}{
+		{"terminated", nil},
+		{"terminate fails", termErr},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			f := &fakeBackend{set: supportedSet(),
+				exec: func(_ context.Context, _ sandbox.ExecRequest, stdout, _ io.Writer) (sandbox.ExecResult, error) {
+					io.WriteString(stdout, "4\n")
+					return sandbox.ExecResult{}, nil
+				},
+				terminate: func(context.Context, string) error {
+					<-release
+					return tt.termErr
+				}}
+			res, term, err := RunDetached(t.Context(), f, Request{Language: "python", Code: "print(2+2)"}, Options{})
+			if err != nil || res.Stdout != "4\n" {
+				t.Fatalf("RunDetached = %+v, %v", res, err)
+			}
+			select {
+			case <-term.Done():
+				t.Fatal("Done before Terminate returned")
+			default:
+			}
+			close(release)
+			werr := term.Wait()
+			if !errors.Is(werr, tt.termErr) || (tt.termErr == nil) != (werr == nil) {
+				t.Fatalf("Wait = %v, want %v", werr, tt.termErr)
+			}
+			<-term.Done()
+			if len(f.terminated) != 1 || f.terminated[0] != "s-1" {
+				t.Fatalf("terminated %v, want [s-1]", f.terminated)
+			}
+
+			// Run: the same, waited for.
+			f.terminate = func(context.Context, string) error { return tt.termErr }
+			res, err = Run(t.Context(), f, Request{Language: "python", Code: "print(2+2)"}, Options{})
+			if res.Stdout != "4\n" || !errors.Is(err, tt.termErr) || (tt.termErr == nil) != (err == nil) {
+				t.Fatalf("Run = %+v, %v; want the result and %v", res, err, tt.termErr)
+			}
+		})
+	}
+}
+
+// TestRunDetachedNoSandbox: a run refused before anything is created has nothing to wait for.
+func TestRunDetachedNoSandbox(t *testing.T) {
+	f := &fakeBackend{set: supportedSet()}
+	_, term, err := RunDetached(t.Context(), f, Request{Language: "cobol", Code: "x"}, Options{})
+	if !errors.Is(err, sandbox.ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+	if term != nil || term.Wait() != nil {
+		t.Fatalf("termination %v for a run that made no sandbox", term)
+	}
+	<-term.Done()
+	if len(f.created) != 0 {
+		t.Fatalf("created %v", f.created)
 	}
 }

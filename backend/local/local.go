@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,6 +117,21 @@ type session struct {
 	mu        sync.Mutex // serialises destroy
 	gone      bool
 	stopTimer func() // stops the lifetime timer of a gVisor session
+
+	// warm is the client Create's health check used, its connection to the agent still
+	// open: the first Connect takes it, so the first exec skips a dial and the agent's
+	// accept. Whoever takes it closes it; destroy and Backend.Close close one left untaken.
+	warm atomic.Pointer[client.Client]
+}
+
+// takeWarm returns the session's open client once, nil after that.
+func (s *session) takeWarm() *client.Client { return s.warm.Swap(nil) }
+
+// dropWarm closes a client nobody took (its idle connection and the transport's goroutines).
+func (s *session) dropWarm() {
+	if c := s.takeWarm(); c != nil {
+		c.Close()
+	}
 }
 
 // New returns a local backend over opts.StateDir, reconciling what a previous process left:
@@ -210,6 +226,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	// gVisor lifetime timers are this process's; a later New re-arms them.
 	for _, s := range sessions {
+		s.dropWarm() // the sandbox lives on; this process's connection to it does not
 		s.mu.Lock()
 		if s.stopTimer != nil {
 			s.stopTimer()
@@ -472,39 +489,35 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	etc := sync.OnceValue(func() etcResult { return <-etcc })
 	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, fmt.Errorf("session dir: %w", err)
+	// The cgroups (handed to the sandbox's root) and the session dir and key do not depend
+	// on each other: the cgroups, the slowest (a directory and limits in each hierarchy), are
+	// made on another thread meanwhile.
+	type cgResult struct {
+		cg  sandboxCgroup
+		err error
 	}
-	if err := os.Chmod(dir, 0o711); err != nil { // umask
-		return nil, err
-	}
-	run := filepath.Join(dir, "run")
-	if err := os.Mkdir(run, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(run, b.opts.UIDBase, b.opts.UIDBase); err != nil {
-		return nil, err
-	}
-	cg, err := b.cg.create(id, r.limits)
-	if err != nil {
-		return nil, err
-	}
-	key, err := token.DeriveKey(b.master, id)
-	if err != nil {
-		return nil, err
-	}
-	ring, err := token.NewKeyRing(key.Public().(ed25519.PublicKey)).MarshalText()
-	if err != nil {
-		return nil, err
-	}
+	cgc := make(chan cgResult, 1)
+	go func() {
+		cg, err := b.cg.create(id, r.limits)
+		if err == nil {
+			err = cg.delegate(b.opts.UIDBase, b.opts.UIDBase)
+		}
+		cgc <- cgResult{cg, err}
+	}()
+	key, ring, err := b.sessionDirAndKey(dir, id)
+	cgr := <-cgc
 	now := time.Now()
 	s := &session{
-		dir: dir, key: key, cg: cg, done: make(chan struct{}),
+		dir: dir, key: key, cg: cgr.cg, done: make(chan struct{}),
 		rec: record{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
 		},
 	}
+	if err = errors.Join(err, cgr.err); err != nil {
+		return s, err // destroy removes whichever of the two was made
+	}
+	cg := s.cg
 	cfg := &nsinit.Config{
 		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: r.rootSrc,
 		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
@@ -531,26 +544,62 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		return s, err
 	}
 	s.rec.LandlockABI = st.LandlockABI
-	// Create returns only once the agent answers a request, not merely listens.
+	// Create returns only once the agent answers a request, not merely listens. The record
+	// is complete already and is written meanwhile (other processes find the session by it;
+	// a failed create removes it with the rest, under the shared lock a reconcile waits for).
+	recErr := make(chan error, 1)
+	go func() { recErr <- writeRecord(dir, &s.rec) }()
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := b.client(s)
 	h, err := c.Health(hctx)
-	c.Close()
+	werr := <-recErr
 	if err != nil {
+		c.Close()
 		return s, fmt.Errorf("%w: agent of %s did not answer: %v", sandbox.ErrUnreachable, id, err)
 	}
 	if h.SandboxID != decl.ID {
+		c.Close()
 		return s, fmt.Errorf("%w: agent of %s answered for sandbox %q", sandbox.ErrUnreachable, id, h.SandboxID)
 	}
-	if err := writeRecord(dir, &s.rec); err != nil {
-		return s, err
+	if werr != nil {
+		c.Close()
+		return s, werr
 	}
+	s.warm.Store(c)
 	b.mu.Lock()
 	b.sessions[id] = s
 	b.mu.Unlock()
 	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI)
 	return s, nil
+}
+
+// sessionDirAndKey makes the session dir (the sandbox's mapped root traverses it and owns its
+// run dir, where the agent listens) and derives the session's key and the key ring the agent
+// verifies tokens with.
+func (b *Backend) sessionDirAndKey(dir, id string) (ed25519.PrivateKey, []byte, error) {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, nil, fmt.Errorf("session dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // umask
+		return nil, nil, err
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chown(run, b.opts.UIDBase, b.opts.UIDBase); err != nil {
+		return nil, nil, err
+	}
+	key, err := token.DeriveKey(b.master, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	ring, err := token.NewKeyRing(key.Public().(ed25519.PublicKey)).MarshalText()
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, ring, nil
 }
 
 // etcResult is a host-image sandbox's /etc copy (etcCache.get).
@@ -605,9 +654,6 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 			Credential: &syscall.Credential{Uid: 0, Gid: 0},
 			Setsid:     true,
 		},
-	}
-	if err := cg.delegate(b.opts.UIDBase, b.opts.UIDBase); err != nil {
-		return nil, err
 	}
 	// Born inside its cgroups; it still waits for the config before doing anything.
 	if err := cg.start(cmd); err != nil {
@@ -837,6 +883,9 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 	if err != nil {
 		return nil, err
 	}
+	if c := s.takeWarm(); c != nil {
+		return &pausableAgent{Client: c, fz: freezerOf(&s.rec), id: s.rec.ID}, nil
+	}
 	return b.pausableClient(s), nil // pause.go: refuses calls while paused
 }
 
@@ -880,6 +929,7 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	dir := filepath.Join(b.opts.StateDir, id)
 	var rec *record
 	if s != nil {
+		s.dropWarm()
 		rec = &s.rec
 		if s.stopTimer != nil {
 			s.stopTimer()
