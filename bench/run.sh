@@ -98,6 +98,9 @@ export AIRLOCK_BENCH_REQUIRE=$require
 
 # ---- run -----------------------------------------------------------------------------------
 out=$cache/last.txt
+# The benchmarks' tables (longer than go test prints of a benchmark's log) go here, then to $out.
+export AIRLOCK_BENCH_REPORT=$cache/report.md
+rm -f "$AIRLOCK_BENCH_REPORT"
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M UTC') commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (+ uncommitted changes in the tree)')"
 	echo "# $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -110,5 +113,9 @@ go test -run '^$' -bench "${BENCH:-SideBySide|SandboxesPerSecond|RunCodeThroughp
 	-benchtime "${BENCHTIME:-20x}" -timeout 60m "$@" . 2>&1 | tee -a "$out"
 status=${PIPESTATUS[0]}
 set -e
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
+{
+	echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo
+	cat "$AIRLOCK_BENCH_REPORT" 2>/dev/null
+} | tee -a "$out"
 exit "$status"

@@ -88,7 +88,7 @@ func BenchmarkSandboxesPerSecond(b *testing.B) {
 				n += w * callsPerWorker
 			}
 			b.ReportMetric(float64(n)/total.Seconds(), "sandboxes/s")
-			b.Logf("workers=%d: %d sandboxes, %.1f/s; load average %s", w, n, float64(n)/total.Seconds(), loadAvg())
+			report(b, fmt.Sprintf("workers=%d: %d sandboxes, %.1f/s; load average %s", w, n, float64(n)/total.Seconds(), loadAvg()))
 		})
 	}
 }
@@ -169,7 +169,7 @@ func BenchmarkRunCodeThroughput(b *testing.B) {
 			b.ReportMetric(rate[1]/rate[0], "fresh/host")
 			b.ReportMetric(rate[2]/rate[0], "pool/host")
 			reportPool(b, p)
-			b.Logf("workers=%d, %d calls per phase: %sload average %s", w, int(n), line.String(), loadAvg())
+			report(b, fmt.Sprintf("workers=%d, %d calls per phase: %sload average %s", w, int(n), line.String(), loadAvg()))
 		})
 	}
 }
