@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,8 +182,6 @@ func (g *Gateway) Close() error {
 	return g.hostNS.Close()
 }
 
-var sandboxIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // hostIfName is the host end of a sandbox's link: "al" and 12 hex digits of the id's hash,
 // because an interface name has at most 15 characters and a sandbox id up to 64.
 func hostIfName(id string) string {
@@ -199,7 +196,7 @@ func tableName(id string) string { return "airlock_" + id }
 // up; otherwise a veth pair, addresses, a default route, an nftables table, the resolver and
 // the proxy. On error everything made so far is removed.
 func (g *Gateway) Setup(ctx context.Context, sandboxID string, sandboxNetns netns.NsHandle, p Policy) (*Attachment, error) {
-	if !sandboxIDRe.MatchString(sandboxID) {
+	if !spec.IsValidID(sandboxID) {
 		return nil, fmt.Errorf("%w: sandbox id %q: 1 to 64 of [A-Za-z0-9_-]", sandbox.ErrInvalid, sandboxID)
 	}
 	if err := p.Validate(); err != nil {
@@ -252,7 +249,7 @@ func (g *Gateway) Setup(ctx context.Context, sandboxID string, sandboxNetns netn
 // Cleanup removes what a crashed process may have left for sandboxID (the host link, which
 // takes its peer along, and the nftables table). It refuses while the id is attached here.
 func (g *Gateway) Cleanup(ctx context.Context, sandboxID string) error {
-	if !sandboxIDRe.MatchString(sandboxID) {
+	if !spec.IsValidID(sandboxID) {
 		return fmt.Errorf("%w: sandbox id %q: 1 to 64 of [A-Za-z0-9_-]", sandbox.ErrInvalid, sandboxID)
 	}
 	g.mu.Lock()

@@ -19,7 +19,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -446,11 +445,9 @@ const (
 	annotationBaseOf  = "dev.airlock.snapshot.base"
 )
 
-var snapshotNameRE = regexp.MustCompile(spec.IDPattern)
-
 // CheckSnapshotName refuses a name that is not 1 to 64 letters, digits, '_' and '-'.
 func CheckSnapshotName(name string) error {
-	if !snapshotNameRE.MatchString(name) {
+	if !spec.IsValidID(name) {
 		return fmt.Errorf("%w: snapshot name %q: 1 to 64 characters of letters, digits, '_' and '-'", sandbox.ErrInvalid, name)
 	}
 	return nil

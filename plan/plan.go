@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -70,7 +71,7 @@ func (r *Refusal) Unwrap() error { return sandbox.ErrRefused }
 // SandboxIndex is the index in the stack's sandboxes of the sandbox the refusal is about, -1
 // for a stack-level or workload refusal.
 func (r *Refusal) SandboxIndex() int {
-	m := indexedPath.FindStringSubmatch(r.Field)
+	m := indexedPath().FindStringSubmatch(r.Field)
 	if m == nil || m[1] != "sandboxes" {
 		return -1
 	}
@@ -191,11 +192,12 @@ func fieldRank(field string) int {
 	return best
 }
 
-var indexedPath = regexp.MustCompile(`^(sandboxes|workloads)\[(\d+)\]\.?(.*)$`)
+// Compiled on first use: the CLI links plan but most of its runs refuse nothing.
+var indexedPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(sandboxes|workloads)\[(\d+)\]\.?(.*)$`) })
 
 func fromFieldError(fe *spec.FieldError) item {
 	r := &Refusal{SandboxID: fe.SandboxID, Field: fe.Path, Value: fe.Value, Rule: fe.Rule, Message: fe.Message}
-	m := indexedPath.FindStringSubmatch(fe.Path)
+	m := indexedPath().FindStringSubmatch(fe.Path)
 	if m == nil {
 		return item{group: groupStack, r: r}
 	}

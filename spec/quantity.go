@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sync"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,9 +53,10 @@ const (
 // on its own accepts oddities such as "Mi" (zero) and "e3".
 const QuantityPattern = `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$`
 
+// Compiled on first use, not at package init: most binaries linking spec never parse one.
 var (
-	quantityRE         = regexp.MustCompile(QuantityPattern)
-	quantityExponentRE = regexp.MustCompile(`[eE]([-+]?[0-9]+)$`)
+	quantityRE         = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(QuantityPattern) })
+	quantityExponentRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[eE]([-+]?[0-9]+)$`) })
 )
 
 // Parse reads the quantity with the Kubernetes grammar. Quantities longer than 64 characters
@@ -66,10 +68,10 @@ func (q Quantity) Parse() (resource.Quantity, error) {
 	if len(q) > maxQuantityLength {
 		return resource.Quantity{}, fmt.Errorf("%w: quantity is longer than %d characters", ErrInvalid, maxQuantityLength)
 	}
-	if !quantityRE.MatchString(string(q)) {
+	if !quantityRE().MatchString(string(q)) {
 		return resource.Quantity{}, fmt.Errorf("%w: quantity %q: write a number with an optional suffix (n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e3)", ErrInvalid, string(q))
 	}
-	if m := quantityExponentRE.FindStringSubmatch(string(q)); m != nil {
+	if m := quantityExponentRE().FindStringSubmatch(string(q)); m != nil {
 		if e, err := strconv.Atoi(m[1]); err != nil || e > maxQuantityExponent || e < -maxQuantityExponent {
 			return resource.Quantity{}, fmt.Errorf("%w: quantity %q: the exponent is beyond ±%d", ErrInvalid, string(q), maxQuantityExponent)
 		}

@@ -3,7 +3,6 @@ package spec
 import (
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,16 +17,43 @@ const IDPattern = `^[A-Za-z0-9_-]{1,64}$`
 // EnvNamePattern is the grammar of environment variable names.
 const EnvNamePattern = `^[A-Za-z_][A-Za-z0-9_]*$`
 
-var (
-	idRE      = regexp.MustCompile(IDPattern)
-	envNameRE = regexp.MustCompile(EnvNamePattern)
-)
+// IsValidID reports whether id matches IDPattern. A loop, not a regexp: `{1,64}` compiles to
+// 64 copies of the class (~860 allocations, 0.1-0.3 ms), paid at the start of every binary that
+// links this package (the CLI, the agent) when compiled at package init.
+func IsValidID(id string) bool {
+	if len(id) < 1 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !isAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isEnvName reports whether k matches EnvNamePattern.
+func isEnvName(k string) bool {
+	if k == "" || (k[0] >= '0' && k[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !isAlnum(c) && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+}
 
 const idMessage = "an id is 1 to 64 characters of letters, digits, '_' and '-'"
 
 // ValidateID checks a sandbox or workload id: [A-Za-z0-9_-], 1 to 64 characters.
 func ValidateID(id string) error {
-	if !idRE.MatchString(id) {
+	if !IsValidID(id) {
 		return &FieldError{Path: "id", Value: id, Rule: RuleIDFormat, Message: idMessage}
 	}
 	return nil
@@ -49,11 +75,11 @@ func (s *Sandbox) Validate(pathPrefix string) []*FieldError {
 
 func (s *Sandbox) validate(prefix string, index int, sc *stackContext) []*FieldError {
 	v := &validator{prefix: prefix}
-	if idRE.MatchString(s.ID) {
+	if IsValidID(s.ID) {
 		v.sandboxID = s.ID
 	}
 
-	if !idRE.MatchString(s.ID) {
+	if !IsValidID(s.ID) {
 		v.add("id", s.ID, RuleIDFormat, idMessage)
 	} else if sc != nil {
 		if first := sc.firstIndex[s.ID]; first != index {
@@ -107,7 +133,7 @@ func (st *Stack) Validate() []*FieldError {
 	firstWorkload := map[string]int{}
 	for j, w := range st.Workloads {
 		wv := &validator{prefix: fmt.Sprintf("workloads[%d]", j)}
-		if !idRE.MatchString(w.ID) {
+		if !IsValidID(w.ID) {
 			wv.add("id", w.ID, RuleWorkloadID, "a workload "+idMessage)
 		} else if first, seen := firstWorkload[w.ID]; seen {
 			wv.add("id", w.ID, RuleIDDuplicate, fmt.Sprintf("the id is already used by workloads[%d]; workload ids are unique in a stack", first))
@@ -167,7 +193,7 @@ func (v *validator) image(img Image) {
 			v.add("image."+f.name, f.val, RuleImagePath, "a path may not contain a NUL byte")
 		}
 	}
-	if img.Snapshot != "" && !idRE.MatchString(img.Snapshot) {
+	if img.Snapshot != "" && !IsValidID(img.Snapshot) {
 		v.add("image.snapshot", img.Snapshot, RuleImageSnapshot, "a snapshot name is 1 to 64 characters of letters, digits, '_' and '-'")
 	}
 }
@@ -299,7 +325,7 @@ func (v *validator) previewPorts(ports []int) {
 func (v *validator) env(env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		field := "env[" + k + "]"
-		if !envNameRE.MatchString(k) {
+		if !isEnvName(k) {
 			v.add(field, k, RuleEnvName, "an environment variable name is a letter or '_' followed by letters, digits and '_'")
 		}
 		// The value is withheld from the error: environment values are often secrets.

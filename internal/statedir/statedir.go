@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +23,18 @@ const (
 	LockFile = ".lock"
 )
 
-var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{16}$`)
+// isSessionID reports whether id is "s-" and 16 lower-case hex digits (what NewSessionID makes).
+func isSessionID(id string) bool {
+	if len(id) != 18 || id[:2] != "s-" {
+		return false
+	}
+	for i := 2; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // NewSessionID returns "s-" and 16 random hex digits.
 func NewSessionID() (string, error) {
@@ -37,7 +47,7 @@ func NewSessionID() (string, error) {
 
 // CheckSessionID refuses anything NewSessionID could not have made; ids become paths.
 func CheckSessionID(id string) error {
-	if !sessionIDPattern.MatchString(id) {
+	if !isSessionID(id) {
 		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
 	}
 	return nil

@@ -26,6 +26,14 @@ func TestCheckSessionID(t *testing.T) {
 		{"../s-0123456789abcdef", false},
 		{"s-0123456789abcdef/..", false},
 		{"", false},
+		{"s-0123456789abcdeg", false},
+		{"s-0123456789abcde/", false},
+		{"s-0123456789abcdef0", false},
+		{"S-0123456789abcdef", false},
+		{"s_0123456789abcdef", false},
+		{"s-0123456789abcde:", false},
+		{"s-0123456789abcde`", false},
+		{"s-0123456789abcdef\n", false},
 	} {
 		if err := CheckSessionID(tc.id); (err == nil) != tc.ok {
 			t.Errorf("CheckSessionID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
