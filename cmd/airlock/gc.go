@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/gc"
+)
+
+func init() { commands = append(commands, newGCCmd) }
+
+// newGCCmd reaps what killed runs leave: stale session records and empty airlock-* cgroups.
+func newGCCmd(g *globals) *cobra.Command {
+	var stateDirs []string
+	var dryRun, verbose bool
+	var minAge time.Duration
+	cmd := &cobra.Command{
+		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m]",
+		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups",
+		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test):
+
+  - session records in each --state-dir whose sandbox is gone, by the local runtime's own
+    reconcile (live sandboxes there are adopted and left running);
+  - cgroups named airlock-* in every hierarchy under ` + gc.CgroupRoot + `, child by child: a child tree
+    goes when no process is in it (in any hierarchy), it is not a session of a state dir,
+    and it has not changed for --min-age; the airlock-* cgroup itself once it is empty.
+
+A live sandbox is never touched: its processes keep its cgroups (the kernel refuses to
+remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Needs root.`,
+		Example: `  sudo airlock gc --dry-run
+  sudo airlock gc --state-dir /run/airlock --state-dir /var/tmp/airlock-ci`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if minAge < 0 {
+				return usageError("--min-age %s must not be negative", minAge)
+			}
+			rep, err := gc.Run(cmd.Context(), gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun})
+			out := cmd.OutOrStdout()
+			if g.output == outputJSON {
+				if perr := printJSON(out, rep); perr != nil {
+					return perr
+				}
+			} else {
+				verb := "removed"
+				if dryRun {
+					verb = "would remove"
+				}
+				for _, s := range rep.Sessions {
+					fmt.Fprintf(out, "%s session record %s\n", verb, s)
+				}
+				for _, c := range rep.Cgroups {
+					fmt.Fprintf(out, "%s cgroup %s\n", verb, c)
+				}
+				if verbose {
+					for _, k := range rep.Kept {
+						fmt.Fprintf(out, "kept %s\n", k)
+					}
+				}
+				fmt.Fprintf(out, "%s %d session records, %d cgroup directories\n", verb, len(rep.Sessions), len(rep.Cgroups))
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringArrayVar(&stateDirs, "state-dir", []string{local.DefaultStateDir}, "a local runtime state dir to reconcile and whose sessions keep their cgroups; repeatable")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be removed; change nothing")
+	cmd.Flags().DurationVar(&minAge, "min-age", time.Minute, "spare cgroup trees changed more recently than this")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also list the airlock-* cgroups kept, and why")
+	return cmd
+}
