@@ -5,6 +5,9 @@
 #
 #   hack/mkrootfs.sh [--node] [--oci-layout DIR] [--docker-archive FILE] [--tag NAME] [--no-check] OUTDIR
 #
+# Programs that are also bash builtins (echo, printf, test, [, pwd, true, false, kill) go in as
+# files and are run as files in the new root (a sandbox exec runs argv[0], not a shell).
+#
 # Idempotent and cacheable: the inputs (this script, the options, and the size and mtime of every
 # file copied) are fingerprinted into OUTDIR.stamp; a rerun with the same fingerprint does nothing.
 # The rootfs is built beside OUTDIR and swapped in whole. Packing goes through
@@ -13,7 +16,7 @@
 # Environment: PYTHON (default /usr/bin/python3), NODE (default /usr/bin/node), GO (default go).
 set -euo pipefail
 
-usage() { sed -n '2,13s/^# \{0,1\}//p' "$0"; exit "${1:-2}"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; exit "${1:-2}"; }
 
 with_node=0 oci="" archive="" tag="airlock.local/rootfs:host" check=1 out=""
 while (($#)); do
@@ -42,9 +45,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 syspath=/usr/bin:/bin:/usr/sbin:/sbin
 
 bins=(bash sh env cat ls echo mkdir rmdir rm cp mv ln chmod touch head tail wc sort uniq tr cut
-	grep sed id uname date pwd sleep true false printf test readlink realpath dirname basename
+	grep sed id uname date pwd sleep true false printf test '[' readlink realpath dirname basename
 	tee xargs find seq expr mktemp stat du df nproc whoami hostname timeout kill ps)
 required=(bash sh env python3)
+# Programs that are also bash builtins: a script never notices their absence, but a sandbox
+# exec runs argv[0] as a file. They must be in the root (checked after the build).
+builtin_too=(echo printf test '[' pwd true false kill)
 
 log() { printf 'mkrootfs: %s\n' "$*" >&2; }
 
@@ -79,9 +85,13 @@ add() {
 	done
 }
 
+# type -P: the file on PATH, never a shell builtin of the same name (command -v answers "echo"
+# for echo, and the binary was silently left out).
+declare -A binpath=()
 for b in "${bins[@]}" python3; do
-	if p=$(PATH=$syspath command -v "$b"); then
-		[[ $p == /* ]] && add "$p"
+	if p=$(PATH=$syspath type -P "$b"); then
+		add "$p"
+		binpath[$b]=$p
 	else
 		for r in "${required[@]}"; do [[ $b != "$r" ]] || { log "$b not found on $syspath"; exit 1; }; done
 		log "warning: $b not found, skipped"
@@ -171,8 +181,28 @@ else
 	# Fixed times on what we wrote ourselves, so the packed image is reproducible.
 	find "$tmp" -newer "$0" -exec touch -h -d @0 {} + 2>/dev/null || true
 
+	# Every program found on the host is in the root, as a file (or a link to one).
+	for b in "${!binpath[@]}"; do
+		[[ -e $tmp${binpath[$b]} ]] || { log "check failed: $b (${binpath[$b]}) is missing from the new root"; exit 1; }
+	done
 	if ((check)) && (($(id -u) == 0)); then
 		chroot "$tmp" /bin/sh -c 'echo ok' >/dev/null || { log "check failed: /bin/sh does not run in the new root"; exit 1; }
+		# The builtin-shadowed programs, run as files (no shell in between).
+		for b in "${builtin_too[@]}"; do
+			p=${binpath[$b]:-}
+			[[ -n $p ]] || { log "check failed: $b is not on this host's $syspath"; exit 1; }
+			case $b in
+			echo) got=$(chroot "$tmp" "$p" ok) ;;
+			printf) got=$(chroot "$tmp" "$p" '%s' ok) ;;
+			test) got=$(chroot "$tmp" "$p" 1 -eq 1 && echo ok) ;;
+			\[) got=$(chroot "$tmp" "$p" 1 = 1 ] && echo ok) ;;
+			pwd) got=$(cd / && chroot "$tmp" "$p" | sed 's|^/$|ok|') ;;
+			true) got=$(chroot "$tmp" "$p" && echo ok) ;;
+			false) got=$(chroot "$tmp" "$p" || echo ok) ;;
+			kill) got=$(chroot "$tmp" "$p" -l 9 | sed 's/^KILL$/ok/') ;;
+			esac
+			[[ $got == ok ]] || { log "check failed: $p does not run in the new root (got ${got@Q})"; exit 1; }
+		done
 		got=$(chroot "$tmp" /usr/bin/env -i PATH=/usr/bin:/bin "$PYTHON" -c \
 			'import json, ssl, sqlite3, hashlib, ctypes, decimal, zlib, lzma, bz2; print(json.dumps(2+2))') ||
 			{ log "check failed: $PYTHON with its stdlib does not run in the new root"; exit 1; }
