@@ -139,3 +139,26 @@ func TestShutdownDisabled(t *testing.T) {
 		t.Errorf("shutdown on an agent without shutdownOnManage: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestVerifiedTokenLimits: a token the agent accepted before (and remembers) still expires on
+// time and still grants only its class.
+func TestVerifiedTokenLimits(t *testing.T) {
+	h := newHarness(t).start()
+	exp := time.Now().Add(time.Second).Unix() + 1
+	tok := h.token(token.Execute, func(c *token.Claims) { c.Expiry = exp })
+	exec := func() (int, []byte) {
+		return h.raw("POST", "/v1/exec", tok, strings.NewReader(`{"argv":["true"],"timeoutMs":1000}`))
+	}
+	for range 2 {
+		if st, body := exec(); st != 200 {
+			t.Fatalf("fresh token: %d %s", st, body)
+		}
+	}
+	if st, body := h.raw("POST", "/v1/shutdown", tok, nil); st != 403 || !strings.Contains(string(body), string(token.ReasonWrongClass)) {
+		t.Errorf("accepted execute token on a manage call: %d %s", st, body)
+	}
+	time.Sleep(time.Until(time.Unix(exp, 0).Add(50 * time.Millisecond)))
+	if st, body := exec(); st != 403 || !strings.Contains(string(body), string(token.ReasonExpired)) {
+		t.Errorf("remembered token past its expiry: %d %s", st, body)
+	}
+}

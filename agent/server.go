@@ -34,6 +34,9 @@ type server struct {
 	act   *activity
 	gate  *idleGate
 
+	// verified caches tokens ring accepted (ring never changes after Serve starts).
+	verified verified
+
 	life     context.Context // cancelled when the agent stops: every job is killed
 	stop     context.CancelFunc
 	shutdown chan struct{} // closed by POST /v1/shutdown
@@ -51,6 +54,16 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", sbtypes.ErrInvalid, err)
 	}
+	// The spawner thread (a new OS thread, its cgroup, PrepareSpawnThread's filters) gets ready
+	// while this goroutine opens the files root and the socket; serving waits for it.
+	sp := newSpawner(&cfg)
+	sp.begin(hooks.PrepareSpawnThread)
+	spawnerUp := false
+	defer func() {
+		if !spawnerUp {
+			sp.abandon()
+		}
+	}()
 	fs, err := newFiles(&cfg)
 	if err != nil {
 		return err
@@ -79,11 +92,11 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		ln.Close()
 		return err
 	}
-	sp := newSpawner(&cfg)
-	if err := sp.start(hooks.PrepareSpawnThread); err != nil {
+	if err := sp.ready(); err != nil {
 		ln.Close()
 		return err
 	}
+	spawnerUp = true
 	life, stop := context.WithCancel(context.Background())
 	s := &server{
 		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
@@ -202,13 +215,22 @@ func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc 
 			writeError(w, fmt.Errorf("%w: this call needs Authorization: Bearer <capability token of class %s>", sbtypes.ErrUnauthenticated, class))
 			return
 		}
-		_, err := token.Verify(s.ring, strings.TrimSpace(tok), token.Expect{
-			Sandbox:    s.cfg.SandboxID,
-			Session:    s.cfg.SessionID,
-			Generation: s.cfg.Generation,
-			Class:      class,
-			Now:        time.Now(),
-		})
+		tok = strings.TrimSpace(tok)
+		now := time.Now()
+		var err error
+		if !s.verified.ok(tok, class, now) {
+			var c token.Claims
+			c, err = token.Verify(s.ring, tok, token.Expect{
+				Sandbox:    s.cfg.SandboxID,
+				Session:    s.cfg.SessionID,
+				Generation: s.cfg.Generation,
+				Class:      class,
+				Now:        now,
+			})
+			if err == nil {
+				s.verified.add(tok, class, c)
+			}
+		}
 		if err != nil {
 			var te *token.Error
 			if errors.As(err, &te) {
