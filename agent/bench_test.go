@@ -3,13 +3,16 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
@@ -19,13 +22,59 @@ func BenchmarkExecTrue(b *testing.B) {
 	h := newHarness(b).start()
 	ctx := context.Background()
 	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
-	b.ResetTimer()
+	m := h.meter(b)
 	for b.Loop() {
+		t := time.Now()
 		res, err := h.cl.Exec(ctx, req, nil, nil)
+		m.add(time.Since(t))
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}
+	m.report()
+}
+
+// meter adds two figures that hold up on a loaded machine better than the mean: the median
+// round trip, and the CPU time the agent process spent per operation (its threads' run time
+// from /proc/<pid>/task/*/schedstat; the commands it starts are not counted).
+type meter struct {
+	b     *testing.B
+	pid   int
+	cpu0  time.Duration
+	times []time.Duration
+}
+
+func (h *harness) meter(b *testing.B) *meter {
+	m := &meter{b: b, pid: h.proc.Process.Pid}
+	m.cpu0 = m.cpu()
+	return m
+}
+
+func (m *meter) add(d time.Duration) { m.times = append(m.times, d) }
+
+func (m *meter) cpu() time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", m.pid))
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err == nil {
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
+func (m *meter) report() {
+	if len(m.times) == 0 {
+		return
+	}
+	slices.Sort(m.times)
+	m.b.ReportMetric(float64(m.times[len(m.times)/2].Nanoseconds()), "p50-ns/op")
+	m.b.ReportMetric(float64((m.cpu()-m.cpu0).Nanoseconds())/float64(len(m.times)), "agent-cpu-ns/op")
 }
 
 // BenchmarkOutputThroughput streams 64 MiB of stdout through the agent to the client.
@@ -98,15 +147,72 @@ func benchExecTrueV1(b *testing.B, gap time.Duration) {
 	h.start()
 	ctx := context.Background()
 	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
+	m := h.meter(b)
 	for b.Loop() {
 		if gap > 0 {
 			b.StopTimer()
 			time.Sleep(gap)
 			b.StartTimer()
 		}
+		t := time.Now()
 		res, err := h.cl.Exec(ctx, req, nil, nil)
+		m.add(time.Since(t))
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}
+	m.report()
+}
+
+// BenchmarkServeReady is the agent's serve preamble, in process: agent.Serve called until its
+// Ready hook runs (config check, files root, listen, the spawner thread ready), then stopped.
+// "freezer-v1" (root) runs it as the local runtime does: the process already in the freezer
+// cgroup the config names.
+func BenchmarkServeReady(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchServeReady(b, "") })
+	b.Run("freezer-v1", func(b *testing.B) {
+		if os.Geteuid() != 0 {
+			b.Skip("needs root for a freezer cgroup")
+		}
+		dir := filepath.Join("/sys/fs/cgroup/freezer", "airlock-test-"+randHex(4))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		pid := fmt.Sprint(os.Getpid())
+		if err := os.WriteFile(dir+"/cgroup.procs", []byte(pid), 0); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			_ = os.WriteFile("/sys/fs/cgroup/freezer/cgroup.procs", []byte(pid), 0)
+			_ = syscall.Rmdir(dir)
+		})
+		benchServeReady(b, dir)
+	})
+}
+
+func benchServeReady(b *testing.B, freezer string) {
+	h := newHarness(b)
+	h.cfg.CgroupV1Freezer = freezer
+	var times []time.Duration
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{})
+		served := make(chan error, 1)
+		t := time.Now()
+		go func() {
+			served <- agent.Serve(ctx, h.cfg, agent.Hooks{Ready: func(string) { close(ready) }})
+		}()
+		select {
+		case <-ready:
+			times = append(times, time.Since(t))
+		case err := <-served:
+			b.Fatal(err)
+		}
+		cancel()
+		if err := <-served; err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Nanoseconds()), "p50-ns/op")
 }

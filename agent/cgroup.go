@@ -88,6 +88,9 @@ type execGroup struct {
 	fd   int    // v2: the cgroup directory, for CLONE_INTO_CGROUP
 	pgid int    // process-group: set once the leader is spawned
 	c    *cgroups
+	// left is closed once the spawner thread, which enters a v1 exec cgroup to fork into it,
+	// is out again (nil: it never entered). Set by the spawner before its reply.
+	left chan struct{}
 
 	oomFile   string // the OOM-kill counter covering this exec ("" when none does)
 	oomStart  uint64 // its value before the exec started
@@ -179,6 +182,10 @@ func (g *execGroup) kill() error {
 	case scopeV2:
 		return g.killV2()
 	default:
+		if g.left != nil {
+			// Freezing with the spawner thread inside would freeze it too.
+			<-g.left
+		}
 		return g.killV1()
 	}
 }

@@ -17,13 +17,30 @@ import (
 // a client that stops reading blocks the pumps, which stop draining the pipes, which blocks the
 // command's writes. Nothing is buffered without bound.
 type frameWriter struct {
-	mu   sync.Mutex
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	seq  uint64
-	buf  []byte
-	err  error
-	gone func() // called once when the client is found gone
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	seq     uint64
+	buf     []byte
+	err     error
+	gone    func() // called once when the client is found gone
+	flushed bool   // the response head has gone out
+	ended   bool   // terminal was called: the head timer must no longer touch the response
+}
+
+// headDelay is how long the response head (200, X-Airlock-Exec-Id) may wait for the first
+// output or the terminal frame to travel with. A short command's whole answer is then one write
+// (and one wakeup of the client) instead of three; a longer one's head goes out after this.
+const headDelay = 3 * time.Millisecond
+
+// flushHead sends the response head if nothing has yet.
+func (f *frameWriter) flushHead() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil || f.flushed || f.ended {
+		return
+	}
+	f.write(nil, true)
 }
 
 func (f *frameWriter) output(typ byte, data []byte, more bool) bool {
@@ -38,9 +55,13 @@ func (f *frameWriter) output(typ byte, data []byte, more bool) bool {
 	return f.err == nil
 }
 
-func (f *frameWriter) terminal(typ byte, v any) {
+// terminal writes the terminal frame. Unflushed unless asked: the handler returns right after,
+// and the server then writes it together with the end of the body, so the client sees both
+// in one read (and, having read the body to its end, keeps the connection).
+func (f *frameWriter) terminal(typ byte, v any, flush bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ended = true
 	if f.err != nil {
 		return
 	}
@@ -52,13 +73,17 @@ func (f *frameWriter) terminal(typ byte, v any) {
 	f.buf = append(f.buf[:0], typ, 0, 0, 0, 0)
 	f.buf[1], f.buf[2], f.buf[3], f.buf[4] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
 	f.buf = append(f.buf, b...)
-	f.write(f.buf, true)
+	f.write(f.buf, flush)
 }
 
 func (f *frameWriter) write(b []byte, flush bool) {
-	_, err := f.w.Write(b)
+	var err error
+	if len(b) > 0 {
+		_, err = f.w.Write(b)
+	}
 	if err == nil && flush {
 		err = f.rc.Flush()
+		f.flushed = true
 	}
 	if err != nil {
 		f.err = err
@@ -117,9 +142,8 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", wire.ContentTypeFrames)
 	w.Header().Set("X-Airlock-Exec-Id", j.id)
 	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		cancel()
-	}
+	head := time.AfterFunc(headDelay, fw.flushHead)
+	defer head.Stop()
 	var stdinDone chan struct{}
 	if req.Stdin {
 		stdinDone = make(chan struct{})
@@ -152,13 +176,14 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		// Deadlines belong to this exchange, not to the kept-alive connection.
 		_ = rc.SetWriteDeadline(time.Time{})
 	}()
+	// An aborted exchange is not finished by the server: flush the terminal frame here.
 	if err != nil {
 		code, _ := wire.CodeOf(err)
-		fw.terminal(wire.FrameError, wire.Error{Code: code, Message: err.Error()})
+		fw.terminal(wire.FrameError, wire.Error{Code: code, Message: err.Error()}, abort)
 		s.log.Error("exec", "id", j.id, "err", err)
 		return
 	}
-	fw.terminal(wire.FrameExit, ex)
+	fw.terminal(wire.FrameExit, ex, abort)
 }
 
 // limitedReader fails past n bytes (n < 0: unlimited), bounding the JSON header of a body

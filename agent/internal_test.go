@@ -199,3 +199,23 @@ func TestActivityDiscountsFrozenTime(t *testing.T) {
 		t.Errorf("never idle: %v", r)
 	}
 }
+
+func TestListsID(t *testing.T) {
+	for _, tc := range []struct {
+		tasks string
+		id    int
+		want  bool
+	}{
+		{"", 1, false},
+		{"1\n", 1, true},
+		{"12\n", 1, false},
+		{"1\n12\n", 12, true},
+		{"112\n", 12, false},
+		{"7\n8", 8, true}, // no final newline
+		{"7\n\n8\n", 9, false},
+	} {
+		if got := listsID([]byte(tc.tasks), tc.id); got != tc.want {
+			t.Errorf("listsID(%q, %d) = %v, want %v", tc.tasks, tc.id, got, tc.want)
+		}
+	}
+}

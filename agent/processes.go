@@ -247,7 +247,8 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 			} else {
 				_ = wire.WriteJSONFrame(w, wire.FrameExit, p.exit)
 			}
-			_ = rc.Flush()
+			// Not flushed: returning, the server writes it with the end of the body in one
+			// write, so the client reads both at once and keeps the connection.
 			return
 		}
 		if err := rc.Flush(); err != nil {

@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -47,9 +49,11 @@ type spawner struct {
 	homeV1  string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
 	reapAll bool   // PID 1: reap every child, dispatch the tracked ones
 
-	reqs chan *spawnRequest
-	stop chan struct{}
-	done sync.WaitGroup
+	reqs     chan *spawnRequest
+	stop     chan struct{}
+	done     sync.WaitGroup
+	readyc   chan error // the thread's start, until ready has read it
+	readyErr error      // what ready read
 
 	mu      sync.Mutex
 	waiters map[int]chan syscall.WaitStatus
@@ -78,20 +82,38 @@ func newSpawner(cfg *Config) *spawner {
 	return s
 }
 
-// start runs the spawner thread and the reaper; it returns PrepareSpawnThread's error.
-func (s *spawner) start(prepare func() error) error {
+// begin starts the spawner thread and the reaper without waiting for the thread to be ready.
+// Follow it with ready, or abandon.
+func (s *spawner) begin(prepare func() error) {
 	signal.Notify(s.sigs, syscall.SIGCHLD)
-	ready := make(chan error, 1)
+	s.readyc = make(chan error, 1)
 	s.done.Add(2)
-	goSpawner(func() { s.loop(prepare, ready, nil) })
+	goSpawner(func() { s.loop(prepare, s.readyc, nil) })
 	go s.reap()
-	if err := <-ready; err != nil {
+}
+
+// ready waits for the thread begun by begin; on its error everything begin started is stopped.
+// Later calls return the same answer.
+func (s *spawner) ready() error {
+	if s.readyc == nil {
+		return s.readyErr
+	}
+	err := <-s.readyc
+	s.readyc = nil
+	if err != nil {
 		close(s.stop)
 		s.done.Wait()
 		signal.Stop(s.sigs)
-		return err
+		s.readyErr = err
 	}
-	return nil
+	return err
+}
+
+// abandon stops a spawner begun but not to be used (the agent failed to start).
+func (s *spawner) abandon() {
+	if s.ready() == nil {
+		s.close()
+	}
 }
 
 // close stops the spawner thread and the reaper. Call it only after every tracked child has
@@ -134,7 +156,9 @@ func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- s
 		return
 	}
 	defer s.done.Done()
-	if s.homeV1 != "" {
+	// The local runtime starts the agent inside that cgroup already; a move is a cgroup
+	// migration (0.1-0.3 ms), a look at the short tasks list much less.
+	if s.homeV1 != "" && !threadIn(s.homeV1) {
 		if err := writeTID(s.homeV1); err != nil {
 			ready <- fmt.Errorf("agent: move spawner thread into %s: %w", s.homeV1, err)
 			return
@@ -150,10 +174,27 @@ func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- s
 	for {
 		select {
 		case req := <-s.reqs:
-			req.reply <- s.spawn(req)
+			rep := s.spawn(req)
+			req.reply <- rep
+			// Back home only once the requester has its pid: the move overlaps the
+			// command's start and the response instead of delaying both. The group's kill
+			// waits for it (leave), and the next spawn comes after it on this thread.
+			if g := req.group; g != nil && g.kind == scopeV1 && g.left != nil {
+				s.leave(g)
+			}
 		case <-s.stop:
 			return
 		}
+	}
+}
+
+// leave moves the spawner thread out of g's cgroup into its home and tells g it is out. Were it
+// to stay, freezing g would freeze the spawner and g could never be removed: a failure refuses
+// every further spawn rather than run half-confined.
+func (s *spawner) leave(g *execGroup) {
+	defer close(g.left)
+	if err := writeTID(s.homeV1); err != nil {
+		s.broken = fmt.Errorf("agent: spawner thread could not leave exec cgroup %s: %w", g.dir, err)
 	}
 }
 
@@ -183,8 +224,10 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 	}
 	if g != nil && g.kind == scopeV1 {
 		if err := writeTID(g.dir + "/tasks"); err != nil {
+			// A failed write leaves the thread where it was (home): nothing to leave.
 			return spawnReply{err: fmt.Errorf("enter exec cgroup %s: %w", g.dir, err)}
 		}
+		g.left = make(chan struct{})
 	}
 	s.mu.Lock()
 	pid, err := syscall.ForkExec(req.argv0, req.argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
@@ -195,18 +238,6 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 	}
 	s.mu.Unlock()
 	runtime.KeepAlive(req.files)
-	if g != nil && g.kind == scopeV1 {
-		if merr := writeTID(s.homeV1); merr != nil {
-			// Stuck inside an exec cgroup, the spawner would be frozen with it and keep it
-			// from being removed: refuse every further spawn rather than run half-confined.
-			s.broken = fmt.Errorf("agent: spawner thread could not leave exec cgroup %s: %w", g.dir, merr)
-			if err == nil {
-				// The child exists; its supervisor kills it like any other.
-				return spawnReply{pid: pid, pidfd: pidfd, exited: ch}
-			}
-			return spawnReply{err: s.broken}
-		}
-	}
 	if err != nil {
 		return spawnReply{err: err}
 	}
@@ -294,6 +325,33 @@ func (s *spawner) dispatch(pid int, ws syscall.WaitStatus) {
 		ch <- ws
 		delete(s.waiters, pid)
 	}
+}
+
+// threadIn reports whether the calling thread is listed in a cgroup v1 tasks file (false when
+// it cannot tell: then the caller moves it, which is always right).
+func threadIn(tasks string) bool {
+	b, err := os.ReadFile(tasks)
+	if err != nil {
+		return false
+	}
+	return listsID(b, unix.Gettid())
+}
+
+// listsID reports whether id is one of the newline-separated decimal ids in b.
+func listsID(b []byte, id int) bool {
+	want := strconv.Itoa(id)
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if string(line) == want {
+			return true
+		}
+	}
+	return false
 }
 
 // writeTID moves the calling thread into a cgroup v1 tasks file. "0" names the calling thread:
