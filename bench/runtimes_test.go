@@ -242,8 +242,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	if d := idx("docker"); d >= 0 {
 		b.ReportMetric(ratioTo(d, lib), "docker/airlock")
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(&tab, "\n%d iterations; load average at the end: %s", len(times[0]), strings.TrimSpace(string(load)))
+	fmt.Fprintf(&tab, "\n%d iterations; load average at the end: %s", len(times[0]), loadAvg())
 	report(b, tab.String())
 }
 
