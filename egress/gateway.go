@@ -387,7 +387,7 @@ func (a *Attachment) loopbackUp() error {
 // Counters are one sandbox's egress totals since Setup.
 type Counters struct {
 	ConnsAllowed  uint64 // TCP connections the policy allowed
-	ConnsDenied   uint64 // TCP connections refused by the policy
+	ConnsDenied   uint64 // TCP connections refused by the policy, and later requests refused on an allowed plaintext HTTP one
 	DialFailures  uint64 // allowed connections whose destination could not be reached
 	BytesSent     uint64 // sandbox → destination on allowed connections
 	BytesReceived uint64 // destination → sandbox on allowed connections
