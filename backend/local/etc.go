@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -31,8 +32,9 @@ import (
 // with it (checkSessionID).
 const etcCacheDir = "etc"
 
-// etcFormat versions the copy's layout: a change here rebuilds every copy.
-const etcFormat = "1"
+// etcFormat versions the copy's layout: a change here rebuilds every copy. 2: files keep
+// their modification times.
+const etcFormat = "2"
 
 // etcCache finds or builds the /etc copy for a workdir (the sandbox user's home is in passwd).
 type etcCache struct {
@@ -237,14 +239,18 @@ func copyEtcEntry(src, dst string, sources *[]etcSource) error {
 		case mode.IsRegular():
 			record()
 			top = false
-			return copyEtcFile(p, target, mode.Perm())
+			return copyEtcFile(p, target, mode.Perm(), info.ModTime())
 		}
 		top = false
 		return nil
 	})
 }
 
-func copyEtcFile(src, dst string, perm fs.FileMode) error {
+// copyEtcFile copies one file with its permission bits and its modification time: a bind
+// shows the host's, and what reads /etc may compare it (python recompiles a module whose
+// source is newer than its cached bytecode on every start, e.g. sitecustomize.py, which
+// Debian links into /etc, when the read-only /usr keeps it from writing the new cache).
+func copyEtcFile(src, dst string, perm fs.FileMode, mtime time.Time) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -262,7 +268,10 @@ func copyEtcFile(src, dst string, perm fs.FileMode) error {
 		out.Close()
 		return err
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(dst, time.Time{}, mtime) // access time left as it is
 }
 
 // gc removes the copies no manifest names and no live sandbox uses (inUse: names), and

@@ -73,6 +73,13 @@ func TestEtcCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, filepath.Join(src, "sub", "nested"), "nested\n", 0o644)
+	// Modification times in the past, as a host's /etc has them.
+	old := time.Date(2025, 4, 28, 14, 11, 48, 123456789, time.UTC)
+	for _, name := range []string{"plain", "secret", "dir/deeper/f", "sub/nested"} {
+		if err := os.Chtimes(filepath.Join(src, name), time.Time{}, old); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	d := mustGet(t, c, "/work")
 	if !strings.HasPrefix(d, filepath.Join(state, etcCacheDir)+"/") {
@@ -90,6 +97,13 @@ func TestEtcCopy(t *testing.T) {
 		}
 		if fi.Mode() != want {
 			t.Errorf("%s has mode %v, want %v", name, fi.Mode(), want)
+		}
+	}
+	// python compares a module's mtime with its cached bytecode's record (sitecustomize.py
+	// lives in /etc on Debian): a copy newer than its source recompiles it on every start.
+	for _, name := range []string{"plain", "secret", "dir/deeper/f", "sub/nested"} {
+		if fi, err := os.Lstat(filepath.Join(d, name)); err != nil || !fi.ModTime().Equal(old) {
+			t.Errorf("%s: modified %v (%v), want the source's %v", name, fi.ModTime(), err, old)
 		}
 	}
 	for name, want := range map[string]string{"link": "plain", "dir/abs": "/usr/share/x"} {
