@@ -109,9 +109,6 @@ func setup(cfg *Config) error {
 	if err := buildRoot(cfg, root); err != nil {
 		return err
 	}
-	if err := bindResolvConf(cfg, root); err != nil { // resolv.go
-		return err
-	}
 	return pivot(root)
 }
 

@@ -30,7 +30,7 @@ func ResolvConf(nameserver netip.Addr) []byte {
 // root/etc/resolv.conf. An /etc/resolv.conf that cannot be covered (a symlink, or missing in
 // an image's read-only /etc) is an error only when there is a nameserver to announce: under
 // deny the image's file, or the generated empty one, is as good as ours.
-func bindResolvConf(cfg *Config, root string) error {
+func bindResolvConf(cfg *Config, r *inRoot) error {
 	var ns netip.Addr
 	if cfg.Nameserver != "" {
 		var err error
@@ -38,11 +38,11 @@ func bindResolvConf(cfg *Config, root string) error {
 			return fmt.Errorf("nameserver %q: %w", cfg.Nameserver, err)
 		}
 	}
-	target := filepath.Join(root, "etc", "resolv.conf")
-	fi, err := os.Lstat(target)
+	const target = "/etc/resolv.conf"
+	st, err := r.lstat(target)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := touch(target, 0o644); err != nil {
+	case errors.Is(err, unix.ENOENT):
+		if err := r.create(target, nil, 0o644, false); err != nil {
 			if ns.IsValid() {
 				return fmt.Errorf("egress needs /etc/resolv.conf for its resolver %s, and the image has none in its read-only /etc: %w", ns, err)
 			}
@@ -50,9 +50,9 @@ func bindResolvConf(cfg *Config, root string) error {
 		}
 	case err != nil:
 		return err
-	case !fi.Mode().IsRegular():
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		if ns.IsValid() {
-			return fmt.Errorf("egress needs /etc/resolv.conf for its resolver %s, and the image's is not a regular file (%v); a bind would follow it", ns, fi.Mode().Type())
+			return fmt.Errorf("egress needs /etc/resolv.conf for its resolver %s, and the image's is not a regular file (mode %#o); a bind would follow it", ns, st.Mode&unix.S_IFMT)
 		}
 		return nil
 	}
@@ -60,8 +60,8 @@ func bindResolvConf(cfg *Config, root string) error {
 	if err := os.WriteFile(src, ResolvConf(ns), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", src, err)
 	}
-	if err := mount(src, target, "", unix.MS_BIND, ""); err != nil {
+	if err := r.mount(src, target, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	return setRO(target, false)
+	return r.setRO(target, false)
 }

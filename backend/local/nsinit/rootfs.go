@@ -75,16 +75,9 @@ func mount(source, target, fstype string, flags uintptr, data string) error {
 	return nil
 }
 
-// bindRO binds src at dst recursively and makes every mount of the copy read-only, nosuid and
-// nodev. mount_setattr(AT_RECURSIVE) reaches submounts, which MS_REMOUNT would not, and leaves
-// the flags the kernel locks in a user namespace (atime, noexec) as they are.
-func bindRO(src, dst string) error {
-	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
-	}
-	return setRO(dst, true)
-}
-
+// setRO makes every mount at target read-only, nosuid and nodev (recursive: submounts too).
+// mount_setattr(AT_RECURSIVE) reaches submounts, which MS_REMOUNT would not, and leaves the
+// flags the kernel locks in a user namespace (atime, noexec) as they are.
 func setRO(target string, recursive bool) error {
 	flags := 0
 	if recursive {
@@ -97,17 +90,9 @@ func setRO(target string, recursive bool) error {
 	return nil
 }
 
-// touch creates an empty file to bind a file over.
-func touch(p string, mode os.FileMode) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
 // buildRoot assembles the sandbox root under root (a host path inside our private mount
-// namespace); it returns once everything is mounted, before pivot_root.
+// namespace); it returns once everything is mounted, before pivot_root. Every path below root
+// is resolved inside it (inroot.go): an image's symlinks never lead init to the host.
 func buildRoot(cfg *Config, root string) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
@@ -115,119 +100,125 @@ func buildRoot(cfg *Config, root string) error {
 	if err := mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755"); err != nil {
 		return err
 	}
-	wd := path.Clean(cfg.Workdir)
+	r, err := openInRoot(root)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	// The runtime's own directory: the agent's socket, the writable tmpfs, the cgroup views.
+	// 0700 and owned by the sandbox's root, so the code's uid cannot even look inside. Made
+	// first, never taken from an image.
+	if err := r.mkdir(AirlockDir, 0o700, false); err != nil {
+		return err
+	}
 	switch cfg.RootKind {
 	case RootHost:
-		if err := hostRoot(root, cfg.EtcDir); err != nil {
+		if err := hostRoot(r, cfg.EtcDir); err != nil {
 			return err
 		}
 	case RootDir:
-		if err := dirRoot(cfg.RootSource, root, wd); err != nil {
+		if err := dirRoot(r, cfg.RootSource, path.Clean(cfg.Workdir)); err != nil {
 			return err
 		}
 	}
-	for _, d := range []string{"proc", "dev", "sys", "tmp", "root", "run", "var", strings.TrimPrefix(AirlockDir, "/")} {
-		if err := mkdirIfMissing(filepath.Join(root, d), 0o755); err != nil {
+	// An image's own /root (or a symlink there) is left as the image has it.
+	for _, d := range []string{"/proc", "/dev", "/sys", "/tmp", "/run", "/var"} {
+		if err := r.mkdir(d, 0o755, true); err != nil {
 			return err
 		}
 	}
-	// An image's own /root is a read-only bind and keeps the image's mode.
-	if err := os.Chmod(filepath.Join(root, "root"), 0o700); err != nil && !errors.Is(err, unix.EROFS) {
-		return err
-	}
-	// The runtime's own directory: the agent's socket, the writable tmpfs, the cgroup views.
-	// 0700 and owned by the sandbox's root, so the code's uid cannot even look inside.
-	air := filepath.Join(root, AirlockDir)
-	if err := os.Chmod(air, 0o700); err != nil {
+	if err := r.mkdir("/root", 0o700, true); err != nil {
 		return err
 	}
 	for _, d := range []string{"run", "rw", "cgroup"} {
-		if err := mkdirIfMissing(filepath.Join(air, d), 0o700); err != nil {
+		if err := r.mkdir(path.Join(AirlockDir, d), 0o700, false); err != nil {
 			return err
 		}
 	}
-	if err := mount(filepath.Join(cfg.SessionDir, "run"), filepath.Join(root, RunDir), "", unix.MS_BIND, ""); err != nil {
+	if err := r.mount(filepath.Join(cfg.SessionDir, "run"), RunDir, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	if err := writable(cfg, root); err != nil {
+	if err := writable(cfg, r); err != nil {
 		return err
 	}
-	if err := devices(root); err != nil {
+	if err := devices(r); err != nil {
 		return err
 	}
-	if err := procSys(root); err != nil {
+	if err := procSys(r); err != nil {
+		return err
+	}
+	if err := bindResolvConf(cfg, r); err != nil { // resolv.go
 		return err
 	}
 	return cgroupViews(cfg, root)
 }
 
-func mkdirIfMissing(p string, mode os.FileMode) error {
-	if err := os.Mkdir(p, mode); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	return nil
-}
-
 // hostRoot fills the root tmpfs from the host: /usr read-only, the top-level links or
 // directories, and etcDir (the host's copy of the chosen host files and the generated ones)
 // as /etc, read-only, in one bind.
-func hostRoot(root, etcDir string) error {
-	if err := os.Mkdir(filepath.Join(root, "usr"), 0o755); err != nil {
+func hostRoot(r *inRoot, etcDir string) error {
+	if err := r.mkdir("/usr", 0o755, false); err != nil {
 		return err
 	}
-	if err := bindRO("/usr", filepath.Join(root, "usr")); err != nil {
+	if err := r.bindRO("/usr", "/usr"); err != nil {
 		return err
 	}
 	for _, name := range hostTop {
-		if err := mirror("/"+name, filepath.Join(root, name)); err != nil {
+		if err := mirror(r, "/"+name, "/"+name); err != nil {
 			return err
 		}
 	}
-	etc := filepath.Join(root, "etc")
-	if err := os.Mkdir(etc, 0o755); err != nil {
+	if err := r.mkdir("/etc", 0o755, false); err != nil {
 		return err
 	}
-	if err := bindRO(etcDir, etc); err != nil {
+	if err := r.bindRO(etcDir, "/etc"); err != nil {
 		return err
 	}
-	if err := os.Mkdir(filepath.Join(root, "var"), 0o755); err != nil {
+	if err := r.mkdir("/var", 0o755, false); err != nil {
 		return err
 	}
-	return os.Symlink("../tmp", filepath.Join(root, "var", "tmp"))
+	return r.symlink("../tmp", "/var/tmp")
 }
 
-// mirror makes dst look like the host path src: the same symlink, a read-only bind of a
-// directory or file, or nothing when src does not exist.
-func mirror(src, dst string) error {
-	fi, err := os.Lstat(src)
-	if errors.Is(err, os.ErrNotExist) {
+// mirror makes the sandbox path dst look like the host path src: the same symlink, a
+// read-only bind of a directory or file, or nothing when src does not exist. src is opened
+// without following it and bound through its fd, so what was inspected is what is bound.
+func mirror(r *inRoot, src, dst string) error {
+	fd, err := unix.Open(src, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	if err != nil {
+		return &os.PathError{Op: "open", Path: src, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: src, Err: err}
+	}
+	if err := r.mkdirAll(path.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	switch {
-	case fi.Mode()&os.ModeSymlink != 0:
-		target, err := os.Readlink(src)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(fd, "", buf)
 		if err != nil {
+			return &os.PathError{Op: "readlink", Path: src, Err: err}
+		}
+		return r.symlink(string(buf[:n]), dst)
+	case unix.S_IFDIR:
+		if err := r.mkdir(dst, 0o755, false); err != nil {
 			return err
 		}
-		return os.Symlink(target, dst)
-	case fi.IsDir():
-		if err := os.Mkdir(dst, 0o755); err != nil {
+	case unix.S_IFREG:
+		if err := r.create(dst, nil, 0o644, false); err != nil {
 			return err
 		}
-		return bindRO(src, dst)
-	case fi.Mode().IsRegular():
-		if err := touch(dst, 0o644); err != nil {
-			return err
-		}
-		return bindRO(src, dst)
+	default:
+		return nil
 	}
-	return nil
+	return r.bindRO(fdPath(fd), dst)
 }
 
 const hostsFile = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
@@ -273,7 +264,9 @@ func addEntry(file []byte, id int, line string) []byte {
 // (symlinks recreated), except the directories this runtime mounts itself. Nothing in the
 // image is modified: a user-namespace overlay could not copy up files owned by unmapped ids.
 // /etc/passwd, group, hosts and resolv.conf are replaced by generated files bound over them.
-func dirRoot(src, root, workdir string) error {
+// The image's own symlinks (at /etc, in it, anywhere) resolve inside the root, as they will
+// for the sandbox.
+func dirRoot(r *inRoot, src, workdir string) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return err
@@ -290,64 +283,63 @@ func dirRoot(src, root, workdir string) error {
 		if own[e.Name()] {
 			continue
 		}
-		if err := mirror(filepath.Join(src, e.Name()), filepath.Join(root, e.Name())); err != nil {
+		if err := mirror(r, filepath.Join(src, e.Name()), "/"+e.Name()); err != nil {
 			return err
 		}
 	}
-	etc := filepath.Join(root, "etc")
-	if _, err := os.Lstat(etc); errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir(etc, 0o755); err != nil {
+	if fd, err := r.open("/etc", unix.O_PATH|unix.O_DIRECTORY); err == nil {
+		unix.Close(fd)
+	} else if _, lerr := r.lstat("/etc"); errors.Is(lerr, unix.ENOENT) {
+		if err := r.mkdir("/etc", 0o755, false); err != nil {
 			return err
 		}
+	} else {
+		return fmt.Errorf("the image's /etc does not lead to a directory inside the image (its symlinks resolve inside the image, never on the host): %w", err)
 	}
-	read := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(src, "etc", name))
-		if err != nil {
-			return nil
-		}
-		return b
-	}
-	gen := filepath.Join(root, AirlockDir, "etc")
-	if err := os.MkdirAll(gen, 0o755); err != nil {
+	gen := path.Join(AirlockDir, "etc")
+	if err := r.mkdir(gen, 0o755, false); err != nil {
 		return err
 	}
-	for name, content := range GeneratedEtc(read("passwd"), read("group"), workdir) {
-		target := filepath.Join(etc, name)
-		if err := os.WriteFile(filepath.Join(gen, name), content, 0o644); err != nil {
+	for name, content := range GeneratedEtc(r.readFile("/etc/passwd"), r.readFile("/etc/group"), workdir) {
+		target := "/etc/" + name
+		if err := r.create(path.Join(gen, name), content, 0o644, false); err != nil {
 			return err
 		}
 		// A missing file is created when /etc is ours (the image had none); an image's /etc
 		// is read-only and only existing regular files can be covered.
-		fi, err := os.Lstat(target)
+		st, err := r.lstat(target)
 		switch {
-		case errors.Is(err, os.ErrNotExist):
-			if err := os.WriteFile(target, content, 0o644); err != nil && !errors.Is(err, unix.EROFS) {
+		case errors.Is(err, unix.ENOENT):
+			if err := r.create(target, content, 0o644, false); err != nil && !errors.Is(err, unix.EROFS) {
 				return err
 			}
 			continue
 		case err != nil:
 			return err
-		case !fi.Mode().IsRegular():
+		case st.Mode&unix.S_IFMT != unix.S_IFREG:
 			continue
 		}
-		if err := mount(filepath.Join(gen, name), target, "", unix.MS_BIND, ""); err != nil {
+		if err := r.mount(filepath.Join(r.host, gen, name), target, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
-		if err := setRO(target, false); err != nil {
+		if err := r.setRO(target, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// runtimeDirs are where a workdir must not lead, through the image's symlinks or not: the
+// runtime mounts them itself.
+var runtimeDirs = []string{"/proc", "/dev", "/sys", "/tmp", AirlockDir}
+
 // writable mounts the tmpfs whose size is the disk limit and binds its parts at the workdir
 // and /tmp: a write past the limit fails with ENOSPC.
-func writable(cfg *Config, root string) error {
-	rw := filepath.Join(root, RWDir)
-	data := "size=" + strconv.FormatInt(cfg.DiskBytes, 10) + ",mode=0755"
-	if err := mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+func writable(cfg *Config, r *inRoot) error {
+	if err := r.mount("tmpfs", RWDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+strconv.FormatInt(cfg.DiskBytes, 10)+",mode=0755"); err != nil {
 		return err
 	}
+	rw := filepath.Join(r.host, RWDir) // made by this runtime, never from an image
 	ws, tmp := filepath.Join(rw, "workspace"), filepath.Join(rw, "tmp")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return err
@@ -366,53 +358,64 @@ func writable(cfg *Config, root string) error {
 			return err
 		}
 	}
-	wd := filepath.Join(root, path.Clean(cfg.Workdir))
-	if err := os.MkdirAll(wd, 0o755); err != nil {
+	wd := path.Clean(cfg.Workdir)
+	if err := r.mkdirAll(wd, 0o755); err != nil {
 		if errors.Is(err, unix.EROFS) {
 			return fmt.Errorf("workdir %s does not exist in the image and cannot be created inside one of its read-only directories: %w", cfg.Workdir, err)
 		}
 		return fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
 	}
-	if err := mount(ws, wd, "", unix.MS_BIND, ""); err != nil {
+	fd, err := r.open(wd, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
+	}
+	defer unix.Close(fd)
+	real, err := r.resolved(fd)
+	if err != nil {
+		return fmt.Errorf("workdir %s: %w", cfg.Workdir, err)
+	}
+	for _, d := range append([]string{"/"}, runtimeDirs...) {
+		if real == d || (d != "/" && strings.HasPrefix(real, d+"/")) {
+			return fmt.Errorf("workdir %s leads through the image's symlinks to %s, a directory the runtime owns (%s)", cfg.Workdir, real, d)
+		}
+	}
+	if err := r.mountFD(ws, fd, wd, "", unix.MS_BIND, ""); err != nil {
 		return err
 	}
-	return mount(tmp, filepath.Join(root, "tmp"), "", unix.MS_BIND, "")
+	return r.mount(tmp, "/tmp", "", unix.MS_BIND, "")
 }
 
 // devices builds a minimal /dev: host device nodes bound in, a private devpts, /dev/shm.
-func devices(root string) error {
-	dev := filepath.Join(root, "dev")
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+func devices(r *inRoot) error {
+	if err := r.mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
 		return err
 	}
 	for _, name := range hostDevices {
-		p := filepath.Join(dev, name)
-		if err := touch(p, 0o666); err != nil {
+		p := "/dev/" + name
+		if err := r.create(p, nil, 0o666, false); err != nil {
 			return err
 		}
-		if err := mount("/dev/"+name, p, "", unix.MS_BIND, ""); err != nil {
+		if err := r.mount("/dev/"+name, p, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
 	}
-	pts := filepath.Join(dev, "pts")
-	if err := os.Mkdir(pts, 0o755); err != nil {
+	if err := r.mkdir("/dev/pts", 0o755, false); err != nil {
 		return err
 	}
-	if err := mount("devpts", pts, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+	if err := r.mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
 		return err
 	}
-	shm := filepath.Join(dev, "shm")
-	if err := os.Mkdir(shm, 0o1777); err != nil {
+	if err := r.mkdir("/dev/shm", 0o1777, false); err != nil {
 		return err
 	}
-	if err := mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64m,mode=1777"); err != nil {
+	if err := r.mount("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64m,mode=1777"); err != nil {
 		return err
 	}
 	for name, target := range map[string]string{
 		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
 		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
 	} {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+		if err := r.symlink(target, "/dev/"+name); err != nil {
 			return err
 		}
 	}
@@ -421,24 +424,24 @@ func devices(root string) error {
 
 // procSys mounts a fresh /proc (processes of other users hidden) and a read-only /sys, with
 // runc's masked and read-only paths.
-func procSys(root string) error {
-	proc := filepath.Join(root, "proc")
-	if err := mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
+func procSys(r *inRoot) error {
+	if err := r.mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
 		return err
 	}
-	sys := filepath.Join(root, "sys")
 	// sysfs in a user namespace needs a network namespace of our own (we have one); a host
 	// whose /sys is partly hidden refuses it, and /sys is then left empty rather than failing.
-	sysErr := mount("sysfs", sys, "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	sysErr := r.mount("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
 	for _, p := range readonlyPaths {
-		t := filepath.Join(root, p)
-		if _, err := os.Lstat(t); err != nil {
+		fd, err := r.open(p, 0)
+		if err != nil {
 			continue
 		}
-		if err := mount(t, t, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		err = r.mountFD(fdPath(fd), fd, p, "", unix.MS_BIND|unix.MS_REC, "")
+		unix.Close(fd)
+		if err != nil {
 			return err
 		}
-		if err := setRO(t, true); err != nil {
+		if err := r.setRO(p, true); err != nil {
 			return err
 		}
 	}
@@ -446,15 +449,14 @@ func procSys(root string) error {
 		if sysErr != nil && strings.HasPrefix(p, "/sys/") {
 			continue
 		}
-		t := filepath.Join(root, p)
-		fi, err := os.Lstat(t)
+		st, err := r.lstat(p)
 		if err != nil {
 			continue
 		}
-		if fi.IsDir() {
-			err = mount("tmpfs", t, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = r.mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
 		} else {
-			err = mount(filepath.Join(root, "dev", "null"), t, "", unix.MS_BIND, "")
+			err = r.mount(filepath.Join(r.host, "dev", "null"), p, "", unix.MS_BIND, "")
 		}
 		if err != nil {
 			return err
