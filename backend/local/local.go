@@ -70,9 +70,13 @@ type Options struct {
 	// never reap each other's sandboxes).
 	CgroupParent string
 	Logger       *slog.Logger
-	// UIDBase is the host uid (and gid) sandbox id 0 maps to; ids 0..65535 map to
-	// UIDBase..UIDBase+65535 (default 100000).
+	// UIDBase starts the host ids native sandboxes map (default 100000): UIDBase..+65535 own
+	// unpacked images and no sandbox maps them; each live sandbox maps its ids 0..65535 onto
+	// a range of its own after that (uidrange.go).
 	UIDBase int
+	// UIDRanges is how many such ranges follow UIDBase's own, so how many native sandboxes
+	// may live at once in this state dir (default DefaultUIDRanges).
+	UIDRanges int
 	// ImageProgress, if set, is called while an OCI image is unpacked.
 	ImageProgress func(done, total int64)
 	// RunscPath is runsc for runtime gvisor (default: runsc on PATH).
@@ -90,6 +94,7 @@ type Backend struct {
 	master    []byte
 	cg        cgroupDriver
 	etc       *etcCache
+	ids       *idAllocator          // uidrange.go
 	caps      func() capability.Set // the published set (capabilities.go)
 	runscPath string                // found on first use
 
@@ -151,8 +156,11 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.UIDBase == 0 {
 		opts.UIDBase = DefaultUIDBase
 	}
-	if opts.UIDBase < 1 || opts.UIDBase+idRange > 1<<32-1 {
-		return nil, fmt.Errorf("%w: uidBase %d: the range %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDBase, opts.UIDBase+idRange-1, uint32(1<<32-2))
+	if opts.UIDRanges == 0 {
+		opts.UIDRanges = DefaultUIDRanges
+	}
+	if last := int64(opts.UIDBase) + int64(opts.UIDRanges+1)*idRange - 1; opts.UIDBase < 1 || opts.UIDRanges < 1 || last > 1<<32-2 {
+		return nil, fmt.Errorf("%w: uidBase %d, uidRanges %d: the host ids %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDRanges, opts.UIDBase, last, uint32(1<<32-2))
 	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = cgroupParentFor(opts.StateDir)
@@ -185,6 +193,9 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
 	if err := prepareStateDir(opts.StateDir); err != nil {
+		return nil, err
+	}
+	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
 	release, err := flock(opts.StateDir, unix.LOCK_EX)
@@ -489,6 +500,12 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	etc := sync.OnceValue(func() etcResult { return <-etcc })
 	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
+	// The sandbox's own host ids (uidrange.go); s.rec carries them from here on, so a failed
+	// create's destroy frees them.
+	idr, idBase, err := b.ids.claim(id)
+	if err != nil {
+		return nil, err
+	}
 	// The cgroups (handed to the sandbox's root) and the session dir and key do not depend
 	// on each other: the cgroups, the slowest (a directory and limits in each hierarchy), are
 	// made on another thread meanwhile.
@@ -500,11 +517,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	go func() {
 		cg, err := b.cg.create(id, r.limits)
 		if err == nil {
-			err = cg.delegate(b.opts.UIDBase, b.opts.UIDBase)
+			err = cg.delegate(idBase, idBase)
 		}
 		cgc <- cgResult{cg, err}
 	}()
-	key, ring, err := b.sessionDirAndKey(dir, id)
+	key, ring, err := b.sessionDirAndKey(dir, id, idBase)
 	cgr := <-cgc
 	now := time.Now()
 	s := &session{
@@ -512,6 +529,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		rec: record{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
+			IDRange: idr, IDBase: idBase,
 		},
 	}
 	if err = errors.Join(err, cgr.err); err != nil {
@@ -527,7 +545,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
 		},
 	}
-	restored, err := b.prepareSnapshot(ctx, dir, r, cfg) // snapshot.go
+	restored, err := b.prepareSnapshot(ctx, dir, r, cfg, s.rec.IDBase) // snapshot.go
 	if err != nil {
 		return s, err
 	}
@@ -577,7 +595,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 // sessionDirAndKey makes the session dir (the sandbox's mapped root traverses it and owns its
 // run dir, where the agent listens) and derives the session's key and the key ring the agent
 // verifies tokens with.
-func (b *Backend) sessionDirAndKey(dir, id string) (ed25519.PrivateKey, []byte, error) {
+func (b *Backend) sessionDirAndKey(dir, id string, idBase int) (ed25519.PrivateKey, []byte, error) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, nil, fmt.Errorf("session dir: %w", err)
 	}
@@ -588,7 +606,7 @@ func (b *Backend) sessionDirAndKey(dir, id string) (ed25519.PrivateKey, []byte, 
 	if err := os.Mkdir(run, 0o700); err != nil {
 		return nil, nil, err
 	}
-	if err := os.Chown(run, b.opts.UIDBase, b.opts.UIDBase); err != nil {
+	if err := os.Chown(run, idBase, idBase); err != nil {
 		return nil, nil, err
 	}
 	key, err := token.DeriveKey(b.master, id)
@@ -633,7 +651,7 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		return nil, err
 	}
 	defer logf.Close()
-	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: b.opts.UIDBase, Size: idRange}}
+	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.rec.IDBase, Size: idRange}}
 	cmd := &exec.Cmd{
 		// The binary by descriptor: its directory need not be searchable by the mapped ids.
 		Path:   fmt.Sprintf("/proc/self/fd/%d", nsinit.FDSelf),
@@ -1024,6 +1042,10 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	}
 	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: terminate %s: state dir %s still exists", sandbox.ErrOutcomeUnknown, id, dir)
+	}
+	// Nothing runs under the sandbox's host ids any more: they may go to another sandbox.
+	if err := b.releaseIDs(id, rec); err != nil {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
 	if s != nil {
 		s.gone = true

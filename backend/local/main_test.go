@@ -219,7 +219,13 @@ func stateLeftovers(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var left []string
 	for _, e := range entries {
-		if n := e.Name(); n != masterFile && n != lockFile && n != etcCacheDir && n != hostProbeFile && n != rootMountDir {
+		if n := e.Name(); n == idRangesDir {
+			// The claims dir stays; a claim left in it is a leftover (uidrange.go).
+			claims, _ := os.ReadDir(filepath.Join(dir, n))
+			for _, c := range claims {
+				left = append(left, filepath.Join(n, c.Name()))
+			}
+		} else if n != masterFile && n != lockFile && n != etcCacheDir && n != hostProbeFile && n != rootMountDir {
 			left = append(left, n)
 		}
 	}

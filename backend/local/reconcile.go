@@ -62,6 +62,10 @@ func (b *Backend) reconcile(ctx context.Context) error {
 			b.log.Info("reaped orphan cgroup", "session", id)
 		}
 	}
+	// uidrange.go: ranges of sessions that are gone (adopted ones keep theirs).
+	if err := b.ids.sweep(b.opts.StateDir); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("reconcile %s: %w", b.opts.StateDir, errors.Join(errs...))
 	}

@@ -194,7 +194,7 @@ func (b *Backend) readWritable(ctx context.Context, s *session, w io.Writer) (im
 	return image.WriteLayer(ctx, w, rw, []image.LayerSource{
 		{Path: "workspace", Name: strings.TrimPrefix(workdir, "/")},
 		{Path: "tmp", Name: "tmp"},
-	}, image.LayerOptions{IDBase: b.opts.UIDBase, IDCount: idRange})
+	}, image.LayerOptions{IDBase: b.idBaseOf(&s.rec), IDCount: idRange})
 }
 
 func gzipFile(src *os.File, dst string) error {
@@ -358,7 +358,7 @@ func (b *Backend) resolveSnapshot(ctx context.Context, decl spec.Sandbox, r *res
 // prepareSnapshot, for a sandbox made from a snapshot, writes the remapped layer init unpacks
 // (cfg.Restore) and the base record into the session directory; the returned func removes the
 // layer once init has used it.
-func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, cfg *nsinit.Config) (func(), error) {
+func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, cfg *nsinit.Config, idBase int) (func(), error) {
 	if r.snapshot == nil {
 		return func() {}, nil
 	}
@@ -385,8 +385,8 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 		return nil, err
 	}
 	done := func() { os.Remove(p) }
-	// Init reads it as the sandbox's root, mapped to UIDBase.
-	err = out.Chown(b.opts.UIDBase, b.opts.UIDBase)
+	// Init reads it as the sandbox's root, mapped to idBase (uidrange.go).
+	err = out.Chown(idBase, idBase)
 	if err == nil {
 		_, err = image.RemapLayer(ctx, out, rc, []image.LayerMapping{
 			{From: strings.TrimPrefix(snap.Workdir, "/"), To: "workspace"},

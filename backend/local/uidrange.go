@@ -1,0 +1,142 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// Every native sandbox maps its ids 0..65535 onto a host range of its own, so code in two
+// sandboxes never shares a host uid (RLIMIT_NPROC, files on a shared mount, signals). Range k
+// (0 <= k < UIDRanges) is UIDBase+(k+1)*65536 onwards; UIDBase..UIDBase+65535 itself owns the
+// unpacked images and is mapped by no sandbox, so image files are nobody's in every sandbox
+// and no sandbox process can ever own one.
+//
+// A range is claimed by a symlink <state dir>/uids/<k> -> <session id>: symlink(2) fails when
+// the name exists, so creates in any number of processes sharing the state dir (all under its
+// shared lock) never get the same range. Terminate removes the claim once the sandbox's
+// cgroup is empty and its state gone; reconcile (under the exclusive lock, no create in
+// flight) removes claims whose session dir is gone, keeps those of adopted sandboxes.
+
+// idRangesDir is the state dir's subdirectory of range claims.
+const idRangesDir = "uids"
+
+// DefaultUIDRanges is how many sandboxes may live at once per state dir by default.
+const DefaultUIDRanges = 4096
+
+// idAllocator hands out id ranges from one state dir.
+type idAllocator struct {
+	dir    string // <state dir>/uids
+	base   int    // Options.UIDBase
+	ranges int    // Options.UIDRanges
+	next   atomic.Int64
+}
+
+func newIDAllocator(stateDir string, base, ranges int) (*idAllocator, error) {
+	a := &idAllocator{dir: filepath.Join(stateDir, idRangesDir), base: base, ranges: ranges}
+	if err := os.Mkdir(a.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	return a, nil
+}
+
+// hostBase is the host id sandbox id 0 maps to in range k.
+func (a *idAllocator) hostBase(k int) int { return a.base + (k+1)*idRange }
+
+// claim takes a free range for session id and returns its index and host base.
+func (a *idAllocator) claim(id string) (int, int, error) {
+	// Start after the last range this process took: a just-freed range is not handed out
+	// again at once while others are free, and creates in one process do not all probe the
+	// same taken names first.
+	start := int(a.next.Load() % int64(a.ranges))
+	for i := range a.ranges {
+		k := (start + i) % a.ranges
+		err := os.Symlink(id, filepath.Join(a.dir, strconv.Itoa(k)))
+		if err == nil {
+			a.next.Store(int64(k + 1))
+			return k, a.hostBase(k), nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return 0, 0, fmt.Errorf("claim id range %d: %w", k, err)
+		}
+	}
+	return 0, 0, fmt.Errorf("%w: uidRanges %d: every id range (host ids %d..%d) belongs to a live sandbox; terminate one or configure more ranges", sandbox.ErrRefused, a.ranges, a.hostBase(0), a.hostBase(a.ranges)-1)
+}
+
+// release frees range k if session id holds it.
+func (a *idAllocator) release(k int, id string) error {
+	p := filepath.Join(a.dir, strconv.Itoa(k))
+	if owner, err := os.Readlink(p); err != nil || owner != id {
+		return nil // never claimed by id, or freed already
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("release id range %d: %w", k, err)
+	}
+	return nil
+}
+
+// releaseAll frees every range session id holds: a session whose record never got written.
+func (a *idAllocator) releaseAll(id string) error {
+	entries, err := os.ReadDir(a.dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		k, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		errs = append(errs, a.release(k, id))
+	}
+	return errors.Join(errs...)
+}
+
+// sweep frees the claims whose session has no state dir any more (a process that died
+// between claiming and making it, or between removing it and freeing the claim). It runs
+// under the state dir's exclusive lock, when no create is in flight.
+func (a *idAllocator) sweep(stateDir string) error {
+	entries, err := os.ReadDir(a.dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(a.dir, e.Name())
+		owner, err := os.Readlink(p)
+		if err == nil && checkSessionID(owner) == nil {
+			if _, err := os.Lstat(filepath.Join(stateDir, owner)); !errors.Is(err, fs.ErrNotExist) {
+				continue // a live (or not yet reaped) session keeps its range
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// idBaseOf is the host id rec's sandbox id 0 maps to.
+func (b *Backend) idBaseOf(rec *record) int {
+	if rec.IDBase != 0 {
+		return rec.IDBase
+	}
+	return b.opts.UIDBase // gVisor's, and records from before per-sandbox ranges
+}
+
+// releaseIDs frees the id range of session id once nothing of it runs any more.
+func (b *Backend) releaseIDs(id string, rec *record) error {
+	switch {
+	case rec == nil:
+		return b.ids.releaseAll(id) // a create that died before its record
+	case rec.IDBase != 0:
+		return b.ids.release(rec.IDRange, id)
+	}
+	return nil
+}
