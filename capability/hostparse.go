@@ -2,6 +2,7 @@ package capability
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -188,18 +189,20 @@ func parseKernelConfig(r io.Reader, want map[string]bool) (map[string]string, er
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		text := strings.TrimSpace(sc.Text())
-		if name, ok := strings.CutPrefix(text, "# "); ok {
-			if opt, ok := strings.CutSuffix(name, " is not set"); ok && strings.HasPrefix(opt, "CONFIG_") && (want == nil || want[opt]) {
-				out[opt] = "n"
+		// Bytes, not Text: a config has thousands of lines and few are wanted.
+		line := bytes.TrimSpace(sc.Bytes())
+		if name, ok := bytes.CutPrefix(line, []byte("# ")); ok {
+			if opt, ok := bytes.CutSuffix(name, []byte(" is not set")); ok && bytes.HasPrefix(opt, []byte("CONFIG_")) && (want == nil || want[string(opt)]) {
+				out[string(opt)] = "n"
 			}
-			continue
+		} else if k, v, ok := bytes.Cut(line, []byte("=")); ok && bytes.HasPrefix(k, []byte("CONFIG_")) && (want == nil || want[string(k)]) {
+			out[string(k)] = strings.Trim(string(v), `"`)
 		}
-		k, v, ok := strings.Cut(text, "=")
-		if !ok || !strings.HasPrefix(k, "CONFIG_") || want != nil && !want[k] {
-			continue
+		if want != nil && len(out) == len(want) {
+			// Each option appears once: the rest (and, from /proc/config.gz, its
+			// decompression) is not needed.
+			return out, nil
 		}
-		out[k] = strings.Trim(v, `"`)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading kernel config: %w", err)

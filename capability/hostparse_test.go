@@ -3,9 +3,13 @@ package capability
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
+	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // Sample texts as the kernel writes them, one per host layout.
@@ -253,5 +257,46 @@ func TestModuleInList(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("moduleInList(%q) = %v, %v; want %v", tt.name, got, err, tt.want)
 		}
+	}
+}
+
+// TestParseKernelConfigWanted: only the wanted options are kept, and reading stops once each
+// was seen (set or not set): the rest of /proc/config.gz is never decompressed.
+func TestParseKernelConfigWanted(t *testing.T) {
+	want := map[string]bool{"CONFIG_VETH": true, "CONFIG_NF_TABLES": true, "CONFIG_CFS_BANDWIDTH": true}
+	head := "CONFIG_CFS_BANDWIDTH=y\nCONFIG_OTHER=y\n# CONFIG_NF_TABLES is not set\n"
+	tests := []struct {
+		name    string
+		in      io.Reader
+		want    map[string]string
+		wantErr bool
+	}{
+		{"all seen, then an unreadable rest", io.MultiReader(strings.NewReader(head+"CONFIG_VETH=m\n"), iotest.ErrReader(errors.New("read past the end"))),
+			map[string]string{"CONFIG_CFS_BANDWIDTH": "y", "CONFIG_NF_TABLES": "n", "CONFIG_VETH": "m"}, false},
+		{"one never seen: read to the end", strings.NewReader(head + "CONFIG_LAST=y\n"),
+			map[string]string{"CONFIG_CFS_BANDWIDTH": "y", "CONFIG_NF_TABLES": "n"}, false},
+		{"one never seen, then an unreadable rest", io.MultiReader(strings.NewReader(head), iotest.ErrReader(errors.New("broken"))),
+			nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseKernelConfig(tt.in, want)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func BenchmarkReadKernelConfig(b *testing.B) {
+	if _, err := os.Stat("/proc/config.gz"); err != nil {
+		b.Skip("no /proc/config.gz")
+	}
+	fsys := os.DirFS("/")
+	for b.Loop() {
+		readKernelConfig(fsys, "")
 	}
 }
