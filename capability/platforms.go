@@ -130,14 +130,14 @@ var designs = map[Platform]design{
 		ImageDir:          reasonNoDirRoot,
 	}},
 	// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
-	// public-only, resource limits, activeDeadlineSeconds, RuntimeClass when declared.
+	// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
+	// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod).
 	Kubernetes: {unsupported: map[Name]string{
 		Preview:           reasonPreviewLocalOnly,
 		SuspendResume:     "pods cannot be paused",
 		Snapshot:          reasonSnapshotLocalOnly,
 		DomainEgressRules: "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
-		ProcessLimit:      "a pod spec has no pids limit (the kubelet's podPidsLimit is node-wide)",
-		IdleTimeout:       "the operator's design has no idle reaper",
+		GVisor:            "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
 		ImageHost:         reasonNoHostRoot,
 		ImageDir:          reasonNoDirRoot,
 		ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
