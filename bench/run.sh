@@ -26,7 +26,7 @@ log() { printf 'bench/run.sh: %s\n' "$*" >&2; }
 # Debian's packages; policy-rc.d exiting 101 keeps the package scripts from starting dockerd
 # with its defaults (which rewrite the host's firewall and routing). An existing one is kept.
 pkgs=()
-for b in bwrap:bubblewrap runc:runc crun:crun; do command -v "${b%%:*}" >/dev/null || pkgs+=("${b##*:}"); done
+for b in bwrap:bubblewrap runc:runc crun:crun file:file; do command -v "${b%%:*}" >/dev/null || pkgs+=("${b##*:}"); done
 [[ ${SKIP_DOCKER:-0} == 1 ]] || [[ -x /usr/sbin/dockerd && -x /usr/bin/docker ]] || pkgs+=(docker.io)
 if ((${#pkgs[@]})); then
 	if [[ ! -e /usr/sbin/policy-rc.d ]]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d; fi
@@ -77,6 +77,12 @@ if [[ ${SKIP_DOCKER:-0} != 1 ]]; then
 	droot=$cache/docker
 	mkdir -p "$droot/data" "$droot/exec"
 	export DOCKER_HOST="unix://$droot/docker.sock"
+	# A dockerd a killed earlier run of this script left on the same roots would hold them.
+	if [[ -f $droot/docker.pid ]] && old=$(<"$droot/docker.pid") && [[ $(cat "/proc/$old/comm" 2>/dev/null) == dockerd ]]; then
+		log "stopping dockerd $old left by an earlier run on $droot"
+		kill -TERM "$old"
+		for _ in $(seq 300); do [[ -d /proc/$old ]] || break; sleep 0.1; done
+	fi
 	rm -f "$droot/docker.sock" "$droot/docker.pid"
 	dockerd --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
 		--data-root "$droot/data" --exec-root "$droot/exec" --pidfile "$droot/docker.pid" \
