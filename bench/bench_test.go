@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -121,25 +122,67 @@ func hostDecl() spec.Sandbox {
 
 // freshRun is one run_code-shaped call through the library: create, exec, terminate.
 func freshRun(ctx context.Context, be sandbox.Backend) error {
+	_, err := freshRunTimed(ctx, be)
+	return err
+}
+
+// phases are the moments of one freshRunTimed call, from its start.
+type phases struct {
+	created, result, terminated time.Duration
+}
+
+// freshRunTimed is freshRun, timed: created is when Create returned, result when the exec's
+// result was in hand (a caller such as runcode.RunDetached or a daemon answers then and
+// terminates meanwhile), terminated when Terminate confirmed the sandbox gone.
+func freshRunTimed(ctx context.Context, be sandbox.Backend) (phases, error) {
+	var p phases
+	start := time.Now()
 	s, err := be.Create(ctx, hostDecl())
 	if err != nil {
-		return err
+		return p, err
 	}
+	p.created = time.Since(start)
 	defer be.Terminate(context.WithoutCancel(ctx), s.ID)
 	ag, err := be.Connect(ctx, s.ID)
 	if err != nil {
-		return err
+		return p, err
 	}
-	defer ag.Close()
 	var out bytes.Buffer
 	res, err := ag.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", snippet}, Timeout: 30 * time.Second}, &out, &out)
+	ag.Close()
 	if err != nil {
-		return err
+		return p, err
 	}
 	if res.ExitCode != 0 || strings.TrimSpace(out.String()) != "4" {
-		return fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
+		return p, fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
 	}
-	return be.Terminate(ctx, s.ID)
+	p.result = time.Since(start)
+	if err := be.Terminate(ctx, s.ID); err != nil {
+		return p, err
+	}
+	p.terminated = time.Since(start)
+	return p, nil
+}
+
+// runcodeRun is the same call through runcode.RunDetached (what the CLI, the daemon and MCP
+// run): the plan check, create, main.py written, python3 main.py, terminate in the background.
+// result is when RunDetached returned; terminated when its Termination confirmed the sandbox gone.
+func runcodeRun(ctx context.Context, be sandbox.Backend) (phases, error) {
+	var p phases
+	start := time.Now()
+	res, term, err := runcode.RunDetached(ctx, be, runcode.Request{Language: "python", Code: snippet}, runcode.Options{})
+	p.result = time.Since(start)
+	if terr := term.Wait(); terr != nil {
+		err = errors.Join(err, terr)
+	}
+	p.terminated = time.Since(start)
+	if err != nil {
+		return p, err
+	}
+	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "4" {
+		return p, fmt.Errorf("exit %d output %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return p, nil
 }
 
 // BenchmarkFreshPython is the headline: a fresh isolated python3 -c 'print(2+2)' per call,
@@ -212,9 +255,12 @@ func BenchmarkFreshPython(b *testing.B) {
 }
 
 // BenchmarkFreshVsHostInterleaved runs, in every iteration, host python, a fresh sandbox through
-// the library (create, exec python, terminate) and the same through the one-shot CLI, one after
-// the other: on a shared machine the three see the same load, so the per-iteration ratios are the
-// ones to quote. Reported: medians of each (ms) and of the per-iteration ratios.
+// the library (create, exec python, terminate), the same through runcode.RunDetached and through
+// the one-shot CLI, one after the other: on a shared machine they see the same load, so the
+// per-iteration ratios are the ones to quote. Reported: medians of each (ms) and of the
+// per-iteration ratios. library-ms and runcode-ms are call -> sandbox terminated (confirmed);
+// *-result-ms are call -> result, the terminate still running (its outcome still awaited and
+// reported: runcode.Termination); the CLI exits only after the terminate.
 func BenchmarkFreshVsHostInterleaved(b *testing.B) {
 	needRoot(b)
 	state := stateDir(b)
@@ -226,23 +272,38 @@ func BenchmarkFreshVsHostInterleaved(b *testing.B) {
 		f()
 		return float64(time.Since(t)) / float64(time.Millisecond)
 	}
-	var host, lib, cmd, libRatio, cliRatio []float64
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	m := map[string][]float64{}
+	add := func(k string, v float64) { m[k] = append(m[k], v) }
 	for b.Loop() {
 		h := timed(func() { runOnce(b, "/usr/bin/python3", "-c", snippet) })
-		l := timed(func() {
-			if err := freshRun(ctx, be); err != nil {
-				b.Fatal(err)
-			}
-		})
+		lp, err := freshRunTimed(ctx, be)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rp, err := runcodeRun(ctx, be)
+		if err != nil {
+			b.Fatal(err)
+		}
 		c := timed(func() { runOnce(b, cli, "run", "--state-dir", state, "--lang", "python", "-c", snippet) })
-		host, lib, cmd = append(host, h), append(lib, l), append(cmd, c)
-		libRatio, cliRatio = append(libRatio, l/h), append(cliRatio, c/h)
+		add("host-ms", h)
+		add("library-ms", ms(lp.terminated))
+		add("library-result-ms", ms(lp.result))
+		add("library-create-ms", ms(lp.created))
+		add("library-exec-ms", ms(lp.result-lp.created))
+		add("library-terminate-ms", ms(lp.terminated-lp.result))
+		add("runcode-ms", ms(rp.terminated))
+		add("runcode-result-ms", ms(rp.result))
+		add("cli-ms", c)
+		add("library/host", ms(lp.terminated)/h)
+		add("library-result/host", ms(lp.result)/h)
+		add("runcode/host", ms(rp.terminated)/h)
+		add("runcode-result/host", ms(rp.result)/h)
+		add("cli/host", c/h)
 	}
-	b.ReportMetric(medianOf(host), "host-ms")
-	b.ReportMetric(medianOf(lib), "library-ms")
-	b.ReportMetric(medianOf(cmd), "cli-ms")
-	b.ReportMetric(medianOf(libRatio), "library/host")
-	b.ReportMetric(medianOf(cliRatio), "cli/host")
+	for k, v := range m {
+		b.ReportMetric(medianOf(v), k)
+	}
 }
 
 func medianOf(xs []float64) float64 {
