@@ -49,9 +49,11 @@ func (r *inRoot) open(p string, flags int) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
-	fd, err := unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveInRoot})
-	for errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-		fd, err = unix.Openat2(r.fd, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveInRoot})
+	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: resolveInRoot}
+	fd, err := unix.Openat2(r.fd, rel, how)
+	// EAGAIN: a rename or mount raced the in-root walk; the kernel asks for a retry.
+	for i := 0; i < 16 && (errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN)); i++ {
+		fd, err = unix.Openat2(r.fd, rel, how)
 	}
 	if err != nil {
 		return -1, r.pathErr("open", p, err)
