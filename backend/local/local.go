@@ -912,19 +912,36 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 }
 
 func (b *Backend) client(s *session) *client.Client {
-	rec := s.rec
-	key := s.key
-	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), func() string {
-		now := time.Now()
-		tok, err := token.Mint(key, token.Claims{
+	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), executeTokens(s.key, s.rec, time.Now))
+}
+
+// executeTokens mints an execute token per request. Claims hold whole seconds and Ed25519
+// signs deterministically, so every token minted within one second is the same bytes: the
+// second's token is kept and handed out again, a memo, not a longer-lived token (a run's
+// health check, file write and exec mostly fall in one second; a signature is 50-100 us).
+func executeTokens(key ed25519.PrivateKey, rec record, now func() time.Time) func() string {
+	var (
+		mu  sync.Mutex
+		sec int64
+		tok string
+	)
+	return func() string {
+		t := now()
+		mu.Lock()
+		defer mu.Unlock()
+		if tok != "" && t.Unix() == sec {
+			return tok
+		}
+		minted, err := token.Mint(key, token.Claims{
 			Sandbox: rec.SandboxID, Session: rec.ID, Generation: rec.Generation, Class: token.Execute,
-			IssuedAt: now.Unix(), Expiry: now.Add(tokenLifetime).Unix(),
+			IssuedAt: t.Unix(), Expiry: t.Add(tokenLifetime).Unix(),
 		})
 		if err != nil {
 			return "" // the agent refuses an empty token; Mint fails only on a bad key
 		}
+		sec, tok = t.Unix(), minted
 		return tok
-	})
+	}
 }
 
 // Terminate destroys the sandbox and everything it made, succeeding only once it is gone.

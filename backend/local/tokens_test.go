@@ -1,0 +1,58 @@
+package local
+
+import (
+	"crypto/ed25519"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/token"
+)
+
+// TestExecuteTokens: within one second the memo hands out exactly what minting again would
+// give (same claims, deterministic signature); a new second gets a token of its own, valid for
+// tokenLifetime from then.
+func TestExecuteTokens(t *testing.T) {
+	key, err := token.DeriveKey(make([]byte, 32), "s-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record{ID: "s-0123456789abcdef", SandboxID: "box", Generation: 3}
+	ring := token.NewKeyRing(key.Public().(ed25519.PublicKey))
+	base := time.Unix(1_800_000_000, 0)
+	clock := base
+	next := executeTokens(key, rec, func() time.Time { return clock })
+	fresh := func(at time.Time) string {
+		return executeTokens(key, rec, func() time.Time { return at })()
+	}
+	tests := []struct {
+		name string
+		at   time.Time
+		same bool // the previous step's token again
+	}{
+		{"first", base, false},
+		{"same second", base.Add(999 * time.Millisecond), true},
+		{"next second", base.Add(time.Second), false},
+		{"later still", base.Add(45 * time.Second), false},
+	}
+	prev := ""
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock = tt.at
+			got := next()
+			if got != fresh(tt.at) {
+				t.Fatalf("memo gave a token minting now would not")
+			}
+			if (got == prev) != tt.same {
+				t.Fatalf("same as the previous token: %v, want %v", got == prev, tt.same)
+			}
+			prev = got
+			c, err := token.Verify(ring, got, token.Expect{Sandbox: "box", Session: rec.ID, Generation: 3, Class: token.Execute, Now: tt.at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Expiry != tt.at.Add(tokenLifetime).Unix() {
+				t.Fatalf("expiry %d, want %d", c.Expiry, tt.at.Add(tokenLifetime).Unix())
+			}
+		})
+	}
+}
