@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,6 +36,15 @@ type cgroups struct {
 	kind     string
 	base     string // parent directory of exec cgroups ("" for process-group)
 	memoryV1 string // memory cgroup whose oom_kill counter is read (v1)
+
+	// v1: the next exec's cgroup, made once an exec is over (prepare) as spare-<id> and renamed
+	// exec-<id> when an exec takes it: a rename costs a fraction of a mkdir (v1 only; v2 cannot
+	// rename a cgroup). close removes it.
+	mu      sync.Mutex
+	spare   *execGroup
+	filling bool
+	closed  bool
+	fills   sync.WaitGroup
 }
 
 func newCgroups(cfg *Config) (*cgroups, error) {
@@ -83,6 +93,7 @@ func (c *cgroups) oomPerExec() bool {
 
 // execGroup is one exec's kill scope.
 type execGroup struct {
+	id   string // the exec's id, also in its cgroup's name
 	kind string
 	dir  string // the exec cgroup
 	fd   int    // v2: the cgroup directory, for CLONE_INTO_CGROUP
@@ -97,12 +108,81 @@ type execGroup struct {
 	oomKilled bool   // it went up while the exec ran (read once the exec's cgroup is empty)
 }
 
-func (c *cgroups) create(id string) (*execGroup, error) {
-	g := &execGroup{kind: c.kind, fd: -1, c: c}
+// group returns the kill scope for a new exec: the spare cgroup if one is ready, else a new one.
+func (c *cgroups) group() (*execGroup, error) {
+	c.mu.Lock()
+	g := c.spare
+	c.spare = nil
+	c.mu.Unlock()
+	if g != nil {
+		dir := c.base + "/exec-" + g.id
+		if err := os.Rename(g.dir, dir); err != nil {
+			_ = g.destroy()
+			g = nil
+		} else {
+			g.dir = dir
+		}
+	}
+	if g == nil {
+		var err error
+		if g, err = c.create("exec-", newID()); err != nil {
+			return nil, err
+		}
+	}
+	// Now, not when the cgroup was made: an OOM kill before this exec is not its own.
+	g.startOOM()
+	return g, nil
+}
+
+// prepare makes the next exec's cgroup in the background, unless one is ready or being made.
+func (c *cgroups) prepare() {
+	if c.kind != scopeV1 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.spare != nil || c.filling {
+		return
+	}
+	c.filling = true
+	c.fills.Add(1)
+	go func() {
+		defer c.fills.Done()
+		g, err := c.create("spare-", newID())
+		c.mu.Lock()
+		c.filling = false
+		if err == nil && !c.closed {
+			c.spare, g = g, nil
+		}
+		c.mu.Unlock()
+		if g != nil {
+			_ = g.destroy()
+		}
+	}()
+}
+
+// close removes the spare cgroup; no exec may start after it.
+func (c *cgroups) close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.fills.Wait()
+	c.mu.Lock()
+	g := c.spare
+	c.spare = nil
+	c.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	return g.destroy()
+}
+
+func (c *cgroups) create(prefix, id string) (*execGroup, error) {
+	g := &execGroup{id: id, kind: c.kind, fd: -1, c: c}
 	if c.kind == scopePgrp {
 		return g, nil
 	}
-	g.dir = c.base + "/exec-" + id
+	g.dir = c.base + "/" + prefix + id
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create exec cgroup: %w", err)
 	}
@@ -114,7 +194,6 @@ func (c *cgroups) create(id string) (*execGroup, error) {
 		}
 		g.fd = fd
 	}
-	g.startOOM()
 	return g, nil
 }
 

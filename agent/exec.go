@@ -253,12 +253,11 @@ func newID() string {
 
 // start creates the exec's cgroup and I/O and forks the command.
 func (s *server) start(sp *execSpec) (*job, error) {
-	j := &job{id: newID(), spec: sp, pidfd: -1}
-	g, err := s.cg.create(j.id)
+	g, err := s.cg.group()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sbtypes.ErrRefused, err)
 	}
-	j.group = g
+	j := &job{id: g.id, spec: sp, pidfd: -1, group: g}
 	fail := func(err error) (*job, error) {
 		j.closeIO()
 		if derr := g.destroy(); derr != nil {

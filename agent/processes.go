@@ -164,6 +164,7 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		p.exit, p.err = s.supervise(ctx, j, p.out)
 		p.out.close()
 		close(p.done)
+		s.cg.prepare()
 	}()
 	writeJSON(w, http.StatusCreated, p.describe())
 }

@@ -148,6 +148,9 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		<-served
 	}
 	s.procs.wait()
+	if err := cg.close(); err != nil {
+		s.log.Error("remove the spare exec cgroup", "err", err)
+	}
 	sp.close()
 	<-watching
 	if errors.Is(serveErr, http.ErrServerClosed) {
