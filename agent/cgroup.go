@@ -271,6 +271,19 @@ func (g *execGroup) kill() error {
 
 // destroy kills what is left and removes the cgroup.
 func (g *execGroup) destroy() error {
+	if g.kind == scopeV1 && g.dir != "" {
+		if g.left != nil {
+			<-g.left
+		}
+		// Usually everything is gone with the main process: then the rmdir alone confirms
+		// the cgroup empty (the kernel refuses a populated one with EBUSY), and the kill's
+		// read of cgroup.procs is saved. The v1 OOM counter is the sandbox's, still there.
+		if unix.Rmdir(g.dir) == nil {
+			g.dir = ""
+			g.endOOM()
+			return nil
+		}
+	}
 	err := g.kill()
 	if g.fd >= 0 {
 		unix.Close(g.fd)
