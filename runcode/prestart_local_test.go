@@ -85,6 +85,12 @@ late = os.fdopen(os.dup(1), 'w')
 late.write('written at finalisation\n')
 print('main done')
 `}},
+	// The loader's exit hook (freezes the heap when nothing of the program's can run at exit):
+	// a run it speeds up and runs it must leave alone; more in TestPythonExitHookHost.
+	{name: "py exit fast path", req: runcode.Request{Language: "python", Code: "import atexit, json, logging, sys, threading, time\nlogging.basicConfig()\nlogging.warning('w')\natexit.register(print, 'atexit', json.dumps([1]))\nthreading.Thread(target=lambda: (time.sleep(0.1), print('thread done'))).start()\nclass Bye(SystemExit):\n    pass\nprint('unflushed')\nraise Bye(7)"}},
+	{name: "py exit stdout closed", req: runcode.Request{Language: "python", Code: "import os\nprint('lost')\nos.close(1)"}},
+	{name: "py exit garbage cycle finalised", req: runcode.Request{Language: "python", Code: "import sys\nclass D:\n    def __del__(self):\n        print('cycle collected')\nd = D()\nd.me = d\ndel d\nsys.exit('bye')"}},
+	{name: "py exit suspended generator", req: runcode.Request{Language: "python", Code: "def g():\n    try:\n        yield 1\n    finally:\n        print('generator closed')\nit = g()\nnext(it)\nc = [it]\nc.append(c)"}},
 	{name: "py unicode", req: runcode.Request{Language: "python", Code: "# -*- coding: utf-8 -*-\r\nprint('héllo ✓ 日本')\r\nprint(len('日本'))"}},
 	{name: "py files", req: runcode.Request{Language: "python", Code: "print(open('data/in.txt').read(), open('/tmp/abs.txt').read())",
 		Files: map[string][]byte{"data/in.txt": []byte("relative"), "/tmp/abs.txt": []byte("absolute")}}},

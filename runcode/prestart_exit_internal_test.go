@@ -1,0 +1,201 @@
+package runcode
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// pyOutcome is what a caller sees of a python run: output and how it ended.
+type pyOutcome struct {
+	stdout, stderr string
+	status         string // "exit N" or "signal S"
+}
+
+func outcomeOf(t *testing.T, err error, stdout, stderr []byte) pyOutcome {
+	t.Helper()
+	o := pyOutcome{stdout: string(stdout), stderr: string(stderr), status: "exit 0"}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			o.status = "signal " + ws.Signal().String()
+		} else {
+			o.status = fmt.Sprintf("exit %d", ws.ExitStatus())
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// runPythonThroughLoader runs code as `python3 main.py` in work with no stdin, through the
+// loader (as a pre-started interpreter runs it), with env; base is env's PYTHONPATH.
+func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *string, code string) pyOutcome {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "loader")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(pythonLoader(dir, "main.py", base)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pp := dir
+	if base != nil && *base != "" {
+		pp += ":" + *base
+	}
+	cmd := exec.Command(py, "main.py")
+	cmd.Dir, cmd.Env = work, append(slicesDeleteEnv(env, "PYTHONPATH"), "PYTHONPATH="+pp)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	errR, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(errR)
+	marker := make([]byte, len(readyMarker))
+	if _, err := io.ReadFull(br, marker); err != nil || string(marker) != readyMarker {
+		rest, _ := io.ReadAll(br)
+		_ = cmd.Wait()
+		t.Fatalf("no ready marker: %q %v %s", marker, err, rest)
+	}
+	if _, err := fmt.Fprintf(in, "%d 0\n%s", len(code), code); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	stderr, _ := io.ReadAll(br)
+	err = cmd.Wait()
+	return outcomeOf(t, err, out.Bytes(), stderr)
+}
+
+// exitCorpus: programs whose end the loader's exit hook must not change. fast says whether the
+// hook must freeze the heap for it ("yes"), must leave finalisation alone ("no": something of
+// the program's could still run or be finalised), or either ("any": a race or not worth pinning).
+var exitCorpus = []struct {
+	name, code, fast string
+}{
+	{"print", "print(2+2)", "yes"},
+	{"unflushed output", "import sys\nsys.stdout.write('x' * 100000)\nsys.stderr.write('y' * 100)", "yes"},
+	{"exception", "def f():\n    raise ValueError('v')\nprint('before')\nf()", "yes"},
+	{"exit 3", "import sys\nprint('a')\nsys.exit(3)", "yes"},
+	{"exit message", "import sys\nsys.exit('bye')", "yes"},
+	{"exit none", "raise SystemExit", "yes"},
+	{"exit overflow", "import sys\nsys.exit(2**40)", "yes"},
+	{"SystemExit subclass", "class Bye(SystemExit):\n    pass\nraise Bye(5)", "yes"},
+	{"SystemExit code attribute", "class Bye(SystemExit):\n    code = 9\nraise Bye()", "yes"},
+	{"keyboard interrupt", "print('x')\nraise KeyboardInterrupt", "yes"},
+	{"atexit prints", "import atexit\natexit.register(print, 'at exit')\nprint('main')", "yes"},
+	{"atexit raises and exits", "import atexit, sys\natexit.register(sys.exit, 4)\natexit.register(int, 'x')\nprint('main')", "yes"},
+	{"stdout closed", "import os\nprint('lost')\nos.close(1)", "yes"},
+	{"gc disabled", "import gc\ngc.disable()\nx = [1]\nx.append(x)\nprint('ok')", "yes"},
+	{"imports", "import json, re, collections, dataclasses, typing\n@dataclasses.dataclass\nclass P:\n    x: int\nprint(json.dumps({'p': P(1).x}), isinstance({}, collections.abc.Mapping), re.sub('a', 'b', 'aa'))", "yes"},
+	{"logging", "import logging\nlogging.basicConfig()\nlogging.warning('careful')", "yes"},
+	{"tempfile", "import tempfile, os\nd = tempfile.TemporaryDirectory()\nopen(os.path.join(d.name, 'f'), 'w').close()\nprint(len(os.listdir(d.name)))", "any"},
+	{"subprocess", "import subprocess\nprint(subprocess.run(['echo', 'hi'], capture_output=True).stdout)", "any"},
+	{"non-daemon thread", "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\nprint('main done')", "any"},
+	{"non-daemon thread with exit code", "import threading, time, sys\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\nsys.exit(6)", "any"},
+
+	{"daemon thread", "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('main')", "no"},
+	{"__del__ of a global", "class D:\n    def __del__(self):\n        print('del at exit')\nd = D()", "no"},
+	{"__del__ in garbage cycle", "class D:\n    def __del__(self):\n        print('cycle collected')\nd = D()\nd.me = d\ndel d", "no"},
+	{"__del__ behind a class attribute", "class D:\n    def __del__(self):\n        print('class attr finalised')\nclass Holder:\n    pass\nHolder.d = D()", "no"},
+	{"suspended generator in a cycle", "def g():\n    try:\n        yield 1\n    finally:\n        print('generator closed')\nit = g()\nnext(it)\nc = [it]\nc.append(c)", "no"},
+	{"weakref callback on a cycle", "import weakref\nclass N:\n    pass\na = N()\na.me = a\nr = weakref.ref(a, lambda _: print('callback'))\ndel a", "no"},
+	{"weak proxy", "import weakref\nclass N:\n    pass\na = N()\np = weakref.proxy(a, lambda _: print('proxy callback'))\nprint('main')", "no"},
+	{"weakref.finalize without atexit", "import weakref\nclass N:\n    pass\na = N()\na.me = a\nf = weakref.finalize(a, print, 'finalized')\nf.atexit = False\ndel a", "yes"},
+	{"unflushed file in a cycle", "import os\nlate = os.fdopen(os.dup(1), 'w')\nlate.write('written at finalisation\\n')\nc = [late]\nc.append(c)\nprint('main')", "no"},
+	{"stdout replaced", "import io, sys\nsys.stdout = io.TextIOWrapper(open(1, 'wb', closefd=False))\nprint('through the new stdout')", "no"},
+	{"gc callback", "import gc\ngc.callbacks.append(lambda phase, info: phase == 'stop' and print('gc', flush=True) if False else None)\nprint('x')", "no"},
+	{"gc garbage saved", "import gc\ngc.set_debug(gc.DEBUG_SAVEALL)\nprint('x')", "no"},
+	{"callbacks run by the program", "import atexit\natexit.register(print, 'ran once')\natexit._run_exitfuncs()\nprint('after')", "no"},
+	{"metaclass with __eq__ and __hash__", "class M(type):\n    def __eq__(cls, other):\n        print('eq called')\n        return False\n    def __hash__(cls):\n        print('hash called')\n        return 1\nclass C(metaclass=M):\n    pass\nc = C()\nprint('main')", "yes"},
+}
+
+// TestPythonExitHookHost runs each program of exitCorpus in the host's python cold and through
+// the loader, and wants the same output and end; a sitecustomize (imported before the loader,
+// so its atexit callback runs after the hook) reports whether the hook froze the heap.
+func TestPythonExitHookHost(t *testing.T) {
+	py := hostPython(t)
+	site := t.TempDir()
+	report := filepath.Join(t.TempDir(), "frozen")
+	if err := os.WriteFile(filepath.Join(site, "sitecustomize.py"), []byte(`import atexit, os
+def _report():
+    import gc, os
+    with open(os.environ['AIRLOCK_TEST_FROZEN'], 'w') as f:
+        f.write(str(gc.get_freeze_count()))
+atexit.register(_report)
+del atexit, os
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(slicesDeleteEnv(slicesDeleteEnv(os.Environ(), "PYTHONPATH"), "AIRLOCK_TEST_FROZEN"), "PYTHONPATH="+site, "AIRLOCK_TEST_FROZEN="+report)
+	frozen := func(t *testing.T) bool {
+		b, err := os.ReadFile(report)
+		if err != nil {
+			t.Fatalf("the sitecustomize probe did not report: %v", err)
+		}
+		if err := os.Remove(report); err != nil {
+			t.Fatal(err)
+		}
+		return string(b) != "0"
+	}
+	for _, tt := range exitCorpus {
+		t.Run(tt.name, func(t *testing.T) {
+			work := t.TempDir()
+			if err := os.WriteFile(filepath.Join(work, "main.py"), []byte(tt.code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cold := exec.Command(py, "main.py")
+			cold.Dir, cold.Env = work, env
+			var so, se bytes.Buffer
+			cold.Stdout, cold.Stderr = &so, &se
+			want := outcomeOf(t, cold.Run(), so.Bytes(), se.Bytes())
+			if frozen(t) {
+				t.Fatal("a cold run reports a frozen heap: the probe is broken")
+			}
+			if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
+				t.Fatal(err)
+			}
+			got := runPythonThroughLoader(t, py, work, env, ptr(site), tt.code)
+			if got != want {
+				t.Errorf("through the loader:\n%+v\ncold:\n%+v", got, want)
+			}
+			if f := frozen(t); (tt.fast == "yes" && !f) || (tt.fast == "no" && f) {
+				t.Errorf("hook froze the heap: %v, want %s", f, tt.fast)
+			}
+		})
+	}
+}
+
+// TestPythonExitHookOutput: the output a program prints in its last moments (atexit callbacks,
+// a non-daemon thread, exit messages) is all there through the loader; a guard on the corpus
+// test above, which could pass with both runs losing it.
+func TestPythonExitHookOutput(t *testing.T) {
+	py := hostPython(t)
+	work := t.TempDir()
+	env := slicesDeleteEnv(os.Environ(), "PYTHONPATH")
+	code := "import atexit, threading, time, sys\natexit.register(print, 'at exit')\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\nprint('main done')\nsys.exit('bye')"
+	got := runPythonThroughLoader(t, py, work, env, nil, code)
+	want := pyOutcome{stdout: "main done\nthread done\nat exit\n", stderr: "bye\n", status: "exit 1"}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if !strings.HasSuffix(got.stdout, "at exit\n") {
+		t.Error("atexit output missing")
+	}
+}
