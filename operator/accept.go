@@ -25,9 +25,8 @@ func (e *RefusalError) Error() string { return e.Err.Error() }
 func (e *RefusalError) Unwrap() error { return e.Err }
 
 // Accept validates sb's declaration and refuses what a pod cannot enforce, naming the field,
-// the value and what is allowed. It returns the declaration with defaults applied. Properties
-// are refused as written (before defaults): see docs/kubernetes.md for maxProcesses and
-// idleTimeoutSeconds, which the operator does not enforce and so refuses when declared.
+// the value and what is allowed. It returns the declaration with defaults applied, and judges
+// the defaulted values too: a default the pod cannot hold is refused like a declared one.
 func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 	written := sb.Spec.Sandbox
 	d := sb.Declaration()
@@ -51,9 +50,13 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 		refuse("spec.image %s: a pod runs an image reference the cluster can pull (image.ref); %s is not reachable from a node", d.Image, d.Image.Kind())
 	}
 	switch d.Runtime {
-	case spec.RuntimeNative, spec.RuntimeGVisor:
+	case spec.RuntimeNative:
+	case spec.RuntimeGVisor:
+		// Every declaration has a process limit (default 256), held in a pod by RLIMIT_NPROC on
+		// the agent; the gVisor sentry does not enforce RLIMIT_NPROC.
+		refuse("spec.runtime gvisor: limits.maxProcesses %d is held by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169); allowed on kubernetes is native", d.Limits.Processes())
 	default:
-		refuse("spec.runtime %q: allowed on kubernetes are native and gvisor (RuntimeClass gvisor)", d.Runtime)
+		refuse("spec.runtime %q: allowed on kubernetes is native", d.Runtime)
 	}
 	if d.Egress.Mode == spec.EgressAllowDomains {
 		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny and allow (public internet only)")
@@ -63,12 +66,6 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 	}
 	if written.HostedBy != "" {
 		refuse("spec.hostedBy %q: only for gcp; leave it empty", written.HostedBy)
-	}
-	if written.Limits.MaxProcesses != nil {
-		refuse("spec.limits.maxProcesses %d: a pod spec has no per-pod pids limit; leave it out", *written.Limits.MaxProcesses)
-	}
-	if written.Session.IdleTimeoutSeconds != nil {
-		refuse("spec.session.idleTimeoutSeconds %d: the operator has no idle reaper (the lifetime is enforced); leave it out", *written.Session.IdleTimeoutSeconds)
 	}
 	for _, k := range slices.Sorted(maps.Keys(written.Labels)) {
 		// The operator's own labels select pods for claims and NetworkPolicy (airlock.dev/client

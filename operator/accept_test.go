@@ -38,7 +38,7 @@ func TestAccept(t *testing.T) {
 	}{
 		{"minimal", nil, "", nil, ""},
 		{"id equal to the name", func(s *v1alpha1.SandboxSpec) { s.ID = "box" }, "", nil, ""},
-		{"gvisor", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeGVisor }, "", nil, ""},
+		{"gvisor (RLIMIT_NPROC not enforced by the sentry)", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeGVisor }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.runtime gvisor"},
 		{"public-only egress", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = spec.EgressAllow }, "", nil, ""},
 		{"id differs from the name", func(s *v1alpha1.SandboxSpec) { s.ID = "other" }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "spec.id"},
 		{"negative pool", func(s *v1alpha1.SandboxSpec) { s.PoolSize = -1 }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "spec.poolSize"},
@@ -54,8 +54,9 @@ func TestAccept(t *testing.T) {
 			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.org"}}
 		}, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "allowDomains"},
 		{"preview ports", func(s *v1alpha1.SandboxSpec) { s.PreviewPorts = []int{8080} }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.previewPorts"},
-		{"declared pids limit", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(64) }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "maxProcesses"},
-		{"declared idle timeout", func(s *v1alpha1.SandboxSpec) { s.Session.IdleTimeoutSeconds = i64(60) }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "idleTimeoutSeconds"},
+		{"declared process limit", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(64) }, "", nil, ""},
+		{"declared idle timeout", func(s *v1alpha1.SandboxSpec) { s.Session.IdleTimeoutSeconds = i64(60) }, "", nil, ""},
+		{"zero process limit", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(0) }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "maxProcesses"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	agentclient "github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/operator/brokerapi"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -110,8 +111,29 @@ type Broker struct {
 	RetryAfter time.Duration
 	// DeleteTimeout bounds how long release waits for the pod to be gone.
 	DeleteTimeout time.Duration
-	Log           *slog.Logger
-	Now           func() time.Time
+	// FirstCall makes the first authenticated call to a just-claimed pod's agent, so that the
+	// session's idle clock starts at the claim (agent.Config.IdleFromFirstCall); AgentFirstCall
+	// is the real one. A pod whose agent does not answer is deleted and the claim moves on to
+	// the next. Nil makes no call (unit tests without agents).
+	FirstCall func(ctx context.Context, endpoint, executeToken string) error
+	Log       *slog.Logger
+	Now       func() time.Time
+}
+
+// firstCallTimeout bounds the claim's call to the pod's agent.
+const firstCallTimeout = 5 * time.Second
+
+// AgentFirstCall returns a Broker.FirstCall that lists the agent's background processes (an
+// authenticated call with no effect) over hc.
+func AgentFirstCall(hc *http.Client) func(ctx context.Context, endpoint, executeToken string) error {
+	return func(ctx context.Context, endpoint, tok string) error {
+		hostport, ok := strings.CutPrefix(endpoint, "tcp:")
+		if !ok {
+			return fmt.Errorf("agent endpoint %q is not tcp:host:port", endpoint)
+		}
+		_, err := agentclient.NewHTTP("http://"+hostport, hc, func() string { return tok }).Processes(ctx)
+		return err
+	}
 }
 
 // Handler returns the broker's routes.
@@ -316,8 +338,27 @@ func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi
 			}
 			return nil, fmt.Errorf("%w: claim pod %s: %v", errUnavailable, p.Name, err)
 		}
+		g, err := b.grant(ctx, p, sb, d, u)
+		if err != nil {
+			return nil, err
+		}
+		if b.FirstCall != nil {
+			fctx, cancel := context.WithTimeout(ctx, firstCallTimeout)
+			err := b.FirstCall(fctx, g.Endpoint, g.ExecuteToken)
+			cancel()
+			if err != nil {
+				// A session whose agent does not answer is no session: it goes, and the caller
+				// gets the next pod instead.
+				b.Log.Warn("claimed pod's agent did not answer; deleting the pod", "namespace", p.Namespace, "pod", p.Name, "err", err)
+				uid := p.UID
+				if derr := b.Client.Delete(ctx, p, client.Preconditions{UID: &uid}); derr != nil && !apierrors.IsNotFound(derr) {
+					b.Log.Warn("delete unanswering pod", "namespace", p.Namespace, "pod", p.Name, "err", derr)
+				}
+				continue
+			}
+		}
 		b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username)
-		return b.grant(ctx, p, sb, d, u)
+		return g, nil
 	}
 	return nil, nil
 }
@@ -390,7 +431,7 @@ func (b *Broker) findSession(r *http.Request, u authnv1.UserInfo) (*corev1.Pod, 
 	}
 	var p *corev1.Pod
 	for i := range pods.Items {
-		if pods.Items[i].DeletionTimestamp == nil {
+		if pods.Items[i].DeletionTimestamp == nil && !podFinished(&pods.Items[i]) {
 			p = &pods.Items[i]
 		}
 	}
@@ -513,7 +554,9 @@ func (b *Broker) list(w http.ResponseWriter, r *http.Request) {
 		sbs := map[string]*spec.Sandbox{}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			if p.DeletionTimestamp != nil || p.Annotations[AnnotationOwner] != u.Username {
+			// A finished pod (idle timeout, lifetime, agent exit) is an ended session, not yet
+			// deleted by the controller.
+			if p.DeletionTimestamp != nil || p.Annotations[AnnotationOwner] != u.Username || podFinished(p) {
 				continue
 			}
 			name := p.Labels[LabelSandbox]

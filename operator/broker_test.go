@@ -113,7 +113,7 @@ func (f *brokerFixture) addPod(sb *v1alpha1.Sandbox, name, ip string) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	p, err := BuildPod(sb, d, testPodOpts, ring, "sess-"+name, "tmpl")
+	p, err := BuildPod(sb, d, testPodOpts, ring, "sess-"+name, "tmpl", uint32(2_000_000+len(name)))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -341,5 +341,64 @@ func TestClaimFallsBackToTheAPIWhenTheCacheIsBehind(t *testing.T) {
 	f.srv.Config.Handler = br.Handler()
 	if code, _, _ := f.claim("alice"); code != http.StatusOK {
 		t.Fatalf("claim with an empty cache: HTTP %d, want 200 from the API fallback", code)
+	}
+}
+
+// TestClaimMakesTheFirstCall: a claim calls the claimed pod's agent with the grant's execute
+// token (the session's idle clock starts there); a pod whose agent does not answer is deleted
+// and the claim gets another pod.
+func TestClaimMakesTheFirstCall(t *testing.T) {
+	f := newBrokerFixture(t, 2)
+	var mu sync.Mutex
+	var calls []string
+	br := f.broker()
+	br.FirstCall = func(_ context.Context, endpoint, tok string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, endpoint)
+		if tok == "" {
+			return fmt.Errorf("no token")
+		}
+		if endpoint == "tcp:10.0.0.10:7070" {
+			return fmt.Errorf("dial %s: connection refused", endpoint)
+		}
+		return nil
+	}
+	f.srv.Config.Handler = br.Handler()
+	code, _, g := f.claim("alice")
+	if code != http.StatusOK || g.Endpoint != "tcp:10.0.0.11:7070" {
+		t.Fatalf("claim: HTTP %d endpoint %q, want 200 from the pod that answers", code, g.Endpoint)
+	}
+	if f.pod("box-0") != nil {
+		t.Error("the pod whose agent did not answer is still there")
+	}
+	if len(calls) == 0 || calls[len(calls)-1] != g.Endpoint {
+		t.Errorf("first calls %v, want the granted endpoint last", calls)
+	}
+	if code, _, _ := f.claim("alice"); code != http.StatusServiceUnavailable {
+		t.Fatalf("claim with no pod left: HTTP %d, want 503", code)
+	}
+}
+
+// TestEndedSessionIsGone: a session whose pod has finished (the agent's idle timeout, the
+// lifetime deadline) cannot be reconnected to, is not listed, and releasing it succeeds.
+func TestEndedSessionIsGone(t *testing.T) {
+	f := newBrokerFixture(t, 1)
+	_, _, g := f.claim("alice")
+	p := f.pod("box-0")
+	p.Status.Phase = corev1.PodFailed
+	p.Status.Conditions = nil
+	if err := f.c.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	path := brokerapi.PathSessions + "ns/" + g.Session.ID
+	if code, _, b := f.do("GET", path, "user:alice", nil); code != http.StatusNotFound {
+		t.Fatalf("reconnect to an ended session: HTTP %d %s, want 404", code, b)
+	}
+	if code, _, b := f.do("GET", brokerapi.PathSessions+"?namespace=ns", "user:alice", nil); code != 200 || strings.Contains(string(b), g.Session.ID) {
+		t.Fatalf("list: HTTP %d %s, want no ended session", code, b)
+	}
+	if code, _, _ := f.do("DELETE", path, "user:alice", nil); code != http.StatusNoContent {
+		t.Fatalf("release of an ended session: HTTP %d, want 204", code)
 	}
 }

@@ -34,6 +34,7 @@ type PoolReconciler struct {
 	APIReader client.Reader
 	Keys      *Keys
 	Pods      PodOptions
+	UIDs      *CodeUIDs // each pod's code uid, unique among existing pods
 	Log       *slog.Logger
 }
 
@@ -68,7 +69,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		if podFinished(p) {
 			r.delete(ctx, p, "finished")
 			continue
 		}
@@ -134,11 +135,17 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	var createErr error
 	for n := len(fresh); n < want; n++ {
-		pod, err := BuildPod(&sb, d, r.Pods, ring, newSessionID(), tmpl)
+		uid, err := r.UIDs.Allocate(ctx)
+		if err != nil {
+			createErr = fmt.Errorf("create pool pod for %s: %w", req, err)
+			break
+		}
+		pod, err := BuildPod(&sb, d, r.Pods, ring, newSessionID(), tmpl, uid)
 		if err == nil {
 			err = r.Client.Create(ctx, pod)
 		}
 		if err != nil {
+			r.UIDs.Release(uid)
 			createErr = fmt.Errorf("create pool pod for %s: %w", req, err)
 			break
 		}
@@ -226,6 +233,11 @@ func setCond(st *v1alpha1.SandboxStatus, gen int64, typ string, ok bool, reason,
 		s = metav1.ConditionTrue
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+// podFinished: the pod's containers have ended (idle timeout, lifetime deadline, agent exit).
+func podFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded
 }
 
 func podReady(p *corev1.Pod) bool {

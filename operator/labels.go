@@ -14,6 +14,10 @@ const (
 	StateIdle    = "idle"
 	StateClaimed = "claimed"
 
+	// LabelCodeUID is the uid (and gid) the pod's code runs as, unique among existing pods
+	// (CodeUIDs): the process limit is counted per uid per node.
+	LabelCodeUID = "airlock.dev/code-uid"
+
 	AnnotationAgentConfig = "airlock.dev/agent-config"
 	AnnotationGeneration  = "airlock.dev/generation"
 	AnnotationOwner       = "airlock.dev/owner"
@@ -35,10 +39,6 @@ const (
 	ImageAgentPath    = "/airlock-agent"    // where the airlock image holds the lean agent
 	ImageOperatorPath = "/airlock-operator" // and this binary (it copies the agent)
 	DefaultAgentPort  = 7070
-	// CodeUID/CodeGID run user code; the agent itself runs as uid 0 with only the capabilities it
-	// needs to drop to them (see docs/kubernetes.md).
-	CodeUID = 1000
-	CodeGID = 1000
 	// InstallUID runs the init container that copies the agent.
 	InstallUID = 65532
 )

@@ -38,7 +38,7 @@ const podGeneration = 1
 const cpuRequestDivisor = 10
 
 // agentConfig is what the pod's agent serves with: public keys only.
-func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32) ([]byte, error) {
+func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32, codeUID uint32) ([]byte, error) {
 	// The agent gives code only this environment (the image's is not read: the operator never
 	// pulls images), so the usual basics come first and the declaration overrides them.
 	env := map[string]string{
@@ -57,17 +57,28 @@ func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32) ([]byte,
 		DenyPaths:        []string{AgentDir, ConfigDir, "/dev", "/proc", "/sys"},
 		Workdir:          d.Workdir,
 		Env:              env,
-		CodeUID:          CodeUID,
-		CodeGID:          CodeGID,
+		CodeUID:          codeUID,
+		CodeGID:          codeUID,
 		MaxTimeout:       time.Duration(d.Session.Lifetime()) * time.Second,
 		DefaultOutputCap: 16 << 20,
+		// The agent ends the session after this long with nothing active; its clock starts at the
+		// first authenticated call, which the broker makes as part of the claim (a pool pod
+		// waits unclaimed for as long as it takes).
+		IdleTimeout:       time.Duration(d.Session.IdleTimeout()) * time.Second,
+		IdleFromFirstCall: true,
+		// RLIMIT_NPROC on the agent, inherited by code: per uid per node, hence codeUID unique.
+		MaxProcesses: d.Limits.Processes(),
 	}
 	return json.Marshal(cfg)
 }
 
-// BuildPod returns the pool pod for session sessionID of sb (d is Accept's result).
-func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessionID, template string) (*corev1.Pod, error) {
-	cfg, err := agentConfig(d, sessionID, keyRing, o.AgentPort)
+// BuildPod returns the pool pod for session sessionID of sb (d is Accept's result), whose code
+// runs as codeUID (from CodeUIDs).
+func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessionID, template string, codeUID uint32) (*corev1.Pod, error) {
+	if codeUID == 0 {
+		return nil, fmt.Errorf("code uid 0: code never runs as root")
+	}
+	cfg, err := agentConfig(d, sessionID, keyRing, o.AgentPort, codeUID)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +115,7 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 		LabelState:     StateIdle,
 		LabelTemplate:  template,
 		LabelManagedBy: ManagedBy,
+		LabelCodeUID:   fmt.Sprint(codeUID),
 	}
 	for k, v := range d.Labels {
 		if _, ours := labels[k]; !ours {
@@ -167,7 +179,7 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 					PeriodSeconds:    1,
 					FailureThreshold: 3,
 				},
-				// The agent runs as uid 0 holding only what it needs to run code as CodeUID (setuid,
+				// The agent runs as uid 0 holding only what it needs to run code as codeUID (setuid,
 				// setgid, kill across uids) and to hand files to that uid (chown, dac_override,
 				// fowner). Code loses every capability at setuid; no_new_privs stops it regaining any.
 				SecurityContext: &corev1.SecurityContext{

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -43,7 +44,7 @@ func buildTestPod(t *testing.T, mut func(*spec.Sandbox)) (*corev1.Pod, spec.Sand
 		t.Fatal(err)
 	}
 	ring, _ := testRing(t)
-	p, err := BuildPod(sb, d, testPodOpts, ring, "sess1", "tmpl")
+	p, err := BuildPod(sb, d, testPodOpts, ring, "sess1", "tmpl", 1_000_007)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +118,6 @@ func TestBuildPodIsHardened(t *testing.T) {
 	}
 }
 
-func TestBuildPodGVisor(t *testing.T) {
-	p, _ := buildTestPod(t, func(d *spec.Sandbox) { d.Runtime = spec.RuntimeGVisor })
-	if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != "gvisor" {
-		t.Fatalf("runtimeClassName %v, want gvisor", p.Spec.RuntimeClassName)
-	}
-}
-
 func TestAgentConfigHoldsPublicKeysOnly(t *testing.T) {
 	p, d := buildTestPod(t, func(d *spec.Sandbox) { d.Env = map[string]string{"PATH": "/opt/bin", "A": "b"} })
 	var cfg agent.Config
@@ -142,8 +136,14 @@ func TestAgentConfigHoldsPublicKeysOnly(t *testing.T) {
 	if _, err := token.ParseKeyRing([]byte(cfg.KeyRing)); err != nil {
 		t.Errorf("key ring does not parse: %v", err)
 	}
-	if cfg.CodeUID == 0 || cfg.CodeGID == 0 || cfg.AllowRootCode {
-		t.Errorf("code runs as %d/%d (allowRootCode %v)", cfg.CodeUID, cfg.CodeGID, cfg.AllowRootCode)
+	if cfg.CodeUID != 1_000_007 || cfg.CodeGID != 1_000_007 || cfg.AllowRootCode || p.Labels[LabelCodeUID] != "1000007" {
+		t.Errorf("code runs as %d/%d (allowRootCode %v, label %q), want the allocated 1000007",
+			cfg.CodeUID, cfg.CodeGID, cfg.AllowRootCode, p.Labels[LabelCodeUID])
+	}
+	// The session's limits the agent holds: processes (RLIMIT_NPROC), idle time from the claim.
+	if cfg.MaxProcesses != d.Limits.Processes() || cfg.IdleTimeout != time.Duration(d.Session.IdleTimeout())*time.Second || !cfg.IdleFromFirstCall {
+		t.Errorf("maxProcesses %d idleTimeout %v idleFromFirstCall %v, want %d, %ds, true",
+			cfg.MaxProcesses, cfg.IdleTimeout, cfg.IdleFromFirstCall, d.Limits.Processes(), d.Session.IdleTimeout())
 	}
 	if cfg.SandboxID != d.ID || cfg.SessionID != "sess1" || cfg.Generation != podGeneration || cfg.Listen != "tcp:0.0.0.0:7070" {
 		t.Errorf("identity %q/%q/%d listen %q", cfg.SandboxID, cfg.SessionID, cfg.Generation, cfg.Listen)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -108,6 +109,8 @@ func run(args []string) error {
 		tokenTTL     = fs.Duration("token-ttl", time.Hour, "longest life of a capability token (the session's end caps it too)")
 		reviewTTL    = fs.Duration("review-cache-ttl", 10*time.Second, "how long a successful TokenReview/SubjectAccessReview is reused (0: never)")
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
+			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -127,6 +130,10 @@ func run(args []string) error {
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("-tls-cert and -tls-key go together")
+	}
+	uidFirst, uidLast, err := operator.ParseUIDRange(*uidRange)
+	if err != nil {
+		return fmt.Errorf("-code-uid-range: %w", err)
 	}
 	sel, err := labels.ConvertSelectorToLabelsMap(*brokerLabels)
 	if err != nil || len(sel) == 0 {
@@ -168,7 +175,8 @@ func run(args []string) error {
 		AirlockImage: *image, PullPolicy: pp, AgentPort: int32(*agentPort),
 		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass,
 	}
-	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, Log: logger}
+	uids := &operator.CodeUIDs{Reader: mgr.GetClient(), First: uidFirst, Last: uidLast}
+	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -187,6 +195,12 @@ func run(args []string) error {
 		Reviewer: reviewer,
 		Keys:     keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
 		RetryAfter: 2 * time.Second, DeleteTimeout: 60 * time.Second, Log: logger,
+		// One connection per claimed pod, never reused: a dial that takes longer than this is a
+		// pod not worth handing out.
+		FirstCall: operator.AgentFirstCall(&http.Client{Transport: &http.Transport{
+			DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+			DisableKeepAlives: true,
+		}}),
 	}
 	srv := &http.Server{Addr: *brokerAddr, Handler: broker.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
