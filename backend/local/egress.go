@@ -95,8 +95,28 @@ func egressCapabilities(entries map[capability.Name]capability.Status) {
 	entries[capability.DomainEgressRules] = st
 }
 
-// checkEgress refuses an egress block the runtime cannot enforce here.
-func checkEgress(e spec.Egress, gvisor bool) error {
+// egressEnforceable tells whether this host can enforce egress needing capability name: the
+// published set says so when egress.Probe passed within hostProbeTTL, in this process or
+// another on the same state dir (airlock run would otherwise build and drop a throwaway
+// network namespace, ~2 ms, on every call with the network on); else this process's own probe
+// says why not. A mechanism lost since then fails when the gateway is wired, at create.
+func (b *Backend) egressEnforceable(name capability.Name) error {
+	return enforceableFrom(b.caps, egressProbe)(name)
+}
+
+// enforceableFrom is egressEnforceable over a published set and a probe.
+func enforceableFrom(published func() capability.Set, probe func() error) func(capability.Name) error {
+	return func(name capability.Name) error {
+		if published != nil && published().Entries[name].Supported {
+			return nil
+		}
+		return probe()
+	}
+}
+
+// checkEgress refuses an egress block the runtime cannot enforce here; enforceable reports
+// (as egressEnforceable) whether the capability the mode needs holds.
+func checkEgress(e spec.Egress, gvisor bool, enforceable func(capability.Name) error) error {
 	p := egress.PolicyFromSpec(e)
 	if err := p.Validate(); err != nil {
 		return err
@@ -107,11 +127,11 @@ func checkEgress(e spec.Egress, gvisor bool) error {
 	if gvisor {
 		return fmt.Errorf("%w: egress mode %q under runtime gvisor: runsc has its own network stack, which the egress gateway is not wired to; use runtime native, or egress deny", sandbox.ErrUnsupported, p.Mode)
 	}
-	if err := egressProbe(); err != nil {
-		name := capability.PublicOnlyEgress
-		if p.Mode == spec.EgressAllowDomains {
-			name = capability.DomainEgressRules
-		}
+	name := capability.PublicOnlyEgress
+	if p.Mode == spec.EgressAllowDomains {
+		name = capability.DomainEgressRules
+	}
+	if err := enforceable(name); err != nil {
 		return fmt.Errorf("%w: egress mode %q needs capability %s, which this host lacks: %v", sandbox.ErrUnsupported, p.Mode, name, err)
 	}
 	return nil
@@ -337,7 +357,7 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 	if err != nil {
 		return err
 	}
-	if err := checkEgress(e, s.rec.Runtime == string(spec.RuntimeGVisor)); err != nil {
+	if err := checkEgress(e, s.rec.Runtime == string(spec.RuntimeGVisor), b.egressEnforceable); err != nil {
 		return err
 	}
 	p := egress.PolicyFromSpec(e)

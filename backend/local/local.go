@@ -342,7 +342,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
 	}
-	if err := checkEgress(decl.Egress, r.gvisor); err != nil { // egress.go
+	if err := checkEgress(decl.Egress, r.gvisor, b.egressEnforceable); err != nil { // egress.go
 		return nil, err
 	}
 	if len(decl.PreviewPorts) > 0 && r.gvisor { // preview.go
