@@ -4,6 +4,8 @@ package kubernetes
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +41,12 @@ type Config struct {
 	Token func(ctx context.Context) (string, error)
 	// TokenFile is read when Token is nil (default DefaultTokenFile).
 	TokenFile string
-	// HTTPClient talks to the broker (default: a client with a 30 s timeout).
+	// CAFile is a PEM bundle the broker's certificate must chain to (an https BrokerURL; default:
+	// the system roots). ServerName is the name the certificate must carry when BrokerURL's host
+	// is not it (e.g. a pod IP; default: the URL's host). Both apply when HTTPClient is nil.
+	CAFile     string
+	ServerName string
+	// HTTPClient talks to the broker (default: a client with a 90 s timeout).
 	HTTPClient *http.Client
 }
 
@@ -86,9 +93,25 @@ func New(cfg Config) (*Backend, error) {
 			return strings.TrimSpace(string(b)), nil
 		}
 	}
+	if (cfg.CAFile != "" || cfg.ServerName != "") && (u.Scheme != "https" || cfg.HTTPClient != nil) {
+		return nil, fmt.Errorf("%w: kubernetes backend: CAFile and ServerName need an https broker URL and no HTTPClient", sandbox.ErrInvalid)
+	}
 	hc, ownHC := cfg.HTTPClient, false
 	if hc == nil {
-		hc, ownHC = &http.Client{Timeout: 90 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}, true
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.ServerName}
+		if cfg.CAFile != "" {
+			pem, err := os.ReadFile(cfg.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("%w: kubernetes backend: CA file: %v", sandbox.ErrInvalid, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%w: kubernetes backend: CA file %s holds no PEM certificate", sandbox.ErrInvalid, cfg.CAFile)
+			}
+			tr.TLSClientConfig.RootCAs = pool
+		}
+		hc, ownHC = &http.Client{Timeout: 90 * time.Second, Transport: tr}, true
 	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: AgentDialTimeout}).DialContext,

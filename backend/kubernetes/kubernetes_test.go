@@ -3,9 +3,12 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -150,5 +153,52 @@ func TestAgentEndpointMustBeTCP(t *testing.T) {
 	b := newTestBackend(t, http.NotFoundHandler())
 	if _, err := b.agent(&brokerapi.Grant{Endpoint: "unix:/run/agent.sock"}); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
 		t.Fatalf("agent for a unix endpoint: %v", err)
+	}
+}
+
+// TestBrokerTLS: an https broker is verified against CAFile and ServerName; a certificate the CA
+// did not issue, or that does not name ServerName, fails before any token is sent.
+func TestBrokerTLS(t *testing.T) {
+	var sawToken atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			sawToken.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("[]"))
+	}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600)
+	tok := func(context.Context) (string, error) { return "tok", nil }
+	tests := []struct {
+		name       string
+		ca, server string
+		ok         bool
+	}{
+		{"trusted CA, the URL's host", ca, "", true},
+		{"trusted CA, the name the certificate carries", ca, "example.com", true},
+		{"trusted CA, another name", ca, "airlock-broker.airlock-system.svc", false},
+		{"system roots only", "", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := sawToken.Load()
+			b, err := New(Config{BrokerURL: srv.URL, Namespace: "ns", Token: tok, CAFile: tc.ca, ServerName: tc.server})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			_, err = b.List(context.Background())
+			if (err == nil) != tc.ok {
+				t.Fatalf("List: %v, want ok %v", err, tc.ok)
+			}
+			if !tc.ok && sawToken.Load() != before {
+				t.Fatal("the token reached a broker that failed verification")
+			}
+		})
+	}
+	if _, err := New(Config{BrokerURL: "http://broker", Namespace: "ns", CAFile: ca}); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("CAFile with an http URL: %v, want invalid", err)
 	}
 }
