@@ -30,7 +30,14 @@ func openInRoot(host string) (*inRoot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open root %s: %w", host, err)
 	}
-	return &inRoot{host: host, fd: fd}, nil
+	// The root's path as the kernel names it (a state dir below a symlink, /var/run, names
+	// it differently): resolved() compares the kernel's names of paths below it.
+	real, err := os.Readlink(fdPath(fd))
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open root %s: %w", host, err)
+	}
+	return &inRoot{host: real, fd: fd}, nil
 }
 
 func (r *inRoot) close() { unix.Close(r.fd) }

@@ -40,7 +40,12 @@ func TestInRootConfines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := openInRoot(root)
+	// Opened through a symlink to it, as a state dir below /var/run would be.
+	alias := filepath.Join(host, "alias")
+	if err := os.Symlink("root", alias); err != nil {
+		t.Fatal(err)
+	}
+	r, err := openInRoot(alias)
 	if err != nil {
 		t.Fatal(err)
 	}
