@@ -116,7 +116,8 @@ func (c *cgroups) group() (*execGroup, error) {
 	c.mu.Unlock()
 	if g != nil {
 		dir := c.base + "/exec-" + g.id
-		if err := os.Rename(g.dir, dir); err != nil {
+		// unix.Rename, not os.Rename: no lstat of the target first.
+		if err := unix.Rename(g.dir, dir); err != nil {
 			_ = g.destroy()
 			g = nil
 		} else {
