@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
@@ -76,12 +75,28 @@ const (
 	maxProcesses     = 256     // background processes retained (running + exited)
 )
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// envNamePattern is the grammar isEnvName checks, for messages (a loop, not a regexp compiled at
+// every agent start).
+const envNamePattern = `^[A-Za-z_][A-Za-z0-9_]*$`
+
+func isEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		letter := c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
 
 // validateEnvName refuses names a process environment cannot carry unambiguously.
 func validateEnvName(field, name string) error {
-	if !envName.MatchString(name) {
-		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sbtypes.ErrInvalid, field, name, envName)
+	if !isEnvName(name) {
+		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sbtypes.ErrInvalid, field, name, envNamePattern)
 	}
 	return nil
 }
