@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,10 +180,16 @@ func (b *Backend) sessionInitPID(id string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s := b.sessions[id]; s != nil {
+		initStarts.Store(id, s.rec.InitStart)
 		return s.rec.InitPID
 	}
 	return 0
 }
+
+// initStarts holds, by session id, the start time of the init sessionInitPID returned: pids
+// wrap (pid_max is 32768 here) and a test that checks many sandboxes at its end would take a
+// later process with the same pid for the sandbox's init.
+var initStarts sync.Map
 
 // leftovers lists what remains of a session on the host: its state dir, cgroup directories,
 // its init process, host mounts naming it.
@@ -199,7 +206,8 @@ func leftovers(b *Backend, id string, initPID int) []string {
 			left = append(left, "cgroup "+d)
 		}
 	}
-	if initPID > 0 {
+	start, known := initStarts.Load(id)
+	if initPID > 0 && (!known || alive(initPID, start.(uint64))) {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", initPID)); err == nil {
 			if st, err := procState(initPID); err == nil && st != 'Z' {
 				left = append(left, fmt.Sprintf("init process %d (state %c)", initPID, st))
