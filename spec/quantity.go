@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"sync"
 	"strconv"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
