@@ -97,7 +97,7 @@ func BenchmarkWarmClaimToFirstExec(b *testing.B) {
 }
 
 func newBackendB(b *testing.B, e *env, tok string) *kb.Backend {
-	be, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns,
+	be, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, CAFile: brokerCA, ServerName: brokerName,
 		Token: func(context.Context) (string, error) { return tok, nil }})
 	if err != nil {
 		b.Fatal(err)

@@ -33,6 +33,10 @@ var (
 	kubeconfig = envOr("AIRLOCK_K8S_KUBECONFIG", "/var/lib/airlock-k8s/admin.kubeconfig")
 	kubectlBin = envOr("AIRLOCK_K8S_KUBECTL", "/var/cache/airlock-k8s/bin/kubectl")
 	testImage  = envOr("AIRLOCK_K8S_SANDBOX_IMAGE", "airlock.local/sandbox:test")
+	// The broker serves TLS with a certificate for its Service name from a CA deploy.sh made;
+	// there is no kube-proxy, so the tests dial the broker pod's IP and verify that name.
+	brokerCA   = envOr("AIRLOCK_K8S_BROKER_CA", "/var/lib/airlock-k8s/broker-tls/ca.crt")
+	brokerName = "airlock-broker.airlock-system.svc"
 )
 
 func envOr(k, def string) string {
@@ -85,7 +89,7 @@ func brokerURL(t testing.TB) string {
 	if ip == "" {
 		t.Fatal("no running broker pod")
 	}
-	return "http://" + ip + ":8080"
+	return "https://" + ip + ":8080"
 }
 
 func (e *env) token(sa, audience string) string {
@@ -94,7 +98,7 @@ func (e *env) token(sa, audience string) string {
 
 func (e *env) backend(sa string) *kb.Backend {
 	tok := e.token(sa, brokerapi.DefaultAudience)
-	b, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns,
+	b, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, CAFile: brokerCA, ServerName: brokerName,
 		Token: func(context.Context) (string, error) { return tok, nil }})
 	if err != nil {
 		e.t.Fatal(err)
@@ -165,9 +169,7 @@ func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	for _, id := range conformanceIDs {
 		d := conformanceDecl(id)
-		d.ApplyDefaults()
-		d.Limits.MaxProcesses = nil // the operator refuses a declared pids limit
-		d.Session.IdleTimeoutSeconds = nil
+		d.ApplyDefaults() // the operator holds every default, process limit and idle timeout included
 		e.sandboxCR(d, 1, 0)
 	}
 	for _, id := range conformanceIDs {
@@ -254,7 +256,7 @@ func TestBrokerAuthentication(t *testing.T) {
 	e.sandboxCR(baseDecl("authz"), 1, 1)
 	kubectl(t, "", "-n", e.ns, "create", "serviceaccount", "stranger")
 	claimWith := func(tok string) error {
-		b, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns,
+		b, err := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, CAFile: brokerCA, ServerName: brokerName,
 			Token: func(context.Context) (string, error) { return tok, nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -299,7 +301,7 @@ func TestBrokerAuthentication(t *testing.T) {
 	e.sandboxCR(baseDecl("authz-other"), 1, 1)
 	kubectl(t, "", "-n", e.ns, "create", "role", "only-authz", "--verb=claim", "--resource=sandboxes.airlock.dev", "--resource-name=authz")
 	kubectl(t, "", "-n", e.ns, "create", "rolebinding", "stranger-authz", "--role=only-authz", "--serviceaccount="+e.ns+":stranger")
-	sb, _ := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, Token: func(context.Context) (string, error) {
+	sb, _ := kb.New(kb.Config{BrokerURL: e.broker, Namespace: e.ns, CAFile: brokerCA, ServerName: brokerName, Token: func(context.Context) (string, error) {
 		return e.token("stranger", brokerapi.DefaultAudience), nil
 	}})
 	t.Cleanup(func() { sb.Close() })
@@ -497,19 +499,20 @@ func waitCondition(t *testing.T, ns, name, typ, wantStatus, wantReason string) {
 // no pods for it; the broker refuses claims of it.
 func TestRefusedDeclarations(t *testing.T) {
 	e := newEnv(t)
-	pids := baseDecl("pids")
-	pids.Limits.MaxProcesses = func() *int64 { v := int64(64); return &v }()
-	e.sandboxCR(pids, 2, 0)
-	waitCondition(t, e.ns, "pids", "Accepted", "False", "Unsupported")
+	preview := baseDecl("preview")
+	preview.PreviewPorts = []int{8080}
+	e.sandboxCR(preview, 2, 0)
+	waitCondition(t, e.ns, "preview", "Accepted", "False", "Unsupported")
+	// gVisor does not enforce RLIMIT_NPROC, which holds every declaration's process limit.
 	gv := baseDecl("gvisor")
 	gv.Runtime = spec.RuntimeGVisor
 	e.sandboxCR(gv, 1, 0)
-	waitCondition(t, e.ns, "gvisor", "Accepted", "False", "RuntimeClassMissing")
+	waitCondition(t, e.ns, "gvisor", "Accepted", "False", "Unsupported")
 	if pods := kubectl(t, "", "-n", e.ns, "get", "pods", "-o", "name"); pods != "" {
 		t.Errorf("pods exist for refused Sandboxes: %s", pods)
 	}
 	b := e.backend("app")
-	if _, err := b.Claim(ctxT(t), "pids", nil); !errors.Is(err, sandbox.ErrRefused) {
+	if _, err := b.Claim(ctxT(t), "preview", nil); !errors.Is(err, sandbox.ErrRefused) {
 		t.Errorf("claim of a refused Sandbox: %v, want refused", err)
 	}
 }

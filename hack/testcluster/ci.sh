@@ -27,5 +27,5 @@ mapfile -t images < <("$HERE/images.sh")
 "$HERE/load-image.sh" "${images[@]}" >&2
 "$HERE/deploy.sh"
 cd "$REPO"
-AIRLOCK_K8S_KUBECONFIG="$KUBECONFIG_OUT" AIRLOCK_K8S_KUBECTL="$BIN/kubectl" \
+AIRLOCK_K8S_KUBECONFIG="$KUBECONFIG_OUT" AIRLOCK_K8S_KUBECTL="$BIN/kubectl" AIRLOCK_K8S_BROKER_CA="$STATE/broker-tls/ca.crt" \
   go test -tags cluster -count=1 -timeout 30m "$@" ./backend/kubernetes/... ./operator/...
