@@ -468,25 +468,32 @@ raise ImportError('airlock loader done', name='usercustomize')
 // a generator, an io object, ...) other than those alive when the loader snapshot the
 // interpreter (the standard streams); no weak proxy; every weak reference's callback one of the
 // standard library's bookkeeping ones (WeakSet, WeakKeyDictionary, WeakValueDictionary, the abc
-// caches, logging's handler list, weakref.finalize after its own atexit hook ran). Otherwise the hook does nothing.
-// What the program can see of it: one atexit callback (atexit._ncallbacks()), the hook and its
-// snapshot (weak references) among gc.get_objects().
+// caches, the import system's module locks, logging's handler list, weakref.finalize after its own atexit hook ran). Otherwise the hook does nothing.
+// The check is a few C-speed passes over objects, and a pass over every object costs about
+// what a collection does; so the loader snapshots start-up (and checks its weak references)
+// before the code arrives and moves start-up's objects to the oldest generation (gc.freeze,
+// gc.unfreeze: no collection), and the hook looks at generations 0 and 1 only, where all the
+// program made still is unless a collection of generation 1 or 2 ran or the program imported
+// gc (then it looks at every object). What the program can see of it: start-up's objects in
+// generation 2 and gc.get_count() starting from 0 (so its first automatic collection comes a
+// little later than cold); one atexit callback
+// (atexit._ncallbacks()), the hook and its snapshot (weak references) among gc.get_objects().
 const pythonExitHook = `
 def _airlock_fast_gc_at_exit(sys, had):
-    import gc, atexit, _thread, _weakref
-    for m in ('gc', 'atexit', '_thread'):
+    import gc, atexit, _thread, _weakref, itertools
+    for m in ('gc', 'atexit', '_thread', 'itertools'):
         if m not in had:
             sys.modules.pop(m, None)
     getframe = sys._getframe
     modules = sys.modules
+    compress = itertools.compress
     tdict = type.__dict__['__dict__'].__get__
     tmro = type.__dict__['__mro__'].__get__
     wref = _weakref.ref
     reftype = _weakref.ReferenceType
     proxy, cproxy = _weakref.ProxyType, _weakref.CallableProxyType
     callback = reftype.__dict__['__callback__'].__get__
-    builtin = type(len)
-    function = type(lambda: None)
+    none_id, builtin_id, function_id = id(type(None)), id(type(len)), id(type(lambda: None))
 
     def finalizable(t):
         for c in tmro(t):
@@ -494,45 +501,99 @@ def _airlock_fast_gc_at_exit(sys, had):
                 return True
         return False
 
-    # The interpreter's own objects with finalizers (the standard streams), as the program
-    # will find them; by id(type) (the type kept alive with them): no hashing of types in the
-    # hook, which could call a metaclass of the program's.
-    start = {}
-    for o in gc.get_objects():
-        t = type(o)
-        if finalizable(t):
-            e = start.setdefault(id(t), (t, []))
-            if e[1] is not None:
-                try:
-                    e[1].append(wref(o))
-                except TypeError:
-                    start[id(t)] = (t, None)
-
     def weakref_type(t):
         for c in tmro(t):
             if c is reftype:
                 return True
         return False
 
-    def bookkeeping(cb):
-        if cb is None:
-            return True
-        t = type(cb)
-        if t is builtin:
-            return cb.__name__ == '_destroy' and type(cb.__self__) is reftype
-        if t is function:
-            code = cb.__code__
+    def bookkeeping(wrefs):
+        # Every callback of wrefs is one of the standard library's bookkeeping ones; C-speed
+        # passes, and no attribute of a callback is read before its type is known.
+        cbs = list(map(callback, wrefs))
+        cbt = list(map(id, map(type, cbs)))
+        w = modules.get('weakref')
+        fin = w and getattr(w, 'finalize', None)
+        ok = {none_id, builtin_id, function_id}
+        if fin is not None and fin._shutdown is True:
+            ok.add(id(fin))
+        if not ok.issuperset(cbt):
+            return False
+        bs = list(compress(cbs, map(builtin_id.__eq__, cbt)))
+        if bs:
+            if set(map(getattr, bs, ['__name__'] * len(bs))) != {'_destroy'}:
+                return False
+            if set(map(id, map(type, map(getattr, bs, ['__self__'] * len(bs))))) != {id(reftype)}:
+                return False
+        fs = list(compress(cbs, map(function_id.__eq__, cbt)))
+        if fs:
+            allowed = set()
             for mod, cls in (('_weakrefset', 'WeakSet'), ('weakref', 'WeakValueDictionary'), ('weakref', 'WeakKeyDictionary')):
                 m = modules.get(mod)
                 c = m and getattr(m, cls, None)
-                if c is not None and code in c.__init__.__code__.co_consts:
-                    return True
-            m = modules.get('logging')
-            f = m and getattr(m, '_removeHandlerRef', None)
-            return type(f) is function and code is f.__code__
-        w = modules.get('weakref')
-        fin = w and getattr(w, 'finalize', None)
-        return fin is not None and t is fin and fin._shutdown is True
+                if c is not None:
+                    allowed.update(c.__init__.__code__.co_consts)
+            for mod, name in (('_frozen_importlib', '_get_module_lock'), ('logging', '_removeHandlerRef')):
+                m = modules.get(mod)
+                f = m and getattr(m, name, None)
+                if id(type(f)) == function_id:
+                    allowed.add(f.__code__)
+                    allowed.update(f.__code__.co_consts)
+            if not allowed.issuperset(map(getattr, fs, ['__code__'] * len(fs))):
+                return False
+        return True
+
+    def scan(objs, start):
+        # Whether objs hold nothing the rest of finalisation could run or finalise of the
+        # program's. C-speed passes over ids only (hashing a type could call a metaclass of the
+        # program's; list.index over ints would be quadratic).
+        ids = list(map(id, map(type, objs)))
+        fkinds, wkinds = set(), set()
+        for k, o in dict(zip(ids, objs)).items():
+            t = type(o)
+            if weakref_type(t):
+                wkinds.add(k)
+            elif t is proxy or t is cproxy:
+                return False
+            elif finalizable(t):
+                if k not in start:
+                    return False
+                fkinds.add(k)
+        if fkinds:
+            alive = set()
+            for k in fkinds:
+                for r in start[k]:
+                    o = r()
+                    if o is not None:
+                        alive.add(id(o))
+            if not alive.issuperset(map(id, compress(objs, map(fkinds.__contains__, ids)))):
+                return False
+        return not wkinds or bookkeeping(list(compress(objs, map(wkinds.__contains__, ids))))
+
+    # The interpreter's start-up as the program will find it: its objects with finalizers (the
+    # standard streams), by id(type), the type kept alive with them. Start-up weak references
+    # are checked here, once; then the hook need only look at what the program made.
+    objs = gc.get_objects()
+    start = {}
+    for o in objs:
+        t = type(o)
+        if finalizable(t):
+            e = start.setdefault(id(t), [t])
+            if e[0] is not None:
+                try:
+                    e.append(wref(o))
+                except TypeError:
+                    e[0] = None
+    start = {k: v[1:] for k, v in start.items() if v[0] is not None}
+    if not bookkeeping([o for o in objs if weakref_type(type(o))]):
+        return
+    del objs, o
+    # Start-up into the oldest generation without a collection (freeze, then unfreeze): the
+    # hook then finds what the program made in generations 0 and 1, as long as no collection
+    # of generation 1 or 2 (nor the program's gc module) moved it on.
+    gc.freeze()
+    gc.unfreeze()
+    collections = [g['collections'] for g in gc.get_stats()[1:]]
 
     def hook():
         try:
@@ -543,24 +604,13 @@ def _airlock_fast_gc_at_exit(sys, had):
             return  # the program ran the callbacks itself: not the interpreter's exit
         if gc.garbage or gc.callbacks or gc.get_debug() or _thread._count():
             return
-        objs = gc.get_objects()
-        tps = list(map(type, objs))
-        ids = list(map(id, tps))
-        for k, t in dict(zip(ids, tps)).items():
-            if weakref_type(t):
-                i = -1
-                for _ in range(ids.count(k)):
-                    i = ids.index(k, i + 1)
-                    if not bookkeeping(callback(objs[i])):
-                        return
-            elif t is proxy or t is cproxy:
-                return
-            elif finalizable(t):
-                refs = start.get(k, (None, None))[1]
-                if refs is None or ids.count(k) != sum(1 for r in refs if r() is not None):
-                    return
-        del objs, tps
-        gc.freeze()
+        if 'gc' not in modules and [g['collections'] for g in gc.get_stats()[1:]] == collections:
+            objs = gc.get_objects(0) + gc.get_objects(1)
+        else:
+            objs = gc.get_objects()
+        if scan(objs, start):
+            del objs
+            gc.freeze()
 
     atexit.register(hook)
 `

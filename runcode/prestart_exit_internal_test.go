@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,6 +117,8 @@ var exitCorpus = []struct {
 	{"__del__ behind a class attribute", "class D:\n    def __del__(self):\n        print('class attr finalised')\nclass Holder:\n    pass\nHolder.d = D()", "no"},
 	{"suspended generator in a cycle", "def g():\n    try:\n        yield 1\n    finally:\n        print('generator closed')\nit = g()\nnext(it)\nc = [it]\nc.append(c)", "no"},
 	{"weakref callback on a cycle", "import weakref\nclass N:\n    pass\na = N()\na.me = a\nr = weakref.ref(a, lambda _: print('callback'))\ndel a", "no"},
+	{"generator moved on by collections", "def g():\n    try:\n        yield 1\n    finally:\n        print('generator closed')\nit = g()\nnext(it)\nc = [it]\nc.append(c)\njunk = [[] for _ in range(300000)]\nprint(len(junk))", "no"},
+	{"gc.collect moved it on", "import gc\nclass D:\n    def __del__(self):\n        print('del')\nclass H:\n    pass\nH.d = D()\ngc.collect()\nprint('main')", "no"},
 	{"weak proxy", "import weakref\nclass N:\n    pass\na = N()\np = weakref.proxy(a, lambda _: print('proxy callback'))\nprint('main')", "no"},
 	{"weakref.finalize without atexit", "import weakref\nclass N:\n    pass\na = N()\na.me = a\nf = weakref.finalize(a, print, 'finalized')\nf.atexit = False\ndel a", "yes"},
 	{"unflushed file in a cycle", "import os\nlate = os.fdopen(os.dup(1), 'w')\nlate.write('written at finalisation\\n')\nc = [late]\nc.append(c)\nprint('main')", "no"},
@@ -198,4 +201,69 @@ func TestPythonExitHookOutput(t *testing.T) {
 	if !strings.HasSuffix(got.stdout, "at exit\n") {
 		t.Error("atexit output missing")
 	}
+}
+
+// BenchmarkPythonExitHost measures python's exit in the host's /usr/bin/python3 (no sandbox)
+// through the loader with its exit hook and without it, interleaved: the CPU the process
+// spends from the program's last line to its end (finalisation and exit; the hook's own scan
+// included), as CPU time, which the shared machine's load distorts far less than wall time.
+// The program is the benchmarks' print(2+2) with the two clocks read at its end.
+func BenchmarkPythonExitHost(b *testing.B) {
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		b.Skip(err)
+	}
+	code := "print(2+2)\nimport time\nprint(time.process_time_ns())\n"
+	with := pythonLoader("/x", "main.py", nil)
+	without := strings.Replace(with, "    _airlock_fast_gc_at_exit(sys, had)\n", "", 1)
+	if without == with {
+		b.Fatal("the loader no longer calls the exit hook where this benchmark expects it")
+	}
+	env := slicesDeleteEnv(os.Environ(), "PYTHONPATH")
+	run := func(loader string) (tail, total float64) {
+		dir := filepath.Join(b.TempDir(), "loader")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		src := strings.ReplaceAll(loader, `"/x"`, pyStr(dir))
+		if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(src), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(py, "main.py")
+		cmd.Dir, cmd.Env = b.TempDir(), append(env, "PYTHONPATH="+dir)
+		cmd.Stdin = strings.NewReader(fmt.Sprintf("%d 0\n%s", len(code), code))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("%v: %s", err, errb.String())
+		}
+		lines := strings.Fields(out.String())
+		if len(lines) != 2 || lines[0] != "4" {
+			b.Fatalf("output %q", out.String())
+		}
+		var at int64
+		if _, err := fmt.Sscan(lines[1], &at); err != nil {
+			b.Fatal(err)
+		}
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		cpu := ru.Utime.Nano() + ru.Stime.Nano()
+		return float64(cpu-at) / 1e6, float64(cpu) / 1e6
+	}
+	var tw, tn, cw, cn []float64
+	for b.Loop() {
+		t, c := run(with)
+		tw, cw = append(tw, t), append(cw, c)
+		t, c = run(without)
+		tn, cn = append(tn, t), append(cn, c)
+	}
+	b.ReportMetric(medianF(tw), "exit-cpu-ms/hook")
+	b.ReportMetric(medianF(tn), "exit-cpu-ms/nohook")
+	b.ReportMetric(medianF(cw), "cpu-ms/hook")
+	b.ReportMetric(medianF(cn), "cpu-ms/nohook")
+}
+
+func medianF(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
