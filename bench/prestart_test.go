@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/runcode"
@@ -85,6 +88,69 @@ func BenchmarkPrestartVsHostInterleaved(b *testing.B) {
 			b.ReportMetric(median(host), "host-ms")
 			b.ReportMetric(median(warm), "prestart-ms")
 			b.ReportMetric(median(ratio), "prestart/host")
+			reportPool(b, p)
+		})
+	}
+}
+
+// monoNs is CLOCK_MONOTONIC in ns, the clock python's time.monotonic_ns() reads in the sandbox.
+func monoNs(b *testing.B) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		b.Fatal(err)
+	}
+	return ts.Nano()
+}
+
+// BenchmarkPrestartBreakdown splits a pre-started python run_code call with timestamps taken
+// in the caller and in the program (one clock): call start -> the program's first line (claim,
+// handing the code over, the loader writing main.py, python compiling it); the program
+// (print); its last line -> the call returns (python's exit, the agent seeing it and
+// answering). "exit" runs the same program; "os._exit" ends it with sys.stdout.flush() and
+// os._exit(0), so its tail is the agent's part alone and the difference is python's exit. The
+// host's python3 -c runs in every iteration too, for the ratio.
+func BenchmarkPrestartBreakdown(b *testing.B) {
+	const body = "import time\nt = time.monotonic_ns()\nprint(2+2)\nprint(t, time.monotonic_ns())\n"
+	for _, c := range []struct{ name, code string }{
+		{"exit", body},
+		{"os._exit", body + "import os, sys\nsys.stdout.flush()\nos._exit(0)\n"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			needRoot(b)
+			be := newBackend(b, stateDir(b))
+			p := newPrestartPool(b, be, 4, runcode.Python)
+			var head, prog, tail, call, host, ratio []float64
+			for b.Loop() {
+				settle(b, p, 4)
+				t0 := monoNs(b)
+				res, err := runcode.Run(context.Background(), be, runcode.Request{Language: "python", Code: c.code}, runcode.Options{Pool: p})
+				t3 := monoNs(b)
+				lines := strings.Fields(res.Stdout)
+				if err != nil || res.ExitCode != 0 || len(lines) != 3 || lines[0] != "4" {
+					b.Fatalf("run_code: %v %+v", err, res)
+				}
+				t1, err1 := strconv.ParseInt(lines[1], 10, 64)
+				t2, err2 := strconv.ParseInt(lines[2], 10, 64)
+				if err1 != nil || err2 != nil || t1 < t0 || t2 < t1 || t3 < t2 {
+					b.Fatalf("timestamps out of order: %d %d %d %d (%v %v)", t0, t1, t2, t3, err1, err2)
+				}
+				settle(b, p, 4)
+				t := time.Now()
+				runOnce(b, "/usr/bin/python3", "-c", snippet)
+				h := time.Since(t)
+				head = append(head, float64(t1-t0)/1e6)
+				prog = append(prog, float64(t2-t1)/1e6)
+				tail = append(tail, float64(t3-t2)/1e6)
+				call = append(call, float64(t3-t0)/1e6)
+				host = append(host, ms(h))
+				ratio = append(ratio, float64(t3-t0)/float64(h))
+			}
+			b.ReportMetric(median(head), "to-first-line-ms")
+			b.ReportMetric(median(prog), "program-ms")
+			b.ReportMetric(median(tail), "last-line-to-return-ms")
+			b.ReportMetric(median(call), "call-ms")
+			b.ReportMetric(median(host), "host-ms")
+			b.ReportMetric(median(ratio), "call/host")
 			reportPool(b, p)
 		})
 	}
