@@ -331,8 +331,20 @@ func writeResolvConf(dir string, resolver netip.Addr) error {
 		}
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "run", nsinit.ResolvConfFile), os.O_WRONLY|os.O_TRUNC, 0)
+	// run/ belongs to the sandbox's root: open without following a link it may have put in
+	// place of the file (O_NOFOLLOW) or blocking on a FIFO (O_NONBLOCK), and write only into a
+	// regular file, truncated after the check rather than by the open.
+	f, err := os.OpenFile(filepath.Join(dir, "run", nsinit.ResolvConfFile), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return fmt.Errorf("the sandbox's resolv.conf: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("the sandbox's resolv.conf is a %v, not a regular file: not written", fi.Mode().Type())
+	}
+	if err := f.Truncate(0); err != nil {
 		return err
 	}
 	_, err = f.Write(nsinit.ResolvConf(resolver))
