@@ -397,6 +397,7 @@ def _airlock_load():
         sys.path.remove(d)
     sys.path_importer_cache.pop(d, None)
     ` + restore + `
+    adopt = _airlock_fast_gc_at_exit(sys, had)
     os.write(2, ` + pyBytes(readyMarker) + `)
     hdr = b''
     while not hdr.endswith(b'\n'):
@@ -441,7 +442,8 @@ def _airlock_load():
             if sys.__stdin__ is old:
                 sys.__stdin__ = new
             sys.stdin = new
-    _airlock_fast_gc_at_exit(sys, had)
+            if adopt is not None:
+                adopt(new, buf, buf.raw)
 ` + pythonExitHook + `
 _airlock_load()
 del _airlock_load, _airlock_fast_gc_at_exit
@@ -571,7 +573,8 @@ def _airlock_fast_gc_at_exit(sys, had):
         return not wkinds or bookkeeping(list(compress(objs, map(wkinds.__contains__, ids))))
 
     # The interpreter's start-up as the program will find it: its objects with finalizers (the
-    # standard streams), by id(type), the type kept alive with them. Start-up weak references
+    # standard streams), by id(type), the types kept alive (keep). Taken before the loader
+    # announces itself, off a run's path. Start-up weak references
     # are checked here, once; then the hook need only look at what the program made.
     objs = gc.get_objects()
     start = {}
@@ -584,9 +587,10 @@ def _airlock_fast_gc_at_exit(sys, had):
                     e.append(wref(o))
                 except TypeError:
                     e[0] = None
+    keep = [v[0] for v in start.values() if v[0] is not None]
     start = {k: v[1:] for k, v in start.items() if v[0] is not None}
     if not bookkeeping([o for o in objs if weakref_type(type(o))]):
-        return
+        return None
     del objs, o
     # Start-up into the oldest generation without a collection (freeze, then unfreeze): the
     # hook then finds what the program made in generations 0 and 1, as long as no collection
@@ -613,6 +617,20 @@ def _airlock_fast_gc_at_exit(sys, had):
             gc.freeze()
 
     atexit.register(hook)
+
+    def adopt(*objs):
+        # Start-up objects made after the snapshot (the loader's sys.stdin).
+        for o in objs:
+            t = type(o)
+            if finalizable(t):
+                try:
+                    r = wref(o)
+                except TypeError:
+                    continue  # not followable: the hook will not take it for start-up's
+                start.setdefault(id(t), []).append(r)
+                keep.append(t)
+
+    return adopt
 `
 
 // pyBytes renders s as a python bytes literal.
