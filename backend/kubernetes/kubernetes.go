@@ -297,6 +297,13 @@ func (b *Backend) reconnect(ctx context.Context, id string) (*brokerapi.Grant, e
 	}
 	var g brokerapi.Grant
 	if err := b.call(ctx, http.MethodGet, brokerapi.PathSessions+b.cfg.Namespace+"/"+id, nil, nil, &g); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			// The session ended (idle timeout, lifetime, release elsewhere): Connect must not
+			// hand out its old grant again.
+			b.mu.Lock()
+			delete(b.grants, id)
+			b.mu.Unlock()
+		}
 		return nil, err
 	}
 	b.remember(&g)

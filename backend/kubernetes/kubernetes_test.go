@@ -149,6 +149,22 @@ func TestConnectRenewsExpiringTokens(t *testing.T) {
 	}
 }
 
+// TestEndedSessionIsForgotten: once the broker says a session is gone (it idled out), Connect
+// does not hand out its remembered grant.
+func TestEndedSessionIsForgotten(t *testing.T) {
+	b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, http.StatusNotFound, brokerapi.CodeNotFound, "")
+	}))
+	b.remember(&brokerapi.Grant{Session: brokerapi.Session{ID: "s1"}, Endpoint: "tcp:127.0.0.1:1", ExecuteToken: "tok",
+		TokenExpiresAt: time.Now().Add(time.Hour)})
+	if _, err := b.Get(context.Background(), "s1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Get: %v, want not found", err)
+	}
+	if _, err := b.Connect(context.Background(), "s1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("Connect after the broker said not found: %v, want not found", err)
+	}
+}
+
 func TestAgentEndpointMustBeTCP(t *testing.T) {
 	b := newTestBackend(t, http.NotFoundHandler())
 	if _, err := b.agent(&brokerapi.Grant{Endpoint: "unix:/run/agent.sock"}); !errors.Is(err, sandbox.ErrOutcomeUnknown) {
