@@ -38,9 +38,9 @@ func outcomeOf(t *testing.T, err error, stdout, stderr []byte) pyOutcome {
 	return o
 }
 
-// runPythonThroughLoader runs code as `python3 main.py` in work with no stdin, through the
-// loader (as a pre-started interpreter runs it), with env; base is env's PYTHONPATH.
-func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *string, code string) pyOutcome {
+// runPythonThroughLoader runs code as `python3 main.py` in work through the loader (as a
+// pre-started interpreter runs it), with env and stdin (nil: none); base is env's PYTHONPATH.
+func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *string, code string, stdin *string) pyOutcome {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "loader")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -75,7 +75,14 @@ func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *s
 		_ = cmd.Wait()
 		t.Fatalf("no ready marker: %q %v %s", marker, err, rest)
 	}
-	if _, err := fmt.Fprintf(in, "%d 0\n%s", len(code), code); err != nil {
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the loader's directory is still there while it waits: %v", err)
+	}
+	payload := fmt.Sprintf("%d %d\n", len(code), boolDigit(stdin != nil)) + code
+	if stdin != nil {
+		payload += *stdin
+	}
+	if _, err := io.WriteString(in, payload); err != nil {
 		t.Fatal(err)
 	}
 	in.Close()
@@ -174,7 +181,7 @@ del atexit, os
 			if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
 				t.Fatal(err)
 			}
-			got := runPythonThroughLoader(t, py, work, env, ptr(site), tt.code)
+			got := runPythonThroughLoader(t, py, work, env, ptr(site), tt.code, nil)
 			if got != want {
 				t.Errorf("through the loader:\n%+v\ncold:\n%+v", got, want)
 			}
@@ -193,7 +200,7 @@ func TestPythonExitHookOutput(t *testing.T) {
 	work := t.TempDir()
 	env := slicesDeleteEnv(os.Environ(), "PYTHONPATH")
 	code := "import atexit, threading, time, sys\natexit.register(print, 'at exit')\nthreading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\nprint('main done')\nsys.exit('bye')"
-	got := runPythonThroughLoader(t, py, work, env, nil, code)
+	got := runPythonThroughLoader(t, py, work, env, nil, code, nil)
 	want := pyOutcome{stdout: "main done\nthread done\nat exit\n", stderr: "bye\n", status: "exit 1"}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)

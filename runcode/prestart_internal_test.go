@@ -1,10 +1,7 @@
 package runcode
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,56 +77,11 @@ print(repr(sys.stdin.read()), sys.stdin.seekable())
 					t.Fatal(err)
 				}
 
-				dir := filepath.Join(t.TempDir(), "loader")
-				if err := os.Mkdir(dir, 0o755); err != nil {
-					t.Fatal(err)
+				warm := runPythonThroughLoader(t, py, work, env, base, probe, stdin)
+				if warm.status != "exit 0" {
+					t.Fatalf("warm: %s\n%s", warm.status, warm.stderr)
 				}
-				if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(pythonLoader(dir, "main.py", base)), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				pp := dir
-				if base != nil && *base != "" {
-					pp += ":" + *base
-				}
-				warm := exec.Command(py, "main.py")
-				warm.Dir, warm.Env = work, append(slicesDeleteEnv(env, "PYTHONPATH"), "PYTHONPATH="+pp)
-				in, err := warm.StdinPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out bytes.Buffer
-				warm.Stdout = &out
-				errR, err := warm.StderrPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := warm.Start(); err != nil {
-					t.Fatal(err)
-				}
-				marker := make([]byte, len(readyMarker))
-				br := bufio.NewReader(errR)
-				if _, err := io.ReadFull(br, marker); err != nil || string(marker) != readyMarker {
-					rest, _ := io.ReadAll(br)
-					t.Fatalf("no ready marker: %q %v %s", marker, err, rest)
-				}
-				if _, err := os.Stat(dir); !os.IsNotExist(err) {
-					t.Errorf("the loader's directory is still there while it waits: %v", err)
-				}
-				hdr := fmt.Sprintf("%d %d\n", len(probe), boolDigit(stdin != nil))
-				payload := hdr + probe
-				if stdin != nil {
-					payload += *stdin
-				}
-				if _, err := io.WriteString(in, payload); err != nil {
-					t.Fatal(err)
-				}
-				in.Close()
-				stderr, _ := io.ReadAll(br)
-				if err := warm.Wait(); err != nil {
-					t.Fatalf("warm: %v\n%s", err, stderr)
-				}
-				got := append(out.Bytes(), stderr...)
-				if string(got) != string(want) {
+				if got := warm.stdout + warm.stderr; got != string(want) {
 					t.Errorf("through the loader:\n%s\ncold:\n%s", got, want)
 				}
 			})
