@@ -4,54 +4,23 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
-// egressNetns makes an empty network namespace to stand for the host's, so that the egress
-// gateway's links, rules and listeners never touch this machine's real network.
-func egressNetns(t *testing.T) netns.NsHandle {
-	t.Helper()
-	var h netns.NsHandle
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // a thread that cannot go back dies with its goroutine
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		h, err = netns.New()
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, serr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
-}
-
 func egressHarness(t *testing.T, wrap func(*local.Backend) sandbox.Backend) *harness {
 	t.Helper()
-	host := egressNetns(t)
+	host := testutil.NewNetns(t)
 	return newHarnessWith(t, harnessConfig{wrap: wrap, egress: local.EgressOptions{
 		HostNetns: &host,
 		// Never asked in these tests (no name is resolved); TEST-NET-3, unrouted.

@@ -101,36 +101,6 @@ func nsDo(ns netns.NsHandle, fn func() error) error {
 	return <-errc
 }
 
-// newTestNetns makes an anonymous network namespace that lives until the test ends, without
-// moving any goroutine into it.
-func newTestNetns(t *testing.T) netns.NsHandle {
-	t.Helper()
-	var h netns.NsHandle
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		h, err = netns.New()
-		if serr := netns.Set(orig); serr != nil {
-			errc <- errors.Join(err, serr)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
-}
-
 func egMust(t *testing.T, err error, what string) {
 	t.Helper()
 	if err != nil {
@@ -145,7 +115,7 @@ func newEgressWorld(t *testing.T) *egressWorld {
 		t.Fatalf("egress probe: %v (this host runs the egress root tests)", err)
 	}
 	w := &egressWorld{t: t, hits: map[string]int{}, queries: map[string]int{}}
-	w.host, w.inet = newTestNetns(t), newTestNetns(t)
+	w.host, w.inet = testutil.NewNetns(t), testutil.NewNetns(t)
 	hh, err := netlink.NewHandleAt(w.host)
 	egMust(t, err, "netlink host")
 	defer hh.Close()
