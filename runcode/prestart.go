@@ -49,8 +49,9 @@ import (
 // readyMarker is what a loader writes to stderr once it waits for code; never program output.
 const readyMarker = "\x00airlock-prestart-ready\n"
 
-// prestartMaxOutput is the output cap the interpreters are started with: a run may use one
-// only when its own cap is at most this (stderr's is raised by the marker's length).
+// prestartMaxOutput is the output cap the interpreters are started with unless
+// PrestartOptions.MaxOutputBytes says otherwise: a run may use one only when its own cap is at
+// most this (stderr's is raised by the marker's length).
 const prestartMaxOutput = DefaultOutputBytes
 
 // PrestartLanguages are the languages Prestart can start ahead.
@@ -61,7 +62,10 @@ type PrestartOptions struct {
 	// Languages to start in every pooled sandbox; each is python or node. A run in another
 	// language (or one that does not use an interpreter) kills them before its code runs.
 	Languages []Language
-	Logger    *slog.Logger
+	// MaxOutputBytes is the per-stream output cap the interpreters start with (default
+	// DefaultOutputBytes); runs with a larger cap exec their interpreter cold.
+	MaxOutputBytes int64
+	Logger         *slog.Logger
 }
 
 // PrestartFunc is local.PoolOptions.Prestart's signature.
@@ -118,6 +122,8 @@ type processAgent interface {
 type prestarted struct {
 	agent sandbox.Agent
 	procs map[Language]*waiting
+	// maxOutput is the interpreters' output cap (PrestartOptions.MaxOutputBytes).
+	maxOutput int64
 }
 
 // Close releases the client's connections (the pool calls it for a sandbox it drops unused).
@@ -147,7 +153,13 @@ func Prestart(opts PrestartOptions) (PrestartFunc, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ps := &prestarter{langs: append([]Language(nil), opts.Languages...), log: log, warned: map[Language]*atomic.Bool{}}
+	if opts.MaxOutputBytes < 0 {
+		return nil, fmt.Errorf("%w: prestart: maxOutputBytes %d: must be positive (0: the default %d)", sandbox.ErrInvalid, opts.MaxOutputBytes, prestartMaxOutput)
+	}
+	if opts.MaxOutputBytes == 0 {
+		opts.MaxOutputBytes = prestartMaxOutput
+	}
+	ps := &prestarter{langs: append([]Language(nil), opts.Languages...), log: log, warned: map[Language]*atomic.Bool{}, maxOutput: opts.MaxOutputBytes}
 	for _, l := range ps.langs {
 		ps.warned[l] = &atomic.Bool{}
 	}
@@ -155,9 +167,10 @@ func Prestart(opts PrestartOptions) (PrestartFunc, error) {
 }
 
 type prestarter struct {
-	langs  []Language
-	log    *slog.Logger
-	warned map[Language]*atomic.Bool
+	langs     []Language
+	log       *slog.Logger
+	warned    map[Language]*atomic.Bool
+	maxOutput int64
 
 	// pythonPath caches the PYTHONPATH of the environment the code gets, per image and env:
 	// the loader is found through PYTHONPATH and must leave exactly that behind.
@@ -178,7 +191,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if workdir == "" {
 		workdir = "/workspace"
 	}
-	pre := &prestarted{agent: ag, procs: map[Language]*waiting{}}
+	pre := &prestarted{agent: ag, procs: map[Language]*waiting{}, maxOutput: ps.maxOutput}
 	var errs []error
 	for _, l := range ps.langs {
 		w, err := ps.start(ctx, pa, ag, sess, l, workdir, deadline)
@@ -232,7 +245,7 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 	}
 	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
 		Cwd: workdir, Timeout: deadline,
-		MaxStdout: prestartMaxOutput, MaxStderr: prestartMaxOutput + int64(len(readyMarker)),
+		MaxStdout: ps.maxOutput, MaxStderr: ps.maxOutput + int64(len(readyMarker)),
 	}, OpenStdin: true}
 	switch l {
 	case Python:
@@ -921,8 +934,12 @@ func boolDigit(b bool) int {
 	return 0
 }
 
-// prestartUsable reports whether a run may use a waiting interpreter: its output cap fits the
-// one the interpreter was started with.
-func prestartUsable(opts Options) bool {
-	return opts.MaxOutputBytes <= prestartMaxOutput
+// usable reports whether a run may use a waiting interpreter: its output cap fits the one the
+// interpreter was started with.
+func (pre *prestarted) usable(opts Options) bool {
+	capBytes := opts.MaxOutputBytes
+	if capBytes <= 0 {
+		capBytes = DefaultOutputBytes
+	}
+	return capBytes <= pre.maxOutput
 }

@@ -203,7 +203,8 @@ type Pool interface {
 type RunPool interface {
 	Pool
 	// ClaimForRun is Claim for one run, whose sandbox goes (Discard) when the run ends, at
-	// the latest with this process; it also returns what was pre-started in the sandbox.
+	// the latest with this process; it also returns what was pre-started in the sandbox. A
+	// nil session (no error) means none is ready: the run creates its own sandbox.
 	ClaimForRun(ctx context.Context) (*sandbox.Session, any, error)
 }
 
@@ -487,7 +488,7 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 		if !ok {
 			return Result{}, fmt.Errorf("%w: the sandbox holds pre-started interpreters but this agent client cannot reach them", sandbox.ErrUnsupported)
 		}
-		w, err := pre.take(ctx, pa, Language(req.Language), prestartUsable(opts))
+		w, err := pre.take(ctx, pa, Language(req.Language), pre.usable(opts))
 		if err != nil {
 			return Result{}, err
 		}
@@ -542,6 +543,12 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 	}
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("claiming a sandbox from the pool: %w", err)
+	}
+	if sess == nil { // a RunPool with nothing ready: the run creates its own
+		if c, ok := v.(io.Closer); ok {
+			_ = c.Close()
+		}
+		return nil, false, nil, nil
 	}
 	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+claimMargin {
 		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)

@@ -404,7 +404,9 @@ func (c *v1Cgroup) thaw() error {
 			return err
 		}
 		if d.IsDir() {
-			if err := os.WriteFile(filepath.Join(p, "freezer.state"), []byte("THAWED"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// ENODEV: the cgroup was removed between the walk and the write (an exec's cgroup
+			// the agent removes, or another process's terminate of the same sandbox).
+			if err := os.WriteFile(filepath.Join(p, "freezer.state"), []byte("THAWED"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
 				errs = append(errs, err)
 			}
 		}
@@ -434,7 +436,7 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 		}
 		if frozen {
 			// A frozen task only dies once thawed.
-			if err := c.setFreezer(ctx, "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := c.setFreezer(ctx, "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
 				return err
 			}
 		}

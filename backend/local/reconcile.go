@@ -33,8 +33,9 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		dir := filepath.Join(b.opts.StateDir, id)
-		// pool.go: a pooled sandbox nobody claimed, whose pool's process is gone, is reaped.
-		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) {
+		// pool.go: a pooled sandbox nobody claimed, whose pool's process is gone, is reaped;
+		// spare.go: so is a spare nobody can claim or use any more.
+		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) {
 			if _, err := b.adopt(ctx, dir, rec); err == nil {
 				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
 				continue
@@ -61,6 +62,10 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		} else {
 			b.log.Info("reaped orphan cgroup", "session", id)
 		}
+	}
+	// spare.go: index entries of spares reaped above.
+	if err := b.sweepSpareIndex(); err != nil {
+		errs = append(errs, err)
 	}
 	// uidrange.go: ranges of sessions that are gone (adopted ones keep theirs).
 	if err := b.ids.sweep(b.opts.StateDir); err != nil {

@@ -1,0 +1,257 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func spareTmpl() spec.Sandbox {
+	life := int64(600)
+	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spare-test"}}
+	d.Session.MaxLifetimeSeconds = &life
+	return d
+}
+
+func spareKey(t *testing.T) string {
+	t.Helper()
+	k, err := SpareKey(spareTmpl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// deadOwner names a process that is not running: this pid with another start time.
+func deadOwner(t *testing.T) string {
+	t.Helper()
+	start, err := startTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d-%d", os.Getpid(), start+1)
+}
+
+func fill(t *testing.T, b *Backend, opts SpareOptions) {
+	t.Helper()
+	if err := b.FillSpares(t.Context(), spareTmpl(), opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSpareRefusals(t *testing.T) {
+	b := &Backend{opts: Options{StateDir: t.TempDir()}}
+	withLabel := func(k string) spec.Sandbox {
+		d := spareTmpl()
+		d.Labels[k] = "x"
+		return d
+	}
+	for _, tt := range []struct {
+		name string
+		tmpl spec.Sandbox
+		opts SpareOptions
+		want string
+	}{
+		{"no count", spareTmpl(), SpareOptions{MaxAge: time.Minute}, "spares count 0"},
+		{"too many", spareTmpl(), SpareOptions{Count: MaxSpares + 1, MaxAge: time.Minute}, "spares count 9"},
+		{"no max age", spareTmpl(), SpareOptions{Count: 1}, "spares maxAge 0s"},
+		{"max age past the lifetime", spareTmpl(), SpareOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
+		{"spare label", withLabel(LabelSpare), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
+		{"filler label", withLabel(LabelSpareFiller), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
+		{"pool label", withLabel(LabelPool), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := b.FillSpares(t.Context(), tt.tmpl, tt.opts)
+			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want ErrInvalid naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestSpareParkAndClaim: a filler parks spares with what its Prestart returned; another
+// backend on the state dir (another process) claims each once, gets that, and runs in it.
+func TestSpareParkAndClaim(t *testing.T) {
+	b := newTestBackend(t)
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 2, MaxAge: time.Minute, Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
+		if out, _, res := run(t, a, "echo warm"); out != "warm\n" || res.ExitCode != 0 {
+			return nil, fmt.Errorf("prestart exec: %q %+v", out, res)
+		}
+		return []byte(`"` + sess.ID + `"`), nil
+	}})
+	if n := b.ParkedSpares(key); n != 2 {
+		t.Fatalf("%d parked, want 2", n)
+	}
+	b2 := newTestBackendAt(t, b.opts.StateDir)
+	owner, err := selfOwner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		s, data, err := b2.ClaimSpare(t.Context(), key, time.Minute)
+		if err != nil || s == nil {
+			t.Fatalf("claim: %v %v", s, err)
+		}
+		if seen[s.ID] || string(data) != `"`+s.ID+`"` || s.Labels[LabelSpare] != key {
+			t.Fatalf("claimed %s (seen %v) with %q, labels %v", s.ID, seen, data, s.Labels)
+		}
+		seen[s.ID] = true
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, spareClaimPrefix+owner)); err != nil {
+			t.Errorf("no claim record: %v", err)
+		}
+		a, err := b2.Connect(t.Context(), s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, _, _ := run(t, a, "echo $((6*7))"); out != "42\n" {
+			t.Errorf("claimed spare ran %q", out)
+		}
+		a.Close()
+	}
+	if s, _, err := b2.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
+		t.Fatalf("a third claim of two spares got %v %v", s, err)
+	}
+
+	// A spare with less lifetime left than the claim needs is terminated, not handed out.
+	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
+	parked, _ := b.parkedSpares(key)
+	if len(parked) != 1 {
+		t.Fatalf("parked %v", parked)
+	}
+	pid := b.sessionInitPID(parked[0].Session)
+	if s, _, err := b2.ClaimSpare(t.Context(), key, time.Hour); s != nil || err != nil {
+		t.Fatalf("a spare with 10 minutes left was handed out for an hour: %v %v", s, err)
+	}
+	assertGone(t, b, parked[0].Session, pid)
+}
+
+// TestSpareConcurrentClaims: claims racing from three backends (processes) never get one
+// spare twice.
+func TestSpareConcurrentClaims(t *testing.T) {
+	b := newTestBackend(t)
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 3, MaxAge: time.Minute})
+	backends := []*Backend{b, newTestBackendAt(t, b.opts.StateDir), newTestBackendAt(t, b.opts.StateDir)}
+	var (
+		mu  sync.Mutex
+		got []string
+		wg  sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range 9 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			s, _, err := backends[i%3].ClaimSpare(context.Background(), key, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			if s != nil {
+				mu.Lock()
+				got = append(got, s.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, id := range got {
+		if seen[id] {
+			t.Errorf("spare %s handed out twice (claims %v)", id, got)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("claims got %v, want the 3 spares once each", got)
+	}
+}
+
+// TestSpareReconcile: a new backend reaps spares nobody can use (claimed by a process that is
+// gone, or never parked by a filler that is gone), keeps parked ones, and drops the index
+// entry of a parked spare that died.
+func TestSpareReconcile(t *testing.T) {
+	b := newTestBackend(t)
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 4, MaxAge: time.Minute})
+	parked, err := b.parkedSpares(key)
+	if err != nil || len(parked) != 4 {
+		t.Fatalf("parked %v %v", parked, err)
+	}
+	claimedDead, neverParked, kept, died := parked[0].Session, parked[1].Session, parked[2].Session, parked[3].Session
+	pids := map[string]int{}
+	for _, e := range parked {
+		pids[e.Session] = b.sessionInitPID(e.Session)
+	}
+	dir := func(id string) string { return filepath.Join(b.opts.StateDir, id) }
+
+	// Claimed by a process that is gone.
+	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), spareClaimPrefix+deadOwner(t))); err != nil {
+		t.Fatal(err)
+	}
+	// Made by a filler that is gone, never parked.
+	if err := os.Remove(filepath.Join(b.spareIndex(key), neverParked)); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := readRecord(dir(neverParked))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Spec.Labels[LabelSpareFiller] = deadOwner(t)
+	if err := writeRecord(dir(neverParked), rec); err != nil {
+		t.Fatal(err)
+	}
+	// Parked, then died (its lifetime ended, say).
+	if err := syscall.Kill(pids[died], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := newTestBackendAt(t, b.opts.StateDir)
+	assertGone(t, b2, claimedDead, pids[claimedDead])
+	assertGone(t, b2, neverParked, pids[neverParked])
+	assertGone(t, b2, died, pids[died])
+	waitFor(t, "the dead spare's index entry swept", func() bool {
+		_ = b2.sweepSpareIndex() // b's own reaper may remove the session dir after b2's reconcile
+		_, err := os.Lstat(filepath.Join(b.spareIndex(key), died))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if n := b2.ParkedSpares(key); n != 1 {
+		t.Errorf("%d parked after reconcile, want 1 (%s)", n, kept)
+	}
+	s, _, err := b2.ClaimSpare(t.Context(), key, time.Minute)
+	if err != nil || s == nil || s.ID != kept {
+		t.Fatalf("claim after reconcile: %v %v, want %s", s, err, kept)
+	}
+}
+
+// TestSpareRetire: a filler terminates parked spares older than MaxAge and parks new ones.
+func TestSpareRetire(t *testing.T) {
+	b := newTestBackend(t)
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
+	old, _ := b.parkedSpares(key)
+	if len(old) != 1 {
+		t.Fatalf("parked %v", old)
+	}
+	pid := b.sessionInitPID(old[0].Session)
+	time.Sleep(1100 * time.Millisecond)
+	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
+	assertGone(t, b, old[0].Session, pid)
+	now, _ := b.parkedSpares(key)
+	if len(now) != 1 || now[0].Session == old[0].Session {
+		t.Fatalf("parked after retiring %s: %v", old[0].Session, now)
+	}
+}
