@@ -71,7 +71,7 @@ const (
 	maxArgs          = 4096
 	maxEnv           = 4096
 	maxRequestHeader = 1 << 20 // exec request JSON
-	ringBufferBytes  = 1 << 20 // background process output kept for attach
+	ringBufferBytes  = 1 << 20 // background process output kept for attach, at least
 	maxProcesses     = 256     // background processes retained (running + exited)
 )
 

@@ -153,7 +153,11 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.life)
-	p := &proc{j: j, argv: sp.argv, started: j.started, out: newRing(ringBufferBytes), cancel: cancel, done: make(chan struct{})}
+	// The ring holds everything the caps let through, so a reader that falls behind (a slow
+	// consumer of a pre-started interpreter's output) loses nothing a foreground exec would
+	// deliver; the memory is the caller's choice and charged to the sandbox's own cgroup.
+	ringBytes := max(int64(ringBufferBytes), sp.maxStdout+sp.maxStderr)
+	p := &proc{j: j, argv: sp.argv, started: j.started, out: newRing(int(ringBytes)), cancel: cancel, done: make(chan struct{})}
 	ps.byID[j.id] = p
 	ps.wg.Add(1)
 	running := s.act.begin() // a running process keeps the agent from going idle

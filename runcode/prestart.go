@@ -42,7 +42,7 @@ import (
 // so its stdin is a pipe at EOF instead.
 //
 // The loader writes readyMarker to stderr once it waits; Prestart waits for it, and a run skips
-// that frame. Output comes back through the process's attach stream (agent ring, 1 MiB) and
+// that frame. Output comes back through the process's attach stream (the agent keeps all of it within the caps) and
 // the exit through its terminal frame; the run's timeout is enforced here by removing the
 // process (the agent kills its whole cgroup, as an exec's deadline does).
 
