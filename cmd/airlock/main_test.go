@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AIRLOCK_CLI_TEST_EXEC") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// airlock run parks spares by default, by starting this executable as a filler: only
+	// TestRunSpares wants that (and sets AIRLOCK_CLI_TEST_EXEC so the filler is the CLI).
+	os.Setenv(envSpares, "0")
 	goleak.VerifyTestMain(m)
 }
 
@@ -287,7 +290,7 @@ func TestCLI(t *testing.T) {
 
 func TestHelpHidesInternalCommands(t *testing.T) {
 	_, out, _ := runCLI(t, "--help")
-	for _, hidden := range []string{"__agent", "completion", "capabilities-file"} {
+	for _, hidden := range []string{"__agent", "__spares-fill", "completion", "capabilities-file"} {
 		if strings.Contains(out, hidden) {
 			t.Errorf("help shows %s:\n%s", hidden, out)
 		}

@@ -42,6 +42,7 @@ type runFlags struct {
 	code        string
 	interactive bool
 	maxOutput   int64
+	spares      int
 	backend     backendFlags
 }
 
@@ -68,6 +69,12 @@ its status. The sandbox has 512Mi of memory, 1 cpu, 256 processes and no network
 --network (public internet only: loopback and private addresses stay unreachable); it is
 destroyed when the code ends.
 
+Spares: a run also starts a background filler that parks one fresh sandbox (python already
+started in it) for the next run with the same image and limits, which takes it instead of
+creating one; each sandbox still serves one run only. A spare nobody claims is retired after
+5 minutes by the next filler and ends by itself at its lifetime (11 minutes). --spares 0 (or
+AIRLOCK_SPARES=0) turns this off; the filler logs to <state-dir>/spares/fill.log.
+
 The code comes from -c CODE, a FILE, or - (standard input). --lang is python, node or bash
 (aliases py, python3, js, javascript, sh, shell); with a FILE it defaults from the extension
 (.py, .js, .cjs, .sh, .bash). --file copies a local file into the sandbox, relative to the
@@ -92,7 +99,8 @@ error); 2 for usage errors.`,
 	fl.StringArrayVarP(&f.files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
 	fl.StringVarP(&f.code, "code", "c", "", "the code to run")
 	fl.BoolVarP(&f.interactive, "interactive", "i", false, "feed standard input to the code")
-	fl.Int64Var(&f.maxOutput, "max-output", 16<<20, "cap on each of stdout and stderr, in bytes")
+	fl.Int64Var(&f.maxOutput, "max-output", spareOutputCap, "cap on each of stdout and stderr, in bytes")
+	fl.IntVar(&f.spares, "spares", defaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+envSpares+", else 1)")
 	f.backend.add(cmd)
 	return cmd
 }
@@ -105,6 +113,12 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 	if f.maxOutput < 1 {
 		return usageError("--max-output %d must be at least 1 byte", f.maxOutput)
 	}
+	if f.spares < 0 || f.spares > local.MaxSpares {
+		if !cmd.Flags().Changed("spares") {
+			return usageError("$%s=%q: give 0 (no spares) to %d", envSpares, os.Getenv(envSpares), local.MaxSpares)
+		}
+		return usageError("--spares %d must be 0 (none) to %d", f.spares, local.MaxSpares)
+	}
 	img, err := parseImage(f.image)
 	if err != nil {
 		return usageError("--image: %v", err)
@@ -115,17 +129,38 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), log)
 	if err != nil {
 		return &exitError{code: exitRunFailed, err: err}
 	}
 	defer b.Close()
 
-	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput}
+	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput, Logger: log}
 	if g.output == outputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
-	res, err := runcode.Run(ctx, b, req, opts)
+	// spare.go: with spares, the run takes a parked sandbox when one fits, and a filler parks
+	// the next once the result is out.
+	var spares *spareRun
+	if f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img)) {
+		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
+			return &exitError{code: exitRunFailed, err: err}
+		}
+		opts.Pool = spares
+	}
+	res, term, err := runcode.RunDetached(ctx, b, req, opts)
+	if spares != nil && term != nil { // a run refused before any sandbox fills nothing
+		if ferr := startFiller(&f.backend, img, f.spares); ferr != nil {
+			log.Warn("spares: starting the filler failed", "err", ferr)
+		}
+	}
+	if err == nil {
+		err = errors.Join(term.Wait(), spareWait(spares))
+	} else if term != nil {
+		_ = term.Wait() // its error is logged; the run's error says more
+		_ = spareWait(spares)
+	}
 	if err != nil {
 		if ctx.Err() != nil && cmd.Context().Err() == nil {
 			// Interrupted: the sandbox is gone (Run terminates it); exit as a shell would.
@@ -270,6 +305,13 @@ func (b *backendFlags) open(ctx context.Context, progress io.Writer, log *slog.L
 		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
 	}
 	return nil, err
+}
+
+func spareWait(s *spareRun) error {
+	if s == nil {
+		return nil
+	}
+	return s.wait()
 }
 
 // explainRunError adds what to do to the errors a person can act on.

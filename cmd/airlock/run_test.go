@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -160,11 +161,31 @@ func TestRunCommand(t *testing.T) {
 			stderrHas string
 		}{name: "network on refused here", args: []string{"--network", "-c", connect}, code: exitRunFailed, stderrHas: "publicOnlyEgress"})
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runCommand(t, outputText, append(tt.args, env.flags()...), tt.stdin)
-			if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {
-				t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
+	// Cold, then through spares (spare.go): each run that fits takes the spare a filler parked
+	// (python in it pre-started) and must give what the cold run gave.
+	for _, spares := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {
+			if spares {
+				env.useSpares(t)
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					var parked string
+					if spares {
+						parked = env.waitSpare(t)
+					}
+					code, stdout, stderr := runCommand(t, outputText, append(tt.args, env.flags()...), tt.stdin)
+					if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {
+						t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
+					}
+					if spares {
+						// Usage errors run nothing; --network does not fit a spare.
+						fits := tt.code != exitUsage && !slices.Contains(tt.args, "--network")
+						if _, err := os.Stat(filepath.Join(env.spareIndex(t), parked)); fits != errors.Is(err, os.ErrNotExist) {
+							t.Errorf("spare %s: taken %v, want %v", parked, !fits, fits)
+						}
+					}
+				})
 			}
 		})
 	}

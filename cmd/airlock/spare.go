@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Spares for airlock run (docs/spares.md): a run claims a sandbox parked in the state dir by
+// an earlier run's filler, and starts a filler that parks the next one after it is done.
+
+const (
+	// envSpares overrides --spares' default (0 turns spares off).
+	envSpares = "AIRLOCK_SPARES"
+	// spareMaxAge retires a parked spare this old; it lives at most this plus the longest run.
+	spareMaxAge = 5 * time.Minute
+	// spareOutputCap is the output cap a spare's interpreter starts with: --max-output's
+	// default, so a run with that or a smaller cap can use it.
+	spareOutputCap = 16 << 20
+	// fillLog is the filler's log in the state dir's spares directory (it has no terminal).
+	fillLog     = "fill.log"
+	fillLogSize = 1 << 20
+)
+
+func init() { commands = append(commands, newSparesFillCmd) }
+
+// defaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.
+func defaultSpares() int {
+	if v, ok := os.LookupEnv(envSpares); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+		return -1 // refused by the flag check, naming the variable
+	}
+	return 1
+}
+
+// spareTemplate is the sandbox a spare for runs with image img is: what runcode.Run would
+// declare for them, living long enough for the longest run after spareMaxAge parked.
+func spareTemplate(img spec.Image) spec.Sandbox {
+	t := runcode.PoolTemplate(runcode.Options{Image: img}, spareMaxAge)
+	t.ID = "spare"
+	return t
+}
+
+// spareRun is the runcode.RunPool of one airlock run: a claim takes a parked spare (nil when
+// none is parked: the run creates its own); Discard terminates it, which wait confirms.
+type spareRun struct {
+	b       *local.Backend
+	tmpl    spec.Sandbox
+	key     string
+	minLeft time.Duration
+	log     *slog.Logger
+
+	hit  bool
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	errs []error
+}
+
+func newSpareRun(b *local.Backend, img spec.Image, timeout time.Duration, log *slog.Logger) (*spareRun, error) {
+	tmpl := spareTemplate(img)
+	key, err := local.SpareKey(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	// The margin is runcode's own check on a claimed sandbox's lifetime (claimMargin).
+	return &spareRun{b: b, tmpl: tmpl, key: key, minLeft: timeout + 5*time.Second, log: log}, nil
+}
+
+func (p *spareRun) Template() spec.Sandbox { return p.tmpl }
+
+func (p *spareRun) Claim(ctx context.Context) (*sandbox.Session, error) {
+	sess, pre, err := p.ClaimForRun(ctx)
+	if c, ok := pre.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+	return sess, err
+}
+
+func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
+	sess, state, err := p.b.ClaimSpare(ctx, p.key, p.minLeft)
+	if err != nil {
+		// The spares are a speed-up: a run never fails for want of one.
+		p.log.Warn("spares: claiming a spare failed; creating the sandbox", "err", err)
+		return nil, nil, nil
+	}
+	if sess == nil {
+		return nil, nil, nil
+	}
+	p.hit = true
+	if len(state) == 0 {
+		return sess, nil, nil
+	}
+	a, err := p.b.Connect(ctx, sess.ID)
+	if err != nil {
+		return sess, nil, nil // the run connects itself, and reports what fails
+	}
+	pre, err := runcode.ResumePrestarted(a, state)
+	if err != nil {
+		a.Close()
+		p.log.Warn("spares: the spare's pre-started interpreters are unusable; running cold in it", "session", sess.ID, "err", err)
+		return sess, nil, nil
+	}
+	return sess, pre, nil
+}
+
+func (p *spareRun) Discard(id string) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.b.Terminate(ctx, id); err != nil {
+			p.mu.Lock()
+			p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
+			p.mu.Unlock()
+		}
+	}()
+}
+
+// wait returns once every discarded sandbox is confirmed gone, with what failed.
+func (p *spareRun) wait() error {
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return errors.Join(p.errs...)
+}
+
+// startFiller starts a detached airlock spares-fill for img's spares: its own session, no
+// terminal, standard streams on /dev/null (a caller reading this process's output to its end
+// must not wait for it). It outlives this process.
+func startFiller(b *backendFlags, img spec.Image, count int) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	imgJSON, err := json.Marshal(img)
+	if err != nil {
+		return err
+	}
+	args := []string{"__spares-fill", "--state-dir", b.stateDir, "--image-json", string(imgJSON), "--count", strconv.Itoa(count)}
+	if b.cgroupParent != "" {
+		args = append(args, "--cgroup-parent", b.cgroupParent)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}
+
+type sparesFillFlags struct {
+	imageJSON string
+	count     int
+	backend   backendFlags
+}
+
+func newSparesFillCmd(g *globals) *cobra.Command {
+	f := &sparesFillFlags{}
+	cmd := &cobra.Command{
+		Use:    "__spares-fill --image-json JSON [--count N]",
+		Short:  "Park spare sandboxes for airlock run (started by airlock run itself)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE:   func(cmd *cobra.Command, _ []string) error { return runSparesFill(cmd, f) },
+	}
+	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
+	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
+	f.backend.add(cmd)
+	return cmd
+}
+
+func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
+	var img spec.Image
+	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
+		return usageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
+	}
+	if f.count < 1 || f.count > local.MaxSpares {
+		return usageError("--count %d must be 1 to %d", f.count, local.MaxSpares)
+	}
+	logw, err := openFillLog(f.backend.stateDir)
+	if err != nil {
+		return err
+	}
+	defer logw.Close()
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
+	ctx := cmd.Context()
+	b, err := local.New(ctx, local.Options{StateDir: f.backend.stateDir, CgroupParent: f.backend.cgroupParent, Logger: log})
+	if err != nil {
+		log.Error("spares: starting the local runtime failed", "err", err)
+		return err
+	}
+	defer b.Close()
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: spareOutputCap, Logger: log})
+	if err != nil {
+		return err
+	}
+	opts := local.SpareOptions{Count: f.count, MaxAge: spareMaxAge,
+		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
+			pre, err := pf(ctx, sess, a)
+			if err != nil {
+				return nil, err
+			}
+			return runcode.PrestartedState(pre) // the client is closed by the caller
+		}}
+	if err := b.FillSpares(ctx, spareTemplate(img), opts); err != nil {
+		log.Error("spares: filling failed", "err", err)
+		return err
+	}
+	return nil
+}
+
+// openFillLog opens the filler's log for appending, starting it over past fillLogSize.
+func openFillLog(stateDir string) (*os.File, error) {
+	dir := local.SparesDir(stateDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, fillLog)
+	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	if fi, err := os.Stat(p); err == nil && fi.Size() > fillLogSize {
+		flags |= os.O_TRUNC
+	}
+	return os.OpenFile(p, flags, 0o600)
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// useSpares turns spares on for the test's runs (their filler is this test binary run as the
+// CLI) and, when it ends, waits for the fillers to exit and terminates the spares they parked.
+func (e runtimeEnv) useSpares(t *testing.T) {
+	t.Helper()
+	t.Setenv(envSpares, "1")
+	t.Setenv("AIRLOCK_CLI_TEST_EXEC", "1")
+	t.Cleanup(func() {
+		waitFor(t, "the fillers to exit", func() bool { return len(fillers(e.stateDir)) == 0 })
+		b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		list, _ := b.List(context.Background())
+		for _, s := range list {
+			if s.Labels[local.LabelSpare] == "" {
+				continue // not a spare: assertNoSandboxes reports it
+			}
+			if err := b.Terminate(context.Background(), s.ID); err != nil {
+				t.Errorf("terminating spare %s: %v", s.ID, err)
+			}
+		}
+	})
+}
+
+func (e runtimeEnv) spareIndex(t *testing.T) string {
+	t.Helper()
+	key, err := local.SpareKey(spareTemplate(spec.Image{Host: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(local.SparesDir(e.stateDir), key)
+}
+
+// waitSpare waits for a parked host-image spare and returns its session id, starting a filler
+// when none is parked or running.
+func (e runtimeEnv) waitSpare(t *testing.T) string {
+	t.Helper()
+	var id string
+	deadline := time.Now().Add(60 * time.Second)
+	for started := false; ; {
+		ents, _ := os.ReadDir(e.spareIndex(t))
+		if len(ents) > 0 {
+			id = ents[0].Name()
+			break
+		}
+		if !started && len(fillers(e.stateDir)) == 0 {
+			if err := startFiller(&backendFlags{stateDir: e.stateDir, cgroupParent: e.parent}, spec.Image{Host: true}, 1); err != nil {
+				t.Fatal(err)
+			}
+			started = true
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(local.SparesDir(e.stateDir), fillLog))
+			t.Fatalf("no spare parked within 60s; filler log:\n%s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return id
+}
+
+// fillers are the running filler processes of a state dir.
+func fillers(stateDir string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == "__spares-fill" && strings.Contains(string(b), "\x00"+stateDir+"\x00") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunSparesLeaveStdoutAlone: the filler a run starts holds none of the run's standard
+// streams (each is /dev/null), so a caller reading the run's output to its end gets EOF when
+// the run exits, not when the filler does.
+func TestRunSparesLeaveStdoutAlone(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	checked := 0
+	for i := 0; i < 5 && checked == 0; i++ { // later runs claim the spares earlier ones parked
+		if i > 0 {
+			env.waitSpare(t)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-c", "print(6*7)"}, env.flags()...)...)
+		out, err := cmd.Output()
+		expired := ctx.Err()
+		cancel()
+		if expired != nil || err != nil || string(out) != "42\n" {
+			t.Fatalf("run %d: %q %v (context %v)", i, out, err, expired)
+		}
+		// The filler works for a while after the run is out (a create, python's start).
+		for _, pid := range fillers(env.stateDir) {
+			for fd := range 3 {
+				target, err := os.Readlink(filepath.Join("/proc", pid, "fd", strconv.Itoa(fd)))
+				if err != nil {
+					continue // it exited meanwhile
+				}
+				if target != "/dev/null" {
+					t.Errorf("filler %s has fd %d on %s", pid, fd, target)
+				}
+				checked++
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no filler was seen running after any of 5 runs")
+	}
+}
