@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,4 +209,139 @@ func settleQuiet(b *testing.B, p *local.Pool, size int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// BenchmarkCallCPU is what one call costs the machine, serial rounds of host python, the
+// library's fresh call (create, python3 -c, terminate: freshRun) and runcode.Run's fresh call,
+// interleaved with $AIRLOCK_BENCH_WORKERS callers (default 2). Reported per call: the CPU of
+// this process and its waited-for descendants (rusage) and the whole machine's busy CPU time
+// (/proc/stat, every state but idle and iowait), which also holds kernel work done in worker
+// threads (a network namespace's teardown) and, on a shared machine, whatever else ran.
+func BenchmarkCallCPU(b *testing.B) {
+	needRoot(b)
+	w := 2
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_WORKERS")); err == nil && v > 0 {
+		w = v
+	}
+	be := newBackend(b, stateDir(b))
+	ctx := context.Background()
+	phases := []struct {
+		name string
+		call func() error
+	}{
+		{"host", func() error { return runPython("/usr/bin/python3", "-c", snippet) }},
+		{"library", func() error { return freshRun(ctx, be) }},
+		{"runcode", func() error {
+			res, err := runcode.Run(ctx, be, runcode.Request{Language: "python", Code: snippet}, runcode.Options{})
+			if err == nil && (res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "4") {
+				err = fmt.Errorf("run_code: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+			}
+			return err
+		}},
+	}
+	// AIRLOCK_BENCH_AGENTS="name=/path/to/airlock-agent[@state-dir-parent],...": a library
+	// phase per agent binary (each with its own backend and a state dir under /run or the
+	// parent given), interleaved with the rest, for before/after.
+	for _, kv := range strings.Split(os.Getenv("AIRLOCK_BENCH_AGENTS"), ",") {
+		name, bin, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		dir := stateDir(b)
+		bin, parent, ok := strings.Cut(bin, "@")
+		if ok {
+			d, err := os.MkdirTemp(parent, "airlock-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { os.RemoveAll(d) })
+			if err := os.Chmod(d, 0o711); err != nil {
+				b.Fatal(err)
+			}
+			dir = filepath.Join(d, "state")
+		}
+		abe, err := local.New(ctx, local.Options{StateDir: dir, AgentPath: bin, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { abe.Close() })
+		phases = append(phases, struct {
+			name string
+			call func() error
+		}{"library-" + name, func() error { return freshRun(ctx, abe) }})
+	}
+	if only := os.Getenv("AIRLOCK_BENCH_PHASES"); only != "" { // e.g. "library", to profile one
+		phases = slices.DeleteFunc(phases, func(p struct {
+			name string
+			call func() error
+		}) bool {
+			return !slices.Contains(strings.Split(only, ","), p.name)
+		})
+	}
+	// One call of each first: caches (the /etc copy, the agent binary's pages) warm.
+	for _, ph := range phases {
+		if err := ph.call(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	calls := w * callsPerWorker
+	wall := make([]time.Duration, len(phases))
+	cpu := make([]time.Duration, len(phases))
+	sys := make([]time.Duration, len(phases))
+	own := make([]time.Duration, len(phases))
+	it := 0
+	for b.Loop() {
+		for k := range phases {
+			i := (k + it) % len(phases)
+			t, c, s, o := time.Now(), cpuTime(), machineBusy(), ownCPU()
+			if _, err := parallel(w, calls, phases[i].call); err != nil {
+				b.Fatalf("%s: %v", phases[i].name, err)
+			}
+			wall[i] += time.Since(t)
+			cpu[i] += cpuTime() - c
+			sys[i] += machineBusy() - s
+			own[i] += ownCPU() - o
+		}
+		it++
+	}
+	n := float64(it * calls)
+	var line strings.Builder
+	for i, ph := range phases {
+		rate := n / wall[i].Seconds()
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / n }
+		b.ReportMetric(rate, ph.name+"-calls/s")
+		b.ReportMetric(ms(cpu[i]), ph.name+"-cpu-ms/call")
+		b.ReportMetric(ms(sys[i]), ph.name+"-machine-ms/call")
+		b.ReportMetric(ms(own[i]), ph.name+"-caller-ms/call")
+		fmt.Fprintf(&line, "%s %.1f calls/s (%.2f× host), CPU %.1f ms (caller %.1f, children %.1f), machine %.1f ms per call; ",
+			ph.name, rate, rate/(n/wall[0].Seconds()), ms(cpu[i]), ms(own[i]), ms(cpu[i]-own[i]), ms(sys[i]))
+	}
+	report(b, fmt.Sprintf("workers=%d, %d calls per phase: %sload average %s", w, int(n), line.String(), loadAvg()))
+}
+
+// ownCPU is the CPU time of this process alone (the caller's side: the library, the client).
+func ownCPU() time.Duration {
+	var ru unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineBusy is the CPU time every core spent not idle since boot (/proc/stat's cpu line:
+// user, nice, system, irq, softirq, steal).
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest and guest_nice are in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
