@@ -25,6 +25,9 @@ import (
 type row struct {
 	name string
 	call func() error
+	// settle, when set, runs untimed after each call: background work the call left (a spare
+	// or pool refill) finishes before the next row is timed, so it loads no other row.
+	settle func() error
 }
 
 // requiredRows is $AIRLOCK_BENCH_REQUIRE (comma-separated row names): rows that must run.
@@ -115,16 +118,27 @@ func sideBySideRows(b *testing.B) []row {
 		b.Skip("set AIRLOCK_BENCH_ROOTFS to a rootfs (bench/run.sh does): every row runs in the same one")
 	}
 
-	rows = append(rows, row{"host", func() error { return runPython("/usr/bin/python3", "-c", snippet) }})
+	rows = append(rows, row{name: "host", call: func() error { return runPython("/usr/bin/python3", "-c", snippet) }})
 
 	state := stateDir(b)
 	be := newBackend(b, state)
 	decl := dirDecl(rootfs)
-	rows = append(rows, row{"airlock-library", func() error { return freshRunDecl(context.Background(), be, decl) }})
+	rows = append(rows, row{name: "airlock-library", call: func() error { return freshRunDecl(context.Background(), be, decl) }})
+	// The library with a warm pool (python pre-started in each sandbox): a fresh sandbox made
+	// before the call, as a daemon or a long-lived caller has them.
+	pool := newDirPool(b, be, rootfs)
+	rows = append(rows, row{name: "airlock-library-pool", call: func() error { return pooledRun(be, pool, rootfs) },
+		settle: func() error { return settledPool(pool) }})
 	if cli := filepath.Join(binDir, "airlock"); exec.Command(cli, "run", "--help").Run() == nil {
-		rows = append(rows, row{"airlock-cli", func() error {
-			return runPython(cli, "run", "--state-dir", state, "--image", rootfs, "-c", snippet)
+		rows = append(rows, row{name: "airlock-cli", call: func() error {
+			return runPython(cli, "run", "--spares", "0", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}})
+		// The CLI taking the spare an earlier run parked (the default): settle waits for the
+		// filler that run started to park the next one and exit.
+		terminateSpares(b, be, state)
+		rows = append(rows, row{name: "airlock-cli-spare", call: func() error {
+			return runPython(cli, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
+		}, settle: func() error { return parkedSpare(state) }})
 	} else {
 		missing("airlock-cli", "the airlock CLI did not build")
 	}
@@ -134,7 +148,7 @@ func sideBySideRows(b *testing.B) []row {
 		args := []string{bw, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
 			"--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 			"/usr/bin/python3", "-c", snippet}
-		rows = append(rows, row{"bwrap", func() error { return runPython(args...) }})
+		rows = append(rows, row{name: "bwrap", call: func() error { return runPython(args...) }})
 	} else {
 		missing("bwrap", "bwrap is not installed")
 	}
@@ -152,7 +166,7 @@ func sideBySideRows(b *testing.B) []row {
 		}
 		// `runc spec`'s namespaces include a new network namespace: loopback only.
 		bundle := ociBundle(b, rt)
-		rows = append(rows, row{rt, func() error {
+		rows = append(rows, row{name: rt, call: func() error {
 			id := fmt.Sprintf("airlock-bench-%s-%d-%d", rt, os.Getpid(), n.Add(1))
 			args := []string{bin}
 			if rt == "runsc" {
@@ -176,7 +190,7 @@ func sideBySideRows(b *testing.B) []row {
 	case exec.Command(docker, "info").Run() != nil:
 		missing("docker", "no docker engine answers (bench/run.sh starts one)")
 	default:
-		rows = append(rows, row{"docker", func() error {
+		rows = append(rows, row{name: "docker", call: func() error {
 			return runPython(docker, "run", "--rm", "--network", "none", img, "/usr/bin/python3", "-c", snippet)
 		}})
 	}
@@ -204,6 +218,11 @@ func BenchmarkSideBySide(b *testing.B) {
 		if err := r.call(); err != nil {
 			b.Fatalf("%s: %v", r.name, err)
 		}
+		if r.settle != nil {
+			if err := r.settle(); err != nil {
+				b.Fatalf("%s: %v", r.name, err)
+			}
+		}
 	}
 	times := make([][]float64, len(rows))
 	// CPU time of this process and the descendants it waited for, per row. Not reported where
@@ -211,7 +230,8 @@ func BenchmarkSideBySide(b *testing.B) {
 	// ours (and its daemons work for it), and bwrap's outer process does not wait for the
 	// namespace's init that ran python (measured: less CPU per call than python alone).
 	cpu := make([]time.Duration, len(rows))
-	noCPU := map[string]bool{"docker": true, "bwrap": true}
+	// Nor where the sandbox was made outside the call (the pool's goroutines, the filler).
+	noCPU := map[string]bool{"docker": true, "bwrap": true, "airlock-library-pool": true, "airlock-cli-spare": true}
 	it := 0
 	for b.Loop() {
 		took := make([]float64, len(rows))
@@ -223,6 +243,11 @@ func BenchmarkSideBySide(b *testing.B) {
 			}
 			took[i] = float64(time.Since(t)) / float64(time.Millisecond)
 			cpu[i] += cpuTime() - c
+			if rows[i].settle != nil {
+				if err := rows[i].settle(); err != nil {
+					b.Fatalf("%s: %v", rows[i].name, err)
+				}
+			}
 		}
 		for i := range rows {
 			times[i] = append(times[i], took[i])
@@ -255,6 +280,12 @@ func BenchmarkSideBySide(b *testing.B) {
 	b.ReportMetric(ratioTo(lib, host), "airlock/host")
 	if d := idx("docker"); d >= 0 {
 		b.ReportMetric(ratioTo(d, lib), "docker/airlock")
+		for _, r := range []string{"airlock-library-pool", "airlock-cli", "airlock-cli-spare"} {
+			if i := idx(r); i >= 0 {
+				b.ReportMetric(ratioTo(d, i), "docker/"+r)
+				fmt.Fprintf(&tab, "\ndocker / %s: %.1f×", r, ratioTo(d, i))
+			}
+		}
 	}
 	fmt.Fprintf(&tab, "\n%d iterations; load average at the end: %s", len(times[0]), loadAvg())
 	report(b, tab.String())
