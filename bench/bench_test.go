@@ -211,7 +211,7 @@ func BenchmarkFreshPython(b *testing.B) {
 			b.Skip("airlock run is not available in this build")
 		}
 		for b.Loop() {
-			runOnce(b, bin, "run", "--state-dir", state, "--lang", "python", "-c", snippet)
+			runOnce(b, bin, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
 		}
 	})
 	b.Run("bwrap", func(b *testing.B) {
@@ -285,7 +285,7 @@ func BenchmarkFreshVsHostInterleaved(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := timed(func() { runOnce(b, cli, "run", "--state-dir", state, "--lang", "python", "-c", snippet) })
+		c := timed(func() { runOnce(b, cli, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet) })
 		add("host-ms", h)
 		add("library-ms", ms(lp.terminated))
 		add("library-result-ms", ms(lp.result))
