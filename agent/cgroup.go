@@ -87,7 +87,7 @@ func (c *cgroups) oomPerExec() bool {
 	if c.kind != scopeV2 {
 		return false
 	}
-	b, err := os.ReadFile(c.base + "/cgroup.subtree_control")
+	b, err := readKernFile(c.base + "/cgroup.subtree_control")
 	return err == nil && slices.Contains(strings.Fields(string(b)), "memory")
 }
 
@@ -102,6 +102,8 @@ type execGroup struct {
 	// left is closed once the spawner thread, which enters a v1 exec cgroup to fork into it,
 	// is out again (nil: it never entered). Set by the spawner before its reply.
 	left chan struct{}
+
+	killed bool // kill was called: the cgroup may have been left frozen, never recycle it
 
 	oomFile   string // the OOM-kill counter covering this exec ("" when none does)
 	oomStart  uint64 // its value before the exec started
@@ -239,18 +241,18 @@ func (g *execGroup) endOOM() {
 }
 
 func readCounter(name, key string) (uint64, bool) {
-	f, err := os.Open(name)
+	b, err := readKernFile(name)
 	if err != nil {
 		return 0, false
 	}
-	defer f.Close()
-	n, ok, err := parseCounter(f, key)
+	n, ok, err := parseCounter(bytes.NewReader(b), key)
 	return n, ok && err == nil
 }
 
 // kill kills every process in the group and, for cgroups, returns only once the cgroup is
 // empty. It may be called more than once.
 func (g *execGroup) kill() error {
+	g.killed = true
 	switch g.kind {
 	case scopePgrp:
 		if g.pgid > 0 {
@@ -268,6 +270,49 @@ func (g *execGroup) kill() error {
 		}
 		return g.killV1()
 	}
+}
+
+// finish ends the group of an exec whose main process has been reaped: what is left is killed
+// and the cgroup removed, or, when nothing is left and nothing was ever killed in it, the
+// cgroup becomes the next exec's spare (see recycle).
+func (g *execGroup) finish() error {
+	if g.kind == scopeV1 && g.dir != "" && !g.killed {
+		if g.left != nil {
+			<-g.left
+		}
+		if g.c.recycle(g.dir) {
+			g.dir = ""
+			g.endOOM()
+			return nil
+		}
+	}
+	return g.destroy()
+}
+
+// recycle renames an exec's v1 cgroup to be the next spare instead of removing it (and making
+// the spare anew after the answer): a v1 cgroup's creation and removal are the costliest part
+// of an exec's cgroup work, much of it done by kernel threads after the fact, while a rename
+// is one cheap call. Only an empty cgroup qualifies (its tasks file lists every live thread:
+// with none, nothing can fork into it again), and only while no spare is there or being made.
+// The caller makes sure nothing was ever killed in it: a kill freezes, and a failed thaw would
+// hand the next exec a frozen cgroup.
+func (c *cgroups) recycle(dir string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.spare != nil || c.filling {
+		return false
+	}
+	b, err := readKernFile(dir + "/tasks")
+	if err != nil || len(bytes.TrimSpace(b)) != 0 {
+		return false
+	}
+	id := newID()
+	spare := c.base + "/spare-" + id
+	if unix.Rename(dir, spare) != nil {
+		return false
+	}
+	c.spare = &execGroup{id: id, kind: c.kind, dir: spare, fd: -1, c: c}
+	return true
 }
 
 // destroy kills what is left and removes the cgroup.
@@ -326,7 +371,7 @@ func (g *execGroup) killV2() error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if err := writeFile(g.dir+"/cgroup.kill", "1"); err != nil {
+		if err := writeKernFile(g.dir+"/cgroup.kill", "1"); err != nil {
 			return fmt.Errorf("kill exec cgroup %s: %w", g.dir, err)
 		}
 		if !wait.sleep(ctx) {
@@ -365,7 +410,7 @@ func (g *execGroup) killV1() error {
 				return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
 			}
 		}
-		if err := writeFile(g.dir+"/freezer.state", "THAWED"); err != nil {
+		if err := writeKernFile(g.dir+"/freezer.state", "THAWED"); err != nil {
 			return fmt.Errorf("thaw exec cgroup %s: %w", g.dir, err)
 		}
 		if !wait.sleep(ctx) {
@@ -376,10 +421,10 @@ func (g *execGroup) killV1() error {
 
 func (g *execGroup) freeze(ctx context.Context) error {
 	for wait := newBackoff(); ; {
-		if err := writeFile(g.dir+"/freezer.state", "FROZEN"); err != nil {
+		if err := writeKernFile(g.dir+"/freezer.state", "FROZEN"); err != nil {
 			return fmt.Errorf("freeze exec cgroup %s: %w", g.dir, err)
 		}
-		state, err := os.ReadFile(g.dir + "/freezer.state")
+		state, err := readKernFile(g.dir + "/freezer.state")
 		if err != nil {
 			return fmt.Errorf("freeze exec cgroup %s: %w", g.dir, err)
 		}
@@ -411,7 +456,7 @@ func parseCounter(r io.Reader, key string) (uint64, bool, error) {
 
 // readPids reads a cgroup.procs file.
 func readPids(name string) ([]int, error) {
-	b, err := os.ReadFile(name)
+	b, err := readKernFile(name)
 	if err != nil {
 		if errors.Is(err, syscall.ENODEV) || errors.Is(err, os.ErrNotExist) {
 			return nil, nil

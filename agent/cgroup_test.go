@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -506,4 +507,92 @@ func cgroupHas(text, kind, suffix string) bool {
 		}
 	}
 	return false
+}
+
+// TestExecCgroupRecycled (v1): an exec that ends with nothing left in its cgroup hands the
+// cgroup on as the next spare (the same kernel directory, renamed: no rmdir and mkdir per
+// exec), while the cgroup of an exec that was killed (frozen for the kill) or that left
+// processes behind is removed and the spare made anew.
+func TestExecCgroupRecycled(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/tasks"); err != nil {
+		t.Fatal("no cgroup v1 freezer on this host")
+	}
+	h := newHarness(t)
+	base := testCgroup(t, "/sys/fs/cgroup/freezer")
+	h.cfg.CgroupV1Freezer = base
+	h.start()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// inode of a cgroup directory: the kernel gives every new one a new number.
+	ino := func(dir string) uint64 {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	tests := []struct {
+		name     string
+		req      sbtypes.ExecRequest
+		finish   func(w io.WriteCloser)
+		timedOut bool
+		recycled bool
+	}{
+		{"clean exit", sbtypes.ExecRequest{Argv: []string{"cat"}, Timeout: time.Minute}, func(w io.WriteCloser) { w.Close() }, false, true},
+		{"deadline kill", sbtypes.ExecRequest{Argv: []string{"cat"}, Timeout: 300 * time.Millisecond}, nil, true, false},
+		{"leftover process", sbtypes.ExecRequest{Shell: "setsid sleep 1000 >/dev/null 2>&1 </dev/null & read x", Timeout: time.Minute}, func(w io.WriteCloser) { w.Close() }, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			tc.req.Stdin = pr
+			s, err := h.cl.ExecStream(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(base, "exec-"+s.ID)
+			running := ino(dir)
+			if tc.finish != nil {
+				tc.finish(pw)
+			}
+			res, err := s.Wait(nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.TimedOut != tc.timedOut {
+				t.Fatalf("result %+v, want timedOut %v", res, tc.timedOut)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("exec cgroup %s still there after the exec: %v", dir, err)
+			}
+			spare := filepath.Join(base, waitSpare(t, base))
+			if got := ino(spare) == running; got != tc.recycled {
+				t.Errorf("spare %s is the exec's cgroup: %v, want %v", spare, got, tc.recycled)
+			}
+			if b, err := os.ReadFile(spare + "/freezer.state"); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
+				t.Errorf("spare freezer.state %q %v, want THAWED", b, err)
+			}
+			if b, err := os.ReadFile(spare + "/tasks"); err != nil || len(b) != 0 {
+				t.Errorf("spare tasks %q %v, want none", b, err)
+			}
+		})
+	}
+	// The recycled cgroup works as a fresh one: the next exec is born in it.
+	s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if res, err := s.Wait(&out, nil); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if !cgroupHas(out.String(), "cgroup-v1", "/"+filepath.Base(base)+"/exec-"+s.ID) {
+		t.Errorf("exec %s ran in\n%s", s.ID, out.String())
+	}
 }

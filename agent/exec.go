@@ -231,7 +231,7 @@ type job struct {
 	spec    *execSpec
 	group   *execGroup
 	pid     int
-	pidfd   int
+	pidf    *os.File // the main process's pidfd (nil: the kernel gave none), in the poller
 	started time.Time
 	exited  <-chan syscall.WaitStatus
 
@@ -241,7 +241,7 @@ type job struct {
 	stdinMu sync.Mutex
 	stdin   *os.File // write end (the pty master for a tty), nil when closed or none
 
-	mu   sync.Mutex // guards pidfd and done against signal()
+	mu   sync.Mutex // guards done against signal()
 	done bool       // the main process has been reaped
 }
 
@@ -257,7 +257,7 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sbtypes.ErrRefused, err)
 	}
-	j := &job{id: g.id, spec: sp, pidfd: -1, group: g}
+	j := &job{id: g.id, spec: sp, group: g}
 	fail := func(err error) (*job, error) {
 		j.closeIO()
 		if derr := g.destroy(); derr != nil {
@@ -299,21 +299,21 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	} else {
 		var in *os.File
 		if sp.stdin {
-			r, w, err := os.Pipe()
+			r, w, err := commandPipe(false)
 			if err != nil {
 				return fail(fmt.Errorf("%w: stdin pipe: %v", sbtypes.ErrRefused, err))
 			}
 			in, j.stdin = r, w
 		} else {
-			devnull, err := os.Open(os.DevNull)
+			fd, err := openKernFile(os.DevNull, unix.O_RDONLY)
 			if err != nil {
-				return fail(fmt.Errorf("%w: open %s: %v", sbtypes.ErrRefused, os.DevNull, err))
+				return fail(fmt.Errorf("%w: %v", sbtypes.ErrRefused, err))
 			}
-			in = devnull
+			in = os.NewFile(uintptr(fd), os.DevNull)
 		}
 		child = append(child, in)
 		for range 2 {
-			r, w, err := os.Pipe()
+			r, w, err := commandPipe(true)
 			if err != nil {
 				return fail(fmt.Errorf("%w: output pipe: %v", sbtypes.ErrRefused, err))
 			}
@@ -332,11 +332,42 @@ func (s *server) start(sp *execSpec) (*job, error) {
 	if rep.err != nil {
 		return fail(fmt.Errorf("%w: start %q: %v", classify(rep.err), sp.argv[0], rep.err))
 	}
-	j.pid, j.pidfd, j.exited = rep.pid, rep.pidfd, rep.exited
+	j.pid, j.exited = rep.pid, rep.exited
+	if rep.pidfd >= 0 {
+		// Non-blocking so that the poller takes it: supervise learns of the exit from it.
+		if err := unix.SetNonblock(rep.pidfd, true); err != nil {
+			unix.Close(rep.pidfd)
+		} else {
+			j.pidf = os.NewFile(uintptr(rep.pidfd), "pidfd")
+		}
+	}
 	if g.kind == scopePgrp {
 		g.pgid = rep.pid // Setsid made the child a session and group leader
 	}
 	return j, nil
+}
+
+// commandPipe makes a pipe between the agent and a command: r is the read end, w the write
+// end, and the agent's end (r when the command writes, w when it reads) is non-blocking and in
+// the runtime's poller, so reads and writes wait there and honour deadlines. The command's end
+// stays blocking and out of the poller: os.Pipe would register it too (an epoll_ctl pair, and a
+// wakeup of the poller's thread for a write end, which is ready at once) only for it to be
+// made blocking again and closed as soon as the command has it.
+func commandPipe(commandWrites bool) (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	ours := p[1]
+	if commandWrites {
+		ours = p[0]
+	}
+	if err := unix.SetNonblock(ours, true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // closeIO closes the agent's ends of the command's I/O.
@@ -345,12 +376,9 @@ func (j *job) closeIO() {
 	for _, f := range j.outs {
 		f.Close()
 	}
-	j.mu.Lock()
-	if j.pidfd >= 0 {
-		unix.Close(j.pidfd)
-		j.pidfd = -1
+	if j.pidf != nil {
+		j.pidf.Close()
 	}
-	j.mu.Unlock()
 }
 
 // stopPumps cuts the output streams off: a read deadline in the past wakes every blocked
@@ -388,8 +416,16 @@ func (j *job) signal(sig syscall.Signal) error {
 	switch {
 	case j.done:
 		return unix.ESRCH
-	case j.pidfd >= 0:
-		return unix.PidfdSendSignal(j.pidfd, sig, nil, 0)
+	case j.pidf != nil:
+		rc, err := j.pidf.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
+			return err
+		}
+		return serr
 	}
 	// Kernels without pidfd: the pid is ours until reaped, and reaped() is recorded at once.
 	return unix.Kill(j.pid, sig)
@@ -527,6 +563,9 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 		wg.Add(1)
 		go pump(f, types[i], limits[i], out, &truncated[i], &wg)
 	}
+	if j.pidf != nil {
+		go s.spawn.watchExit(j.pid, j.pidf)
+	}
 	// A closed channel, not a timer's one-shot one: the deadline is waited on twice.
 	expired := make(chan struct{})
 	timer := time.AfterFunc(j.spec.timeout, func() { close(expired) })
@@ -551,7 +590,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	end := time.Now()
 	j.reaped()
 	// The exec owns everything it started: what outlives the main process dies with it.
-	errs = append(errs, j.group.destroy())
+	errs = append(errs, j.group.finish())
 	j.closeStdin()
 	pumpsDone := make(chan struct{})
 	go func() { wg.Wait(); close(pumpsDone) }()

@@ -392,3 +392,23 @@ func TestExecBackpressure(t *testing.T) {
 	})
 	t.Logf("yes stopped after %d bytes", last)
 }
+
+// TestExecStdioBlocking: the command's ends of its stdio are blocking, as a shell would hand
+// them over (the agent keeps its own ends non-blocking for its poller): a program reading
+// stdin or writing output without expecting EAGAIN works.
+func TestExecStdioBlocking(t *testing.T) {
+	h := newHarness(t).start()
+	const probe = `import fcntl, os, sys
+sys.stdout.write(" ".join(str(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK) for fd in (0, 1, 2)))`
+	for _, tc := range []struct {
+		name  string
+		stdin io.Reader
+	}{{"no stdin", nil}, {"stdin", strings.NewReader("x")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, res := run(t, h.cl, sbtypes.ExecRequest{Argv: []string{"python3", "-c", probe}, Stdin: tc.stdin})
+			if out != "0 0 0" || res.ExitCode != 0 {
+				t.Errorf("O_NONBLOCK of fds 0 1 2: %q (stderr %q, %+v), want 0 0 0", out, errs, res)
+			}
+		})
+	}
+}

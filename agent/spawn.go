@@ -320,6 +320,56 @@ func (s *spawner) reapTracked() {
 	}
 }
 
+// watchExit waits in the runtime's poller for pidf (pid's pidfd) to become readable, which it
+// does once the process has exited, and then collects the exit status. The exit reaches its
+// waiter by a wakeup of the poller instead of the SIGCHLD relay (signal handler, the signal
+// goroutine, then reap), which on a busy machine is most of the time from a command's exit to
+// the agent noticing it. SIGCHLD still reaps whatever this does not (no pidfd, orphans of PID
+// 1); both take mu, so a status is dispatched exactly once. It returns when pidf is closed.
+func (s *spawner) watchExit(pid int, pidf *os.File) {
+	rc, err := pidf.SyscallConn()
+	if err != nil {
+		return
+	}
+	if rc.Read(func(fd uintptr) bool { return pidfdReadable(int(fd)) }) != nil {
+		return
+	}
+	s.collect(pid)
+}
+
+// pidfdReadable reports whether a pidfd says its process has exited.
+func pidfdReadable(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(p, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0 && p[0].Revents&unix.POLLIN != 0
+	}
+}
+
+// collect dispatches pid's exit status if it is still awaited and the process has exited.
+func (s *spawner) collect(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.waiters[pid]; !ok {
+		return // the reaper was first
+	}
+	var ws syscall.WaitStatus
+	for {
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if got == pid {
+			s.dispatch(pid, ws)
+		}
+		// Not yet (or no longer) waitable: the reaper settles it.
+		return
+	}
+}
+
 func (s *spawner) dispatch(pid int, ws syscall.WaitStatus) {
 	if ch, ok := s.waiters[pid]; ok {
 		ch <- ws
@@ -330,7 +380,7 @@ func (s *spawner) dispatch(pid int, ws syscall.WaitStatus) {
 // threadIn reports whether the calling thread is listed in a cgroup v1 tasks file (false when
 // it cannot tell: then the caller moves it, which is always right).
 func threadIn(tasks string) bool {
-	b, err := os.ReadFile(tasks)
+	b, err := readKernFile(tasks)
 	if err != nil {
 		return false
 	}
@@ -359,17 +409,5 @@ func listsID(b []byte, id int) bool {
 // a tid does (cgroup_procs_write_start: `*threadgroup_locked = pid || threadgroup`) and which
 // waits for an RCU grace period. Measured in a sandbox: exec of true 22 ms -> 3 ms.
 func writeTID(tasks string) error {
-	return writeFile(tasks, "0")
-}
-
-func writeFile(name, s string) error {
-	f, err := os.OpenFile(name, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(s)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeKernFile(tasks, "0")
 }
