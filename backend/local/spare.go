@@ -288,6 +288,9 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 		if err == nil && !s.rec.ExpiresAt.IsZero() && time.Until(s.rec.ExpiresAt) < minLeft {
 			err = fmt.Errorf("%v of lifetime left, %v needed", time.Until(s.rec.ExpiresAt).Round(time.Second), minLeft)
 		}
+		if err == nil {
+			err = b.etcCurrent(s)
+		}
 		if err != nil {
 			b.log.Debug("spares: discarding a spare", "session", e.Session, "err", err)
 			b.discardSpare(ctx, e.Session)
@@ -296,6 +299,26 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 		return s.public(), e.Prestart, nil
 	}
 	return nil, nil, nil
+}
+
+// etcCurrent refuses a host-image spare whose /etc copy is no longer the host's: a sandbox
+// created now would get a new copy (etc.go), and a spare must not show older files than that.
+func (b *Backend) etcCurrent(s *session) error {
+	if s.rec.EtcDir == "" {
+		return nil
+	}
+	workdir := s.rec.Spec.Workdir
+	if workdir == "" {
+		workdir = spec.DefaultWorkdir
+	}
+	cur, err := b.etc.get(workdir)
+	if err != nil {
+		return err
+	}
+	if filepath.Base(cur) != s.rec.EtcDir {
+		return fmt.Errorf("its /etc copy %s is stale (now %s)", s.rec.EtcDir, filepath.Base(cur))
+	}
+	return nil
 }
 
 // discardSpare terminates a claimed spare that will not be used, logging failures: the next

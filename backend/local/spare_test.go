@@ -255,3 +255,40 @@ func TestSpareRetire(t *testing.T) {
 		t.Fatalf("parked after retiring %s: %v", old[0].Session, now)
 	}
 }
+
+// TestSpareStaleEtc: a host-image spare parked before the host's /etc changed is not handed
+// out (a sandbox created now would see the new files); it is terminated instead.
+func TestSpareStaleEtc(t *testing.T) {
+	b := newTestBackend(t)
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "motd"), "one\n", 0o644)
+	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
+	parked, _ := b.parkedSpares(key)
+	if len(parked) != 1 {
+		t.Fatalf("parked %v", parked)
+	}
+	pid := b.sessionInitPID(parked[0].Session)
+	time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
+	mustWrite(t, filepath.Join(src, "motd"), "two\n", 0o644)
+	if s, _, err := b.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
+		t.Fatalf("a spare with a stale /etc was handed out: %v %v", s, err)
+	}
+	assertGone(t, b, parked[0].Session, pid)
+
+	// A spare parked after the change is current.
+	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
+	s, _, err := b.ClaimSpare(t.Context(), key, time.Minute)
+	if err != nil || s == nil {
+		t.Fatalf("claim: %v %v", s, err)
+	}
+	a, err := b.Connect(t.Context(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if out, _, _ := run(t, a, "cat /etc/motd"); out != "two\n" {
+		t.Errorf("/etc/motd in the new spare: %q", out)
+	}
+}
