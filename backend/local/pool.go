@@ -92,8 +92,9 @@ type PoolStats struct {
 	Size, Creating, Target int
 	// Refills are sandboxes the pool created in the background; Failures its failed creates;
 	// Expired ready sandboxes terminated for waiting longer than IdleExpiry; Dead ready
-	// sandboxes found ended at claim time (skipped).
-	Refills, Failures, Expired, Dead uint64
+	// sandboxes found ended at claim time (skipped); Stale ready sandboxes skipped at claim
+	// because the host's /etc changed after they were made.
+	Refills, Failures, Expired, Dead, Stale uint64
 	// Reaping is how many sandboxes wait for or are in a background termination;
 	// ReapFailures those terminations that failed (logged).
 	Reaping      int
@@ -303,6 +304,15 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, e
 		p.signal()
 		if it.s.exited() {
 			p.count(func(st *PoolStats) { st.Dead++ })
+			release(it.prestarted)
+			p.Discard(it.sess.ID)
+			continue
+		}
+		// spare.go: a sandbox whose /etc copy the host has since changed would show older
+		// files than one created now.
+		if err := p.b.etcCurrent(it.s); err != nil {
+			p.log.Info("pool: discarding a ready sandbox", "session", it.sess.ID, "err", err)
+			p.count(func(st *PoolStats) { st.Stale++ })
 			release(it.prestarted)
 			p.Discard(it.sess.ID)
 			continue

@@ -483,3 +483,33 @@ func TestPoolSkipsDead(t *testing.T) {
 		t.Errorf("claimed sandbox is not alive: %v", err)
 	}
 }
+
+// TestPoolStaleEtc: a ready sandbox made before the host's /etc changed is skipped at claim
+// (terminated, counted) and the claim gets a current one.
+func TestPoolStaleEtc(t *testing.T) {
+	b := newTestBackend(t)
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "motd"), "one\n", 0o644)
+	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	p := newTestPool(t, b, PoolOptions{Size: 1}, nil)
+	waitReady(t, p, 1)
+	stale := pooledIDs(t, b, p.Key())
+	time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
+	mustWrite(t, filepath.Join(src, "motd"), "two\n", 0o644)
+	s, err := p.Claim(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Discard(s.ID)
+	if len(stale) != 1 || s.ID == stale[0] || p.Stats().Stale != 1 {
+		t.Fatalf("claimed %s of %v, stats %+v; want a new sandbox and one stale", s.ID, stale, p.Stats())
+	}
+	a, err := b.Connect(t.Context(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if out, _, _ := run(t, a, "cat /etc/motd"); out != "two\n" {
+		t.Errorf("/etc/motd: %q", out)
+	}
+}
