@@ -285,7 +285,9 @@ func BenchmarkFreshVsHostInterleaved(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := timed(func() { runOnce(b, cli, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet) })
+		c := timed(func() {
+			runOnce(b, cli, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
+		})
 		add("host-ms", h)
 		add("library-ms", ms(lp.terminated))
 		add("library-result-ms", ms(lp.result))
