@@ -140,21 +140,17 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 	if g.output == outputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
-	// spare.go: with spares, the run takes a parked sandbox when one fits, and a filler parks
-	// the next once the result is out.
+	// spare.go: with spares, the run takes a parked sandbox when one fits, and starts a filler
+	// that parks the next (a run refused before its claim fills nothing).
 	var spares *spareRun
 	if f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img)) {
 		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
 			return &exitError{code: exitRunFailed, err: err}
 		}
+		spares.fill = func() error { return startFiller(&f.backend, img, f.spares) }
 		opts.Pool = spares
 	}
 	res, term, err := runcode.RunDetached(ctx, b, req, opts)
-	if spares != nil && term != nil { // a run refused before any sandbox fills nothing
-		if ferr := startFiller(&f.backend, img, f.spares); ferr != nil {
-			log.Warn("spares: starting the filler failed", "err", ferr)
-		}
-	}
 	if err == nil {
 		err = errors.Join(term.Wait(), spareWait(spares))
 	} else if term != nil {

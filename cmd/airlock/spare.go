@@ -68,7 +68,10 @@ type spareRun struct {
 	minLeft time.Duration
 	log     *slog.Logger
 
-	hit  bool
+	// fill starts the filler; ClaimForRun calls it once the claim is settled, in the
+	// background: its fork and exec overlap the run instead of following it.
+	fill func() error
+
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	errs []error
@@ -96,6 +99,17 @@ func (p *spareRun) Claim(ctx context.Context) (*sandbox.Session, error) {
 
 func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
 	sess, state, err := p.b.ClaimSpare(ctx, p.key, p.minLeft)
+	// Started after the claim: a filler started before it would count this run's spare as
+	// parked and leave. Hit or miss, the next run wants one.
+	if p.fill != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := p.fill(); err != nil {
+				p.log.Warn("spares: starting the filler failed", "err", err)
+			}
+		}()
+	}
 	if err != nil {
 		// The spares are a speed-up: a run never fails for want of one.
 		p.log.Warn("spares: claiming a spare failed; creating the sandbox", "err", err)
@@ -104,7 +118,6 @@ func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, erro
 	if sess == nil {
 		return nil, nil, nil
 	}
-	p.hit = true
 	if len(state) == 0 {
 		return sess, nil, nil
 	}
@@ -135,7 +148,8 @@ func (p *spareRun) Discard(id string) {
 	}()
 }
 
-// wait returns once every discarded sandbox is confirmed gone, with what failed.
+// wait returns once the filler is started and every discarded sandbox is confirmed gone, with
+// what failed.
 func (p *spareRun) wait() error {
 	p.wg.Wait()
 	p.mu.Lock()
