@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
@@ -34,30 +33,35 @@ var _ sbtypes.Agent = (*Client)(nil)
 // http:// URL. tokenFn is called for every request and returns the capability token to send.
 // An invalid addr makes every call fail with sbtypes.ErrInvalid.
 func New(addr string, tokenFn func() string) *Client {
-	tr := &http.Transport{
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		// The agent speaks HTTP/1.1; frame streams and full-duplex stdin rely on it.
-		ForceAttemptHTTP2: false,
-		Proxy:             nil,
-	}
-	c := &Client{hc: &http.Client{Transport: tr}, token: tokenFn, ownsHC: true}
+	c := &Client{token: tokenFn, ownsHC: true}
 	network, rest, _ := strings.Cut(addr, ":")
+	var dialNet, dialAddr string
 	switch {
 	case network == "unix" && strings.HasPrefix(rest, "/"):
-		var d net.Dialer
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", rest)
-		}
+		dialNet, dialAddr = "unix", rest
 		c.base = "http://airlock-agent"
 	case network == "tcp" && rest != "":
+		dialNet, dialAddr = "tcp", rest
 		c.base = "http://" + rest
 	case network == "http" && strings.HasPrefix(rest, "//"):
 		c.base = strings.TrimSuffix(addr, "/")
+		u, err := url.Parse(c.base)
+		if err != nil || u.Host == "" {
+			c.initErr = fmt.Errorf("%w: agent address %q is not http://host:port", sbtypes.ErrInvalid, addr)
+			break
+		}
+		dialNet, dialAddr = "tcp", u.Host
+		if u.Port() == "" {
+			dialAddr = net.JoinHostPort(u.Hostname(), "80")
+		}
 	default:
 		c.initErr = fmt.Errorf("%w: agent address %q is not unix:/path, tcp:host:port or http://host:port", sbtypes.ErrInvalid, addr)
 	}
+	var d net.Dialer
+	// HTTP/1.1 only (frame streams and full-duplex stdin rely on it), no proxy, no compression.
+	c.hc = &http.Client{Transport: newTransport(func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, dialNet, dialAddr)
+	})}
 	return c
 }
 
