@@ -36,6 +36,8 @@ type idAllocator struct {
 	base   int    // Options.UIDBase
 	ranges int    // Options.UIDRanges
 	next   atomic.Int64
+	// excluded ranges overlap host ids someone else has (subids.go): never handed out.
+	excluded map[int]bool
 }
 
 func newIDAllocator(stateDir string, base, ranges int) (*idAllocator, error) {
@@ -57,6 +59,9 @@ func (a *idAllocator) claim(id string) (int, int, error) {
 	start := int(a.next.Load() % int64(a.ranges))
 	for i := range a.ranges {
 		k := (start + i) % a.ranges
+		if a.excluded[k] {
+			continue
+		}
 		err := os.Symlink(id, filepath.Join(a.dir, strconv.Itoa(k)))
 		if err == nil {
 			a.next.Store(int64(k + 1))
@@ -66,7 +71,7 @@ func (a *idAllocator) claim(id string) (int, int, error) {
 			return 0, 0, fmt.Errorf("claim id range %d: %w", k, err)
 		}
 	}
-	return 0, 0, fmt.Errorf("%w: uidRanges %d: every id range (host ids %d..%d) belongs to a live sandbox; terminate one or configure more ranges", sandbox.ErrRefused, a.ranges, a.hostBase(0), a.hostBase(a.ranges)-1)
+	return 0, 0, fmt.Errorf("%w: uidRanges %d: every id range (host ids %d..%d) belongs to a live sandbox (%d overlap host accounts' ids and are not used); terminate one or configure more ranges", sandbox.ErrRefused, a.ranges, a.hostBase(0), a.hostBase(a.ranges)-1, len(a.excluded))
 }
 
 // release frees range k if session id holds it.

@@ -1,0 +1,111 @@
+package local
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+func TestParseSubIDs(t *testing.T) {
+	in := "alice:100000:65536\n# comment:1:2\nbob:165536:65536\nbad:x:1\nzero:5:0\nshort:1\n  carol:300000:10  \n"
+	got, err := parseSubIDs(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []idSpan{{100000, 65536}, {165536, 65536}, {300000, 10}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestParseIDColumn(t *testing.T) {
+	in := "root:x:0:0:root:/root:/bin/bash\nldapish:x:200123:200123::/home/l:/bin/sh\nbroken\nnum:x:abc:1::/:/\n"
+	got, err := parseIDColumn(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []idSpan{{0, 1}, {200123, 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestExcludedRanges: a range is excluded exactly when one of its 65536 ids is given out.
+func TestExcludedRanges(t *testing.T) {
+	a := &idAllocator{base: 100000, ranges: 10}
+	r := func(k int) int64 { return int64(a.hostBase(k)) } // range k's first host id
+	for _, tt := range []struct {
+		name string
+		span idSpan
+		want []int
+	}{
+		{"below every range", idSpan{0, 100000}, nil},
+		{"the image range only", idSpan{100000, idRange}, nil},
+		{"range 0 whole (useradd's second user)", idSpan{r(0), idRange}, []int{0}},
+		{"range 0's last id", idSpan{r(1) - 1, 1}, []int{0}},
+		{"straddling ranges 1 and 2", idSpan{r(2) - 1, 2}, []int{1, 2}},
+		{"one uid inside range 3", idSpan{r(3) + 1000, 1}, []int{3}},
+		{"past the last range", idSpan{r(10), 1 << 20}, nil},
+		{"over the whole space", idSpan{0, 1 << 40}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := a.excludedRanges([]idSpan{tt.span})
+			want := map[int]bool{}
+			for _, k := range tt.want {
+				want[k] = true
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("excluded %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestClaimSkipsHostIDs: the allocator never hands out a range overlapping an id the host's
+// account files give out (here /etc/subuid's second user, and a high uid in /etc/passwd).
+func TestClaimSkipsHostIDs(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("subuid", "alice:100000:65536\nbob:165536:65536\n")
+	write("passwd", "root:x:0:0::/root:/bin/sh\nhigh:x:231100:231100::/:/bin/sh\n")
+	a, err := newIDAllocator(t.TempDir(), 100000, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.excludeHostIDs(root); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for i := range 2 {
+		k, base, err := a.claim("s-000000000000000" + string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if base != a.hostBase(k) {
+			t.Fatalf("base %d for range %d", base, k)
+		}
+		got = append(got, k)
+	}
+	if !reflect.DeepEqual(got, []int{2, 3}) {
+		t.Errorf("claimed ranges %v, want [2 3] (0 holds bob's subuids, 1 uid 231100)", got)
+	}
+	if _, _, err := a.claim("s-000000000000000c"); !errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), "2 overlap host accounts") {
+		t.Errorf("third claim: %v", err)
+	}
+
+	write("subgid", "everyone:0:4294967295\n")
+	if err := a.excludeHostIDs(root); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "choose another uidBase") {
+		t.Errorf("every range taken by subgids: %v", err)
+	}
+}
