@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,6 +45,11 @@ type etcCache struct {
 
 	mu    sync.Mutex
 	known map[string]*etcManifest // by workdir
+	// names() as last listed, and src's identity then: listing /etc (nsinit.HostEtc globs
+	// /etc/python3.*) was half of a create's freshness check, and adding, removing or renaming
+	// an entry there changes the directory, so it is listed again only then.
+	namesID  string
+	namesMem []string
 }
 
 // etcManifest is what a copy was made from.
@@ -70,7 +76,7 @@ func newEtcCache(stateDir string) *etcCache {
 func (c *etcCache) get(workdir string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	names := c.names()
+	names := c.hostNames()
 	m := c.known[workdir]
 	if m == nil {
 		m = c.readManifest(workdir)
@@ -87,6 +93,18 @@ func (c *etcCache) get(workdir string) (string, error) {
 	}
 	c.known[workdir] = m
 	return filepath.Join(c.dir, m.Dir), nil
+}
+
+// hostNames returns c.names(), listed again only when c.src changed since the last listing
+// (its identity is read before listing, so a change during the listing lists again next time).
+// Called with c.mu held.
+func (c *etcCache) hostNames() []string {
+	id := sourceID(c.src)
+	if id != "" && id == c.namesID {
+		return c.namesMem
+	}
+	c.namesID, c.namesMem = id, c.names()
+	return c.namesMem
 }
 
 func (c *etcCache) manifestPath(workdir string) string {
@@ -110,8 +128,10 @@ func (m *etcManifest) fresh(workdir string, names []string) bool {
 	if m.Workdir != workdir || !slices.Equal(m.Names, names) {
 		return false
 	}
+	var buf []byte
 	for _, s := range m.Sources {
-		if sourceID(s.Path) != s.ID {
+		buf = appendSourceID(buf[:0], s.Path)
+		if string(buf) != s.ID {
 			return false
 		}
 	}
@@ -119,13 +139,30 @@ func (m *etcManifest) fresh(workdir string, names []string) bool {
 }
 
 // sourceID identifies a path's current content well enough to notice any change to it.
-func sourceID(p string) string {
+func sourceID(p string) string { return string(appendSourceID(nil, p)) }
+
+// appendSourceID appends sourceID(p) to b ("" when p cannot be read): every create compares
+// ~45 of them, without a string allocated for each.
+func appendSourceID(b []byte, p string) []byte {
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
-		return ""
+		return b
 	}
-	return fmt.Sprintf("%d:%d:%o:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Mode, st.Size,
-		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	// dev:ino:mode(octal):size:mtime.sec.nsec:ctime
+	b = strconv.AppendUint(b, st.Dev, 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, st.Ino, 10)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, uint64(st.Mode), 8)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, st.Size, 10)
+	for _, t := range []unix.Timespec{st.Mtim, st.Ctim} {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, t.Sec, 10)
+		b = append(b, '.')
+		b = strconv.AppendInt(b, t.Nsec, 10)
+	}
+	return b
 }
 
 // build copies the sources into a new directory, named by what it was made from, and records

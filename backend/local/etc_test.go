@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,4 +230,68 @@ func errorsJoin(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// TestEtcNamesFollowSource: the entries to copy are listed from the source directory (as
+// nsinit.HostEtc globs /etc/python3.*) again whenever that directory changes: a new entry is in
+// the next copy, a removed one gone from it, though the list is not re-read on every create.
+func TestEtcNamesFollowSource(t *testing.T) {
+	state := t.TempDir()
+	c, src := testEtcCache(t, state)
+	listed := 0
+	c.names = func() []string {
+		listed++
+		m, _ := filepath.Glob(filepath.Join(src, "py*"))
+		for i := range m {
+			m[i] = filepath.Base(m[i])
+		}
+		return m
+	}
+	mustWrite(t, filepath.Join(src, "pyA"), "a\n", 0o644)
+	d := mustGet(t, c, "/w")
+	mustGet(t, c, "/w")
+	if listed != 1 {
+		t.Errorf("the source was listed %d times for two creates with nothing changed, want 1", listed)
+	}
+	for _, step := range []struct {
+		name       string
+		do         func() error
+		have, gone string
+	}{
+		{"an entry added", func() error { return os.WriteFile(filepath.Join(src, "pyB"), []byte("b\n"), 0o644) }, "pyB", ""},
+		{"an entry removed", func() error { return os.Remove(filepath.Join(src, "pyA")) }, "pyB", "pyA"},
+		{"an entry renamed", func() error { return os.Rename(filepath.Join(src, "pyB"), filepath.Join(src, "pyC")) }, "pyC", "pyB"},
+	} {
+		time.Sleep(10 * time.Millisecond) // a distinct directory mtime even on coarse clocks
+		if err := step.do(); err != nil {
+			t.Fatal(step.name, err)
+		}
+		d = mustGet(t, c, "/w")
+		if _, err := os.Lstat(filepath.Join(d, step.have)); err != nil {
+			t.Errorf("%s: %s missing from the copy: %v", step.name, step.have, err)
+		}
+		if step.gone != "" {
+			if _, err := os.Lstat(filepath.Join(d, step.gone)); err == nil {
+				t.Errorf("%s: %s still in the copy", step.name, step.gone)
+			}
+		}
+	}
+}
+
+// TestSourceIDFormat: the identity string stays what earlier versions wrote into manifests
+// (a different one would rebuild every copy once).
+func TestSourceIDFormat(t *testing.T) {
+	p := t.TempDir()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d:%d:%o:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Mode, st.Size,
+		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	if got := sourceID(p); got != want {
+		t.Errorf("sourceID = %q, want %q", got, want)
+	}
+	if got := sourceID(filepath.Join(p, "absent")); got != "" {
+		t.Errorf("sourceID of an absent path = %q, want empty", got)
+	}
 }
