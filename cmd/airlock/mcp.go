@@ -48,8 +48,8 @@ By default the server speaks MCP over standard input and output, for a client th
 HTTP transport at http://ADDR/mcp instead, on a loopback address only: the transport has no
 authentication. Sandboxes created with sandbox_create are terminated when the server stops.
 
-With --pool N the server keeps N run_code sandboxes created and their agents ready, so a call
-claims one instead of creating it; each is still used by one call only and then terminated,
+With --pool N (default 1; 0 turns it off) the server keeps N run_code sandboxes created and
+their agents ready, so a call claims one instead of creating it; each is still used by one call only and then terminated,
 and the pool refills in the background (a call that finds it empty creates one as usual).
 Each pooled sandbox also holds the interpreters named by --pool-prestart (default python)
 started and waiting, under the same uid, seccomp, Landlock and limits as the code: a run_code
@@ -71,7 +71,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
 	fl.IntVar(&f.maxRuns, "max-runs", mcp.DefaultMaxConcurrentRuns, "most run_code calls running at once (more wait)")
-	fl.IntVar(&f.pool, "pool", 0, "keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
+	fl.IntVar(&f.pool, "pool", 1, "keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)

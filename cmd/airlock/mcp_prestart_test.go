@@ -13,7 +13,7 @@ func TestMCPCommandPrestartUsage(t *testing.T) {
 	}{
 		{[]string{"--pool", "1", "--pool-prestart", "bash"}, `language "bash" cannot be pre-started`},
 		{[]string{"--pool", "1", "--pool-prestart", "python,ruby"}, `language "ruby" is not supported`},
-		{[]string{"--pool-prestart", "node"}, "--pool-prestart needs --pool"},
+		{[]string{"--pool", "0", "--pool-prestart", "node"}, "--pool-prestart needs --pool"},
 	} {
 		cmd := newMCPCmd(&globals{output: outputText})
 		cmd.SetOut(io.Discard)
