@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/agent"
@@ -42,6 +43,14 @@ func Main(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, usage)
 		return 2
+	}
+	// One processor for the agent's own Go code unless told otherwise: it relays (requests,
+	// pipes, files) and never needs two at once, and with one P a goroutine handing work to
+	// another stays on its thread instead of waking a second one, a wakeup that costs tens of
+	// microseconds in a VM. The commands it starts are processes of their own, not limited by
+	// this. Measured on a live sandbox, exec of true, interleaved: agent CPU -17% per exec.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	switch args[0] {
 	case "serve":

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,5 +348,61 @@ func TestServeExitsIdle(t *testing.T) {
 	}
 	if code := cmd.ProcessState.ExitCode(); code != agentcmd.ExitIdle || !strings.Contains(stderr.String(), "idle timeout") {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit %d naming the idle timeout", code, stderr.String(), agentcmd.ExitIdle)
+	}
+}
+
+// TestServeUsesOneProcessor: the agent runs its Go code on one processor unless GOMAXPROCS
+// says otherwise (read from the runtime's own scheduler trace of the shipped binary).
+func TestServeUsesOneProcessor(t *testing.T) {
+	cfg, _ := testConfig(t)
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ env, want string }{{"", "gomaxprocs=1 "}, {"GOMAXPROCS=2", "gomaxprocs=2 "}} {
+		t.Run("env "+tc.env, func(t *testing.T) {
+			cmd := exec.Command(agentBin, "serve", "--config", "-")
+			cmd.Env = append(os.Environ(), "GODEBUG=schedtrace=10")
+			for i, e := range cmd.Env {
+				if strings.HasPrefix(e, "GOMAXPROCS=") {
+					cmd.Env[i] = "AIRLOCK_TEST_UNSET=1"
+				}
+			}
+			if tc.env != "" {
+				cmd.Env = append(cmd.Env, tc.env)
+			}
+			cmd.Stdin = strings.NewReader(string(b))
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				// Stop it, read its stderr to the end (it traces until it exits), then reap it.
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_, _ = io.Copy(io.Discard, stderr)
+				_ = cmd.Wait()
+			}()
+			sc := bufio.NewScanner(stderr)
+			var seen []string
+			for sc.Scan() {
+				line := sc.Text()
+				// The first trace may come before main sets the value; the ones after
+				// "listening" come from the serving agent.
+				if strings.Contains(line, "listening on") {
+					seen = append(seen, line)
+					continue
+				}
+				if len(seen) > 0 && strings.HasPrefix(line, "SCHED ") {
+					if !strings.Contains(line, tc.want) {
+						t.Errorf("scheduler trace %q, want %s", line, tc.want)
+					}
+					return
+				}
+			}
+			t.Fatalf("no scheduler trace after listening (stderr ended: %v)", sc.Err())
+		})
 	}
 }
