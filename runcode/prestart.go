@@ -785,7 +785,7 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 		gone bool // ended before any output of the program
 	}
 	done := make(chan outcome, 1)
-	go func() {
+	collect := func() {
 		st, err := pa.Attach(bg, w.id, true)
 		if err != nil {
 			done <- outcome{err: fmt.Errorf("attaching to the interpreter: %w", err)}
@@ -824,7 +824,7 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 				return
 			}
 		}
-	}()
+	}
 
 	kill := func() error {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
@@ -834,21 +834,27 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 		}
 		return nil
 	}
-	hdr := fmt.Sprintf("%d %d\n", len(req.Code), boolDigit(stdin != nil))
-	first := io.MultiReader(strings.NewReader(hdr), strings.NewReader(req.Code))
 	// Stdin already in memory goes in the same request as the code; a stream follows in a
-	// second one once the code is in (and is left unread if the interpreter is gone).
+	// second one once the code is in (and is left unread if the interpreter is gone). The
+	// first request's body is one string: a body of known length, in memory, is written
+	// before the answer is read (agent/client's transport), not by a goroutine of its own.
+	var first strings.Builder
+	fmt.Fprintf(&first, "%d %d\n", len(req.Code), boolDigit(stdin != nil))
+	first.WriteString(req.Code)
 	sr, stdinIsString := stdin.(*strings.Reader)
 	closeFirst := stdin == nil || stdinIsString
 	var pos int64
 	if stdinIsString {
 		pos, _ = sr.Seek(0, io.SeekCurrent)
-		first = io.MultiReader(first, stdin)
+		if _, err := io.Copy(&first, sr); err != nil {
+			return Result{}, fmt.Errorf("reading stdin: %w", err)
+		}
 	}
-	if err := pa.WriteStdin(bg, w.id, first, closeFirst); err != nil {
-		stop()
-		o := <-done
-		_ = o
+	// The code first, then the output: the interpreter starts on the code while the attach
+	// request is made, instead of the two requests competing for the agent on the way to the
+	// program's first line. The agent keeps a process's output from its start (at least 1 MiB),
+	// so nothing printed before the attach is lost.
+	if err := pa.WriteStdin(bg, w.id, strings.NewReader(first.String()), closeFirst); err != nil {
 		if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrNotFound) {
 			// It had exited (or the agent no longer holds it): the code never got there.
 			_ = kill()
@@ -859,6 +865,7 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 		}
 		return Result{}, errors.Join(fmt.Errorf("handing the code to the interpreter: %w", err), kill())
 	}
+	go collect()
 	var stdinDone chan struct{}
 	if !closeFirst {
 		stdinDone = make(chan struct{})
