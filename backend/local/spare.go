@@ -426,3 +426,46 @@ func selfOwner() (string, error) {
 	}
 	return fmt.Sprintf("%d-%d", os.Getpid(), start), nil
 }
+
+// RetireSpares claims and terminates every parked spare in the state dir, whatever its
+// template, and returns their session ids; with dryRun it only lists them.
+func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, error) {
+	keys, err := os.ReadDir(filepath.Join(b.opts.StateDir, sparesDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	owner, err := selfOwner()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	var errs []error
+	for _, k := range keys {
+		if !k.IsDir() {
+			continue
+		}
+		parked, err := b.parkedSpares(k.Name())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range parked {
+			if dryRun {
+				ids = append(ids, e.Session)
+				continue
+			}
+			if !b.takeSpare(k.Name(), e.Session, owner) {
+				continue // claimed meanwhile
+			}
+			if err := b.Terminate(ctx, e.Session); err != nil {
+				errs = append(errs, fmt.Errorf("terminating spare %s: %w", e.Session, err))
+				continue
+			}
+			ids = append(ids, e.Session)
+		}
+	}
+	return ids, errors.Join(errs...)
+}

@@ -292,3 +292,29 @@ func TestSpareStaleEtc(t *testing.T) {
 		t.Errorf("/etc/motd in the new spare: %q", out)
 	}
 }
+
+// TestRetireSpares: every parked spare goes (a dry run only lists them).
+func TestRetireSpares(t *testing.T) {
+	b := newTestBackend(t)
+	key := spareKey(t)
+	fill(t, b, SpareOptions{Count: 2, MaxAge: time.Minute})
+	parked, _ := b.parkedSpares(key)
+	if len(parked) != 2 {
+		t.Fatalf("parked %v", parked)
+	}
+	ids, err := b.RetireSpares(t.Context(), true)
+	if err != nil || len(ids) != 2 || b.ParkedSpares(key) != 2 {
+		t.Fatalf("dry run: %v %v, %d parked", ids, err, b.ParkedSpares(key))
+	}
+	pids := map[string]int{}
+	for _, e := range parked {
+		pids[e.Session] = b.sessionInitPID(e.Session)
+	}
+	ids, err = b.RetireSpares(t.Context(), false)
+	if err != nil || len(ids) != 2 || b.ParkedSpares(key) != 0 {
+		t.Fatalf("retire: %v %v, %d parked", ids, err, b.ParkedSpares(key))
+	}
+	for id, pid := range pids {
+		assertGone(t, b, id, pid)
+	}
+}

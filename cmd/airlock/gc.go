@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,10 +17,10 @@ func init() { commands = append(commands, newGCCmd) }
 // newGCCmd reaps what killed runs leave: stale session records and empty airlock-* cgroups.
 func newGCCmd(g *globals) *cobra.Command {
 	var stateDirs []string
-	var dryRun, verbose bool
+	var dryRun, verbose, spares bool
 	var minAge time.Duration
 	cmd := &cobra.Command{
-		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m]",
+		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m] [--spares]",
 		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups",
 		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test):
 
@@ -29,7 +31,10 @@ func newGCCmd(g *globals) *cobra.Command {
     and it has not changed for --min-age; the airlock-* cgroup itself once it is empty.
 
 A live sandbox is never touched: its processes keep its cgroups (the kernel refuses to
-remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Needs root.`,
+remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Needs root.
+
+With --spares it also terminates the spares airlock run parked for later runs (docs/spares.md):
+live sandboxes nobody uses yet, which otherwise end by themselves within 11 minutes.`,
 		Example: `  sudo airlock gc --dry-run
   sudo airlock gc --state-dir /run/airlock --state-dir /var/tmp/airlock-ci`,
 		Args: cobra.NoArgs,
@@ -37,10 +42,16 @@ remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Ne
 			if minAge < 0 {
 				return usageError("--min-age %s must not be negative", minAge)
 			}
+			var retired []string
+			var serr error
+			if spares {
+				retired, serr = retireSpares(cmd, stateDirs, dryRun)
+			}
 			rep, err := gc.Run(cmd.Context(), gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun})
+			err = errors.Join(serr, err)
 			out := cmd.OutOrStdout()
 			if g.output == outputJSON {
-				if perr := printJSON(out, rep); perr != nil {
+				if perr := printJSON(out, gcOutput{Report: rep, Spares: retired}); perr != nil {
 					return perr
 				}
 			} else {
@@ -53,6 +64,12 @@ remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Ne
 				}
 				for _, c := range rep.Cgroups {
 					fmt.Fprintf(out, "%s cgroup %s\n", verb, c)
+				}
+				if spares {
+					for _, id := range retired {
+						fmt.Fprintf(out, "%s spare %s\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], id)
+					}
+					fmt.Fprintf(out, "%s %d spares\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], len(retired))
 				}
 				if verbose {
 					for _, k := range rep.Kept {
@@ -68,5 +85,32 @@ remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Ne
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be removed; change nothing")
 	cmd.Flags().DurationVar(&minAge, "min-age", time.Minute, "spare cgroup trees changed more recently than this")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also list the airlock-* cgroups kept, and why")
+	cmd.Flags().BoolVar(&spares, "spares", false, "also terminate the spares parked for later airlock runs")
 	return cmd
+}
+
+// gcOutput is gc's JSON: the report, and the spares terminated (--spares).
+type gcOutput struct {
+	gc.Report
+	Spares []string `json:"spares,omitempty"`
+}
+
+// retireSpares terminates (or lists) the parked spares of every state dir.
+func retireSpares(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string, error) {
+	var ids []string
+	var errs []error
+	for _, dir := range stateDirs {
+		b, err := local.New(cmd.Context(), local.Options{StateDir: dir, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
+			continue
+		}
+		got, err := b.RetireSpares(cmd.Context(), dryRun)
+		b.Close()
+		ids = append(ids, got...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
+		}
+	}
+	return ids, errors.Join(errs...)
 }

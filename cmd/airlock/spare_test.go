@@ -142,3 +142,29 @@ func TestRunSparesLeaveStdoutAlone(t *testing.T) {
 		t.Fatal("no filler was seen running after any of 5 runs")
 	}
 }
+
+// TestGCSpares: gc --spares lists the parked spares (--dry-run, which keeps them) and
+// terminates them; the termination itself is backend/local's TestRetireSpares.
+func TestGCSpares(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	id := env.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(fillers(env.stateDir)) == 0 })
+	code, out, errs := cli(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
+	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
+		t.Fatalf("gc --spares --dry-run: %d %q %q", code, out, errs)
+	}
+	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); err != nil {
+		t.Fatalf("the dry run took the spare: %v", err)
+	}
+	b, err := local.New(context.Background(), local.Options{StateDir: env.stateDir, CgroupParent: env.parent, AgentPath: env.agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ids, err := b.RetireSpares(context.Background(), false)
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("retire: %v %v", ids, err)
+	}
+}
