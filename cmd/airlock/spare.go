@@ -36,6 +36,8 @@ const (
 	// fillLog is the filler's log in the state dir's spares directory (it has no terminal).
 	fillLog     = "fill.log"
 	fillLogSize = 1 << 20
+	// fillTimeout bounds a filler's whole life.
+	fillTimeout = 2 * time.Minute
 )
 
 func init() { commands = append(commands, newSparesFillCmd) }
@@ -216,7 +218,10 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 	}
 	defer logw.Close()
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	ctx := cmd.Context()
+	// Bounded: a filler stuck in a create would hold the key's lock, and every later run's
+	// filler would leave at once.
+	ctx, cancel := context.WithTimeout(cmd.Context(), fillTimeout)
+	defer cancel()
 	b, err := local.New(ctx, local.Options{StateDir: f.backend.stateDir, CgroupParent: f.backend.cgroupParent, Logger: log})
 	if err != nil {
 		log.Error("spares: starting the local runtime failed", "err", err)
