@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	for _, pkg := range []string{"airlock", "airlock-agent"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "../cmd/"+pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			if pkg == "airlock" {

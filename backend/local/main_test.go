@@ -42,7 +42,9 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			agentBin = filepath.Join(dir, "airlock-agent")
-			out, err := exec.Command("go", "build", "-o", agentBin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent").CombinedOutput()
+			build := exec.Command("go", "build", "-o", agentBin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
+			build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
+			out, err := build.CombinedOutput()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
 				return 1

@@ -49,7 +49,9 @@ func TestExternalClient(t *testing.T) {
 	}
 	t.Cleanup(cleanup)
 	// Next to airlock, where the local runtime looks for it first.
-	out, err := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(bin), "airlock-agent"), "github.com/airlock-sandbox/airlock/cmd/airlock-agent").CombinedOutput()
+	build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(bin), "airlock-agent"), "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
+	out, err := build.CombinedOutput()
 	if err != nil {
 		t.Fatalf("build agent: %v\n%s", err, out)
 	}

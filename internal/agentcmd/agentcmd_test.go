@@ -37,7 +37,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	agentBin = filepath.Join(dir, "airlock-agent")
-	out, err := exec.Command("go", "build", "-o", agentBin, "../../cmd/airlock-agent").CombinedOutput()
+	build := exec.Command("go", "build", "-o", agentBin, "../../cmd/airlock-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
+	out, err := build.CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build airlock-agent: %v\n%s", err, out)
 		os.RemoveAll(dir)

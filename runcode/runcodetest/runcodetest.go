@@ -35,7 +35,9 @@ func Build(pkg, name string) (string, func(), error) {
 		return "", nil, err
 	}
 	bin := filepath.Join(dir, name)
-	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as DESIGN.md has it: no cgo
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
