@@ -101,10 +101,16 @@ func newBackend(b *testing.B, stateDir string) *local.Backend {
 	return be
 }
 
-// stateDir is a fresh state dir whose parents the sandbox's mapped root can traverse.
+// stateDir is a fresh state dir whose parents the sandbox's mapped root can traverse, under
+// $AIRLOCK_BENCH_STATE_PARENT (default /run: ext4 on this machine, where a host's /run is
+// usually a tmpfs; give a tmpfs to measure that case).
 func stateDir(b *testing.B) string {
 	b.Helper()
-	dir, err := os.MkdirTemp("/run", "airlock-bench-")
+	parent := os.Getenv("AIRLOCK_BENCH_STATE_PARENT")
+	if parent == "" {
+		parent = "/run"
+	}
+	dir, err := os.MkdirTemp(parent, "airlock-bench-")
 	if err != nil {
 		b.Fatal(err)
 	}
