@@ -179,7 +179,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	resp.Body = &body{rc: resp.Body, c: c, t: t, stop: stop, wrote: wrote, keep: !resp.Close}
+	b := &body{rc: resp.Body, c: c, t: t, stop: stop, wrote: wrote, keep: !resp.Close}
+	if resp.Body == http.NoBody {
+		// Nothing to read (204, an empty answer): the connection is free now, not when (or
+		// if) the caller closes the body.
+		b.finish(true)
+		return resp, nil
+	}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -246,13 +253,18 @@ func (b *body) finish(eof bool) {
 	b.once.Do(func() {
 		b.finished.Store(true)
 		keep := b.stop() && eof && b.keep
-		if b.wrote != nil {
+		if keep && b.wrote != nil {
+			// The body writer reports a moment after its last byte went out; one still
+			// writing (the agent answered before reading all of it) makes the connection
+			// unusable. http.Transport waits the same 50 ms (maxWriteWaitBeforeConnReuse).
+			t := time.NewTimer(50 * time.Millisecond)
 			select {
 			case err := <-b.wrote:
-				keep = keep && err == nil
-			default:
-				keep = false // still writing: the connection cannot carry another call
+				keep = err == nil
+			case <-t.C:
+				keep = false
 			}
+			t.Stop()
 		}
 		if keep {
 			b.t.put(b.c)

@@ -40,7 +40,8 @@ func newConnServer(t *testing.T, h http.HandlerFunc) (*connServer, *Client) {
 }
 
 // TestTransportKeepsConnections: calls one after another share one connection, whatever the
-// call (JSON, an exec's frame stream, a file body); a connection the agent closed while it was
+// call (JSON, an exec's frame stream, a file body in memory or streamed, an answer with no
+// body); a connection the agent closed while it was
 // idle is not used again; calls in flight at once each have their own.
 func TestTransportKeepsConnections(t *testing.T) {
 	release := make(chan struct{})
@@ -55,6 +56,9 @@ func TestTransportKeepsConnections(t *testing.T) {
 				return
 			}
 			_, _ = io.Copy(io.Discard, r.Body)
+		case "/v1/processes/p/stdin":
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusNoContent)
 		case "/v1/processes/slow/wait":
 			<-release
 			_ = jsonTo(w, wire.Exit{ExitCode: 1})
@@ -83,6 +87,12 @@ func TestTransportKeepsConnections(t *testing.T) {
 			return err
 		}},
 		{"write file", func() error { return c.WriteFile(ctx, "/f", strings.NewReader("data"), 0) }},
+		// A body not in memory is written by its own goroutine while the answer is read.
+		{"write file streamed", func() error {
+			return c.WriteFile(ctx, "/f", io.MultiReader(strings.NewReader("da"), strings.NewReader("ta")), 0)
+		}},
+		// 204: no body, which the caller closes without reading.
+		{"stdin", func() error { return c.WriteStdin(ctx, "p", strings.NewReader("x"), true) }},
 		{"read file", func() error {
 			rc, err := c.ReadFile(ctx, "/f", 0, 0)
 			if err != nil {
