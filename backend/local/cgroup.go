@@ -187,7 +187,7 @@ func (d *v1Driver) list() ([]string, error) {
 	var names []string
 	for _, ctrl := range v1Controllers {
 		entries, err := os.ReadDir(filepath.Join(cgroupRoot, ctrl, d.parent))
-		if errors.Is(err, fs.ErrNotExist) {
+		if cgroupGone(err) {
 			continue
 		}
 		if err != nil {
@@ -324,7 +324,7 @@ func (c *v1Cgroup) procs() ([]int, error) {
 	for _, ctrl := range v1Controllers {
 		err := filepath.WalkDir(c.dir(ctrl), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
+				if cgroupGone(err) {
 					return nil
 				}
 				return err
@@ -333,7 +333,7 @@ func (c *v1Cgroup) procs() ([]int, error) {
 				return nil
 			}
 			got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err != nil && !cgroupGone(err) {
 				return err
 			}
 			for _, pid := range got {
@@ -398,7 +398,7 @@ func (c *v1Cgroup) thaw() error {
 	var errs []error
 	err := filepath.WalkDir(c.dir("freezer"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if cgroupGone(err) {
 				return nil
 			}
 			return err
@@ -406,7 +406,7 @@ func (c *v1Cgroup) thaw() error {
 		if d.IsDir() {
 			// ENODEV: the cgroup was removed between the walk and the write (an exec's cgroup
 			// the agent removes, or another process's terminate of the same sandbox).
-			if err := writeCgroupFile(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
+			if err := writeCgroupFile(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !cgroupGone(err) {
 				errs = append(errs, err)
 			}
 		}
@@ -436,7 +436,7 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 		}
 		if frozen {
 			// A frozen task only dies once thawed.
-			if err := c.setFreezer(ctx, "THAWED"); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
+			if err := c.setFreezer(ctx, "THAWED"); err != nil && !cgroupGone(err) {
 				return err
 			}
 		}
@@ -524,7 +524,7 @@ func rmdirTree(root string, waitBusy bool) error {
 		}
 		return nil
 	})
-	if errors.Is(err, fs.ErrNotExist) {
+	if cgroupGone(err) {
 		return nil
 	}
 	if err != nil {
@@ -621,7 +621,7 @@ func (d *v2Driver) load(name string) (sandboxCgroup, error) {
 
 func (d *v2Driver) list() ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(cgroupRoot, d.parent))
-	if errors.Is(err, fs.ErrNotExist) {
+	if cgroupGone(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -675,7 +675,7 @@ func (c *v2Cgroup) procs() ([]int, error) {
 	var pids []int
 	err := filepath.WalkDir(c.dirs()[0], func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			if cgroupGone(err) {
 				return nil
 			}
 			return err
@@ -684,7 +684,7 @@ func (c *v2Cgroup) procs() ([]int, error) {
 			return nil
 		}
 		got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil && !cgroupGone(err) {
 			return err
 		}
 		pids = append(pids, got...)
@@ -699,7 +699,7 @@ func (c *v2Cgroup) thaw() error {
 
 func (c *v2Cgroup) kill(ctx context.Context) error {
 	if c.m != nil {
-		if err := c.m.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOENT) {
+		if err := c.m.Kill(); err != nil && !cgroupGone(err) && !errors.Is(err, syscall.ENOENT) {
 			return err
 		}
 	}
@@ -722,3 +722,10 @@ func (c *v2Cgroup) kill(ctx context.Context) error {
 func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0], true) }
 
 func (c *v2Cgroup) removeEmpty() error { return rmdirTree(c.dirs()[0], false) }
+
+// cgroupGone reports whether err means the cgroup (or the file) is not there: never made, or
+// removed meanwhile. A cgroup removed after its file was opened answers ENODEV, not ENOENT
+// (another process terminating the same sandbox, an exec cgroup the agent removed).
+func cgroupGone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
+}
