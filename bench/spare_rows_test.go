@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -68,7 +69,7 @@ func parkedSpare(state string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		keys, _ := filepath.Glob(filepath.Join(local.SparesDir(state), "*", "s-*"))
-		if len(keys) > 0 && !fillerRunning(state) {
+		if len(keys) > 0 && len(testutil.SpareFillers(state)) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -79,27 +80,11 @@ func parkedSpare(state string) error {
 	}
 }
 
-// fillerRunning reports whether an airlock spares filler runs for state.
-func fillerRunning(state string) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 2 && args[1] == "__spares-fill" && strings.Contains(string(cmdline), "\x00"+state+"\x00") {
-			return true
-		}
-	}
-	return false
-}
-
 // terminateSpares, at the benchmark's end, waits for fillers and terminates the spares parked
 // in be's state dir (they would otherwise live out their lifetime).
 func terminateSpares(b *testing.B, be *local.Backend, state string) {
 	b.Cleanup(func() {
-		for deadline := time.Now().Add(2 * time.Minute); fillerRunning(state) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(2 * time.Minute); len(testutil.SpareFillers(state)) > 0 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		list, _ := be.List(context.Background())

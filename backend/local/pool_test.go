@@ -488,14 +488,11 @@ func TestPoolSkipsDead(t *testing.T) {
 // (terminated, counted) and the claim gets a current one.
 func TestPoolStaleEtc(t *testing.T) {
 	b := newTestBackend(t)
-	src := t.TempDir()
-	mustWrite(t, filepath.Join(src, "motd"), "one\n", 0o644)
-	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	setMotd := fakeHostEtc(t, b, "one\n") // spare_test.go
 	p := newTestPool(t, b, PoolOptions{Size: 1}, nil)
 	waitReady(t, p, 1)
 	stale := pooledIDs(t, b, p.Key())
-	time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
-	mustWrite(t, filepath.Join(src, "motd"), "two\n", 0o644)
+	setMotd("two\n")
 	s, err := p.Claim(t.Context())
 	if err != nil {
 		t.Fatal(err)

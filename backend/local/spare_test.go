@@ -256,13 +256,24 @@ func TestSpareRetire(t *testing.T) {
 	}
 }
 
+// fakeHostEtc makes b's host-image /etc a copy of a fake host /etc holding only motd, and
+// returns a function that rewrites it (a change the next create's /etc copy check sees).
+func fakeHostEtc(t *testing.T, b *Backend, motd string) func(string) {
+	t.Helper()
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "motd"), motd, 0o644)
+	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	return func(content string) {
+		time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
+		mustWrite(t, filepath.Join(src, "motd"), content, 0o644)
+	}
+}
+
 // TestSpareStaleEtc: a host-image spare parked before the host's /etc changed is not handed
 // out (a sandbox created now would see the new files); it is terminated instead.
 func TestSpareStaleEtc(t *testing.T) {
 	b := newTestBackend(t)
-	src := t.TempDir()
-	mustWrite(t, filepath.Join(src, "motd"), "one\n", 0o644)
-	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	setMotd := fakeHostEtc(t, b, "one\n")
 	key := spareKey(t)
 	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
 	parked, _ := b.parkedSpares(key)
@@ -270,8 +281,7 @@ func TestSpareStaleEtc(t *testing.T) {
 		t.Fatalf("parked %v", parked)
 	}
 	pid := b.sessionInitPID(parked[0].Session)
-	time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
-	mustWrite(t, filepath.Join(src, "motd"), "two\n", 0o644)
+	setMotd("two\n")
 	if s, _, err := b.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
 		t.Fatalf("a spare with a stale /etc was handed out: %v %v", s, err)
 	}

@@ -44,13 +44,20 @@ func (e runtimeEnv) flags() []string {
 	return []string{"--state-dir", e.stateDir, "--cgroup-parent", e.parent}
 }
 
-// assertNoSandboxes fails for every sandbox a command left behind in the state dir.
-func (e runtimeEnv) assertNoSandboxes(t *testing.T) {
+// open starts a local runtime on the environment's state dir, as a command would.
+func (e runtimeEnv) open(t *testing.T) *local.Backend {
 	t.Helper()
 	b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// assertNoSandboxes fails for every sandbox a command left behind in the state dir.
+func (e runtimeEnv) assertNoSandboxes(t *testing.T) {
+	t.Helper()
+	b := e.open(t)
 	defer b.Close()
 	list, _ := b.List(context.Background())
 	for _, s := range list {
@@ -193,10 +200,7 @@ func TestRunCommand(t *testing.T) {
 
 func (e runtimeEnv) backendCaps(t *testing.T) capability.Set {
 	t.Helper()
-	b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := e.open(t)
 	defer b.Close()
 	return b.Capabilities(context.Background())
 }

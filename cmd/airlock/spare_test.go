@@ -22,11 +22,8 @@ func (e runtimeEnv) useSpares(t *testing.T) {
 	t.Setenv(envSpares, "1")
 	t.Setenv("AIRLOCK_CLI_TEST_EXEC", "1")
 	t.Cleanup(func() {
-		waitFor(t, "the fillers to exit", func() bool { return len(fillers(e.stateDir)) == 0 })
-		b, err := local.New(context.Background(), local.Options{StateDir: e.stateDir, CgroupParent: e.parent, AgentPath: e.agent})
-		if err != nil {
-			t.Fatal(err)
-		}
+		waitFor(t, "the fillers to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
+		b := e.open(t)
 		defer b.Close()
 		list, _ := b.List(context.Background())
 		for _, s := range list {
@@ -61,7 +58,7 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			id = ents[0].Name()
 			break
 		}
-		if !started && len(fillers(e.stateDir)) == 0 {
+		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
 			if err := startFiller(&backendFlags{stateDir: e.stateDir, cgroupParent: e.parent}, spec.Image{Host: true}, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -74,23 +71,6 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return id
-}
-
-// fillers are the running filler processes of a state dir.
-func fillers(stateDir string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && args[1] == "__spares-fill" && strings.Contains(string(b), "\x00"+stateDir+"\x00") {
-			out = append(out, e.Name())
-		}
-	}
-	return out
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -125,7 +105,7 @@ func TestRunSparesLeaveStdoutAlone(t *testing.T) {
 			t.Fatalf("run %d: %q %v (context %v)", i, out, err, expired)
 		}
 		// The filler works for a while after the run is out (a create, python's start).
-		for _, pid := range fillers(env.stateDir) {
+		for _, pid := range testutil.SpareFillers(env.stateDir) {
 			for fd := range 3 {
 				target, err := os.Readlink(filepath.Join("/proc", pid, "fd", strconv.Itoa(fd)))
 				if err != nil {
@@ -150,7 +130,7 @@ func TestGCSpares(t *testing.T) {
 	env := newRuntimeEnv(t)
 	env.useSpares(t)
 	id := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(fillers(env.stateDir)) == 0 })
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
 	code, out, errs := cli(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
 	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
 		t.Fatalf("gc --spares --dry-run: %d %q %q", code, out, errs)
@@ -158,10 +138,7 @@ func TestGCSpares(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); err != nil {
 		t.Fatalf("the dry run took the spare: %v", err)
 	}
-	b, err := local.New(context.Background(), local.Options{StateDir: env.stateDir, CgroupParent: env.parent, AgentPath: env.agent})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := env.open(t)
 	defer b.Close()
 	ids, err := b.RetireSpares(context.Background(), false)
 	if err != nil || len(ids) != 1 || ids[0] != id {

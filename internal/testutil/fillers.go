@@ -1,0 +1,25 @@
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// SpareFillers lists the pids of the running `airlock __spares-fill` processes (the filler a
+// run starts, docs/spares.md) working on stateDir.
+func SpareFillers(stateDir string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == "__spares-fill" && strings.Contains(string(b), "\x00"+stateDir+"\x00") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
