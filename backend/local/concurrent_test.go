@@ -2,7 +2,11 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -57,5 +61,29 @@ func TestConcurrentTerminate(t *testing.T) {
 		for i, id := range ids {
 			assertGone(t, b1, id, pids[i])
 		}
+	}
+}
+
+// TestReconcileReportsReaped: what a New's reconcile removed is reported (airlock gc prints
+// it), here an orphan cgroup no session owns.
+func TestReconcileReportsReaped(t *testing.T) {
+	b := newTestBackend(t)
+	const id = "s-00000000000000aa"
+	for _, c := range v1Controllers {
+		if err := os.MkdirAll(filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b2 := newTestBackendAt(t, b.opts.StateDir)
+	if got := b2.Reaped(); !slices.Contains(got, id) {
+		t.Fatalf("reaped %v, want %s", got, id)
+	}
+	for _, c := range v1Controllers {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s cgroup left: %v", c, err)
+		}
+	}
+	if got := b.Reaped(); len(got) != 0 {
+		t.Errorf("the first backend reaped %v from an empty state dir", got)
 	}
 }

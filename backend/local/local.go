@@ -100,6 +100,8 @@ type Backend struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// reaped are the sessions New's reconcile removed (Reaped).
+	reaped   []string
 	closed   bool
 	stop     chan struct{} // closed by Close: adopted-session watchers stop
 	watchers sync.WaitGroup
@@ -216,7 +218,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	b.caps = b.capabilitySet()
 	if err := b.reconcile(ctx); err != nil {
 		b.Close()
-		return nil, err
+		return nil, &ReconcileError{Reaped: b.reaped, Err: err}
 	}
 	inUse := map[string]bool{}
 	b.mu.Lock()

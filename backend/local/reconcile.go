@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +47,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if err := b.destroy(ctx, id, nil); err != nil {
 			errs = append(errs, err)
 		} else {
+			b.reaped = append(b.reaped, id)
 			b.log.Info("reaped broken sandbox", "session", id)
 		}
 	}
@@ -60,6 +62,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if err := b.destroy(ctx, id, nil); err != nil {
 			errs = append(errs, err)
 		} else {
+			b.reaped = append(b.reaped, id)
 			b.log.Info("reaped orphan cgroup", "session", id)
 		}
 	}
@@ -173,3 +176,16 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	egressCapabilities(set.Entries) // egress.go: publicOnlyEgress, domainEgressRules
 	return set
 }
+
+// Reaped returns the sessions New's reconcile removed: broken sandboxes (their init gone, their
+// agent not answering, a spare or pooled one nobody can use) and orphan cgroups.
+func (b *Backend) Reaped() []string { return slices.Clone(b.reaped) }
+
+// ReconcileError is New's error when its reconcile failed: what it reaped before that, too.
+type ReconcileError struct {
+	Reaped []string
+	Err    error
+}
+
+func (e *ReconcileError) Error() string { return e.Err.Error() }
+func (e *ReconcileError) Unwrap() error { return e.Err }

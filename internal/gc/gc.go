@@ -98,36 +98,17 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 // ReconcileLocal runs the local runtime's own reconcile over stateDir (the work local.New
 // does: adopt live sandboxes, reap broken ones and orphan cgroups under its parent) and
-// returns the sessions it reaped, read from its log.
+// returns the sessions it reaped, those before a failure included.
 func ReconcileLocal(ctx context.Context, stateDir string) ([]string, error) {
-	h := &reapLog{}
-	b, err := local.New(ctx, local.Options{StateDir: stateDir, Logger: slog.New(h)})
+	b, err := local.New(ctx, local.Options{StateDir: stateDir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return h.ids, err
-	}
-	return h.ids, b.Close()
-}
-
-// reapLog collects the session ids of reconcile's "reaped …" records.
-type reapLog struct {
-	ids   []string
-	attrs []slog.Attr
-}
-
-func (l *reapLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *reapLog) WithGroup(string) slog.Handler            { return l }
-func (l *reapLog) WithAttrs(as []slog.Attr) slog.Handler    { return l }
-func (l *reapLog) Handle(_ context.Context, r slog.Record) error {
-	if !strings.HasPrefix(r.Message, "reaped ") {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "session" && !slices.Contains(l.ids, a.Value.String()) {
-			l.ids = append(l.ids, a.Value.String())
+		var re *local.ReconcileError
+		if errors.As(err, &re) {
+			return re.Reaped, err
 		}
-		return true
-	})
-	return nil
+		return nil, err
+	}
+	return b.Reaped(), b.Close()
 }
 
 func sessionDirs(stateDir string) ([]string, error) {
