@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,12 +93,25 @@ func newSpareRun(b *local.Backend, img spec.Image, timeout time.Duration, log *s
 
 func (p *spareRun) Template() spec.Sandbox { return p.tmpl }
 
+// Claim is runcode.Pool's: a parked spare, else one created from the template (runcode itself
+// uses ClaimForRun, which leaves the create to the run).
 func (p *spareRun) Claim(ctx context.Context) (*sandbox.Session, error) {
 	sess, pre, err := p.ClaimForRun(ctx)
 	if c, ok := pre.(interface{ Close() error }); ok {
 		_ = c.Close()
 	}
-	return sess, err
+	if err != nil || sess != nil {
+		return sess, err
+	}
+	d := p.tmpl
+	d.ID = "run-" + randomHex(4)
+	return p.b.Create(ctx, d)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read does not fail
+	return hex.EncodeToString(b)
 }
 
 func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {

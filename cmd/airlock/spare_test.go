@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,5 +144,37 @@ func TestGCSpares(t *testing.T) {
 	ids, err := b.RetireSpares(context.Background(), false)
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Fatalf("retire: %v %v", ids, err)
+	}
+}
+
+// TestSpareRunClaim: the pool airlock run hands runcode claims a parked spare, and creates a
+// sandbox of the template when none is parked (runcode.Pool's contract).
+func TestSpareRunClaim(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	parked := env.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	b := env.open(t)
+	defer b.Close()
+	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{parked, ""} {
+		s, err := p.Claim(t.Context())
+		if err != nil || s == nil {
+			t.Fatalf("claim %d: %v %v", i, s, err)
+		}
+		if want != "" && s.ID != want {
+			t.Errorf("claim %d got %s, want the parked %s", i, s.ID, want)
+		}
+		if want == "" && (s.ID == parked || s.Labels[local.LabelSpare] != "") {
+			t.Errorf("claim %d with nothing parked got %s (labels %v), want a new sandbox", i, s.ID, s.Labels)
+		}
+		p.Discard(s.ID)
+	}
+	if err := p.wait(); err != nil {
+		t.Fatal(err)
 	}
 }
