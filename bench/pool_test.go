@@ -52,14 +52,23 @@ func waitPool(b *testing.B, p *local.Pool, n int) {
 // terminated): the latency a call sees when it is not competing with the pool's own work.
 func settle(b *testing.B, p *local.Pool, size int) {
 	b.StopTimer()
+	if err := waitSettled(p, size); err != nil {
+		b.Fatal(err)
+	}
+	b.StartTimer()
+}
+
+// waitSettled waits (at most 2 minutes) until p holds size ready sandboxes and creates or
+// reaps nothing.
+func waitSettled(p *local.Pool, size int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for st := p.Stats(); st.Size < size || st.Creating > 0 || st.Reaping > 0; st = p.Stats() {
 		if time.Now().After(deadline) {
-			b.Fatalf("pool did not settle: %+v", st)
+			return fmt.Errorf("pool did not settle: %+v", st)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	b.StartTimer()
+	return nil
 }
 
 // ensureReady keeps a measured iteration warm: when the previous ones emptied the pool, the

@@ -17,12 +17,18 @@ import (
 // newPrestartPool is newWarmPool whose sandboxes hold langs' interpreters started and waiting.
 func newPrestartPool(b *testing.B, be *local.Backend, size int, langs ...runcode.Language) *local.Pool {
 	b.Helper()
+	return newPrestartPoolOf(b, be, runcode.Options{}, size, langs...)
+}
+
+// newPrestartPoolOf is newPrestartPool for runs with opts (their image).
+func newPrestartPoolOf(b *testing.B, be *local.Backend, opts runcode.Options, size int, langs ...runcode.Language) *local.Pool {
+	b.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: langs, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := local.NewPool(context.Background(), be, runcode.PoolTemplate(runcode.Options{}, 10*time.Minute),
+	p, err := local.NewPool(context.Background(), be, runcode.PoolTemplate(opts, 10*time.Minute),
 		local.PoolOptions{Size: size, IdleExpiry: 10 * time.Minute, Logger: quiet, Prestart: pf})
 	if err != nil {
 		b.Fatal(err)

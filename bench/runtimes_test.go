@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"golang.org/x/sys/unix"
@@ -126,9 +127,9 @@ func sideBySideRows(b *testing.B) []row {
 	rows = append(rows, row{name: "airlock-library", call: func() error { return freshRunDecl(context.Background(), be, decl) }})
 	// The library with a warm pool (python pre-started in each sandbox): a fresh sandbox made
 	// before the call, as a daemon or a long-lived caller has them.
-	pool := newDirPool(b, be, rootfs)
+	pool := newPrestartPoolOf(b, be, runcode.Options{Image: spec.Image{Dir: rootfs}}, 1, runcode.Python)
 	rows = append(rows, row{name: "airlock-library-pool", call: func() error { return pooledRun(be, pool, rootfs) },
-		settle: func() error { return settledPool(pool) }})
+		settle: func() error { return waitSettled(pool, 1) }})
 	if cli := filepath.Join(binDir, "airlock"); exec.Command(cli, "run", "--help").Run() == nil {
 		rows = append(rows, row{name: "airlock-cli", call: func() error {
 			return runPython(cli, "run", "--spares", "0", "--state-dir", state, "--image", rootfs, "-c", snippet)

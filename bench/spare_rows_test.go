@@ -16,29 +16,6 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// newDirPool is a one-sandbox warm pool of rootfs with python pre-started, for the side-by-side
-// table's airlock-library-pool row.
-func newDirPool(b *testing.B, be *local.Backend, rootfs string) *local.Pool {
-	b.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts := runcode.Options{Image: spec.Image{Dir: rootfs}}
-	p, err := local.NewPool(context.Background(), be, runcode.PoolTemplate(opts, 10*time.Minute),
-		local.PoolOptions{Size: 1, IdleExpiry: 10 * time.Minute, Logger: quiet, Prestart: pf})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := p.Close(context.Background()); err != nil {
-			b.Error(err)
-		}
-	})
-	return p
-}
-
 // pooledRun is one run_code call through the pool: call to result.
 func pooledRun(be *local.Backend, p *local.Pool, rootfs string) error {
 	res, _, err := runcode.RunDetached(context.Background(), be, runcode.Request{Language: "python", Code: snippet},
@@ -48,18 +25,6 @@ func pooledRun(be *local.Backend, p *local.Pool, rootfs string) error {
 	}
 	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "4" {
 		return fmt.Errorf("pooled run: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
-	}
-	return nil
-}
-
-// settledPool waits until the pool holds a ready sandbox and creates or reaps nothing.
-func settledPool(p *local.Pool) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for st := p.Stats(); st.Size < 1 || st.Creating > 0 || st.Reaping > 0; st = p.Stats() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pool did not settle: %+v", st)
-		}
-		time.Sleep(time.Millisecond)
 	}
 	return nil
 }

@@ -42,9 +42,9 @@ import (
 // so its stdin is a pipe at EOF instead.
 //
 // The loader writes readyMarker to stderr once it waits; Prestart waits for it, and a run skips
-// that frame. Output comes back through the process's attach stream (the agent keeps all of it within the caps) and
-// the exit through its terminal frame; the run's timeout is enforced here by removing the
-// process (the agent kills its whole cgroup, as an exec's deadline does).
+// that frame. Output comes back through the process's attach stream (the agent keeps all of it
+// within the caps) and the exit through its terminal frame; the run's timeout is enforced here
+// by removing the process (the agent kills its whole cgroup, as an exec's deadline does).
 
 // readyMarker is what a loader writes to stderr once it waits for code; never program output.
 const readyMarker = "\x00airlock-prestart-ready\n"

@@ -525,8 +525,8 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 	return res, nil
 }
 
-// claimMargin is how much lifetime a claimed sandbox must have beyond the run's timeout.
-const claimMargin = 5 * time.Second
+// ClaimMargin is how much lifetime a claimed sandbox must have beyond the run's timeout.
+const ClaimMargin = 5 * time.Second
 
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
 // has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
@@ -550,7 +550,7 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 		}
 		return nil, false, nil, nil
 	}
-	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+claimMargin {
+	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+ClaimMargin {
 		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)
 		pool.Discard(sess.ID)
 		return nil, false, nil, nil

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // A host-image sandbox sees a generated /etc: the chosen host files (nsinit.HostEtc) and the
@@ -353,4 +354,25 @@ func writeFileMode(p string, b []byte, perm fs.FileMode) error {
 		return err
 	}
 	return os.Chmod(p, perm) // umask
+}
+
+// etcCurrent refuses a host-image sandbox made ahead (pooled, a spare) whose /etc copy is no
+// longer the host's: a sandbox created now would get a new copy, and one handed out must not
+// show older files than that.
+func (b *Backend) etcCurrent(s *session) error {
+	if s.rec.EtcDir == "" {
+		return nil
+	}
+	workdir := s.rec.Spec.Workdir
+	if workdir == "" {
+		workdir = spec.DefaultWorkdir
+	}
+	cur, err := b.etc.get(workdir)
+	if err != nil {
+		return err
+	}
+	if filepath.Base(cur) != s.rec.EtcDir {
+		return fmt.Errorf("its /etc copy %s is stale (now %s)", s.rec.EtcDir, filepath.Base(cur))
+	}
+	return nil
 }

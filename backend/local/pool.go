@@ -203,7 +203,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	if err != nil {
 		return nil, err
 	}
-	start, err := startTime(os.Getpid())
+	owner, err := selfOwner()
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Pool{
-		b: b, tmpl: tmpl, key: key, owner: fmt.Sprintf("%d-%d", os.Getpid(), start), opts: opts,
+		b: b, tmpl: tmpl, key: key, owner: owner, opts: opts,
 		log: opts.Logger.With("pool", key), ctx: pctx, cancel: cancel,
 		wake: make(chan struct{}, 1), reapQ: make(chan string, reapQueue), target: opts.Size,
 		beforeCreate: beforeCreate,
@@ -308,7 +308,7 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, e
 			p.Discard(it.sess.ID)
 			continue
 		}
-		// spare.go: a sandbox whose /etc copy the host has since changed would show older
+		// etc.go: a sandbox whose /etc copy the host has since changed would show older
 		// files than one created now.
 		if err := p.b.etcCurrent(it.s); err != nil {
 			p.log.Info("pool: discarding a ready sandbox", "session", it.sess.ID, "err", err)
@@ -384,19 +384,27 @@ func (p *Pool) signal() {
 
 // decl is one sandbox of the template, with its own id; pooled ones carry the pool's labels.
 func (p *Pool) decl(pooled bool) spec.Sandbox {
-	d := p.tmpl
+	if !pooled {
+		return Instance(p.tmpl, nil)
+	}
+	return Instance(p.tmpl, map[string]string{LabelPool: p.key, LabelPoolOwner: p.owner})
+}
+
+// Instance is one sandbox of the template tmpl: its id is tmpl's plus a random suffix, its
+// labels tmpl's plus extra (a pool's, a spare's).
+func Instance(tmpl spec.Sandbox, extra map[string]string) spec.Sandbox {
+	d := tmpl
 	prefix := d.ID
 	if len(prefix) > 55 {
 		prefix = prefix[:55]
 	}
 	d.ID = prefix + "-" + randomSuffix()
-	d.Labels = make(map[string]string, len(p.tmpl.Labels)+2)
-	for k, v := range p.tmpl.Labels {
+	d.Labels = make(map[string]string, len(tmpl.Labels)+len(extra))
+	for k, v := range tmpl.Labels {
 		d.Labels[k] = v
 	}
-	if pooled {
-		d.Labels[LabelPool] = p.key
-		d.Labels[LabelPoolOwner] = p.owner
+	for k, v := range extra {
+		d.Labels[k] = v
 	}
 	return d
 }

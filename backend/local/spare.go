@@ -142,7 +142,7 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, owner 
 		live := 0
 		for _, e := range parked {
 			if time.Since(e.Parked) >= opts.MaxAge {
-				b.retireSpare(ctx, key, e.Session)
+				b.retireSpare(ctx, key, e.Session, owner)
 				continue
 			}
 			live++
@@ -158,18 +158,7 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, owner 
 
 // parkOne makes one spare, warms it, runs Prestart and parks it.
 func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner string, opts SpareOptions) (err error) {
-	d := tmpl
-	prefix := d.ID
-	if len(prefix) > 55 {
-		prefix = prefix[:55]
-	}
-	d.ID = prefix + "-" + randomSuffix()
-	d.Labels = make(map[string]string, len(tmpl.Labels)+2)
-	for k, v := range tmpl.Labels {
-		d.Labels[k] = v
-	}
-	d.Labels[LabelSpare], d.Labels[LabelSpareFiller] = key, owner
-	sess, err := b.Create(ctx, d)
+	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelSpare: key, LabelSpareFiller: owner}))
 	if err != nil {
 		return fmt.Errorf("creating a spare: %w", err)
 	}
@@ -255,15 +244,9 @@ func (b *Backend) takeSpare(key, id, owner string) bool {
 }
 
 // retireSpare claims a parked spare and terminates it (filler: too old to hand out).
-func (b *Backend) retireSpare(ctx context.Context, key, id string) {
-	owner, err := selfOwner()
-	if err != nil || !b.takeSpare(key, id, owner) {
-		return
-	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := b.Terminate(tctx, id); err != nil {
-		b.log.Warn("spares: terminating an old spare failed", "session", id, "err", err)
+func (b *Backend) retireSpare(ctx context.Context, key, id, owner string) {
+	if b.takeSpare(key, id, owner) {
+		b.discardSpare(ctx, id)
 	}
 }
 
@@ -299,26 +282,6 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 		return s.public(), e.Prestart, nil
 	}
 	return nil, nil, nil
-}
-
-// etcCurrent refuses a host-image spare whose /etc copy is no longer the host's: a sandbox
-// created now would get a new copy (etc.go), and a spare must not show older files than that.
-func (b *Backend) etcCurrent(s *session) error {
-	if s.rec.EtcDir == "" {
-		return nil
-	}
-	workdir := s.rec.Spec.Workdir
-	if workdir == "" {
-		workdir = spec.DefaultWorkdir
-	}
-	cur, err := b.etc.get(workdir)
-	if err != nil {
-		return err
-	}
-	if filepath.Base(cur) != s.rec.EtcDir {
-		return fmt.Errorf("its /etc copy %s is stale (now %s)", s.rec.EtcDir, filepath.Base(cur))
-	}
-	return nil
 }
 
 // discardSpare terminates a claimed spare that will not be used, logging failures: the next

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +23,7 @@ import (
 )
 
 // Spares for airlock run (docs/spares.md): a run claims a sandbox parked in the state dir by
-// an earlier run's filler, and starts a filler that parks the next one after it is done.
+// an earlier run's filler, and starts a filler that parks the next one.
 
 const (
 	// envSpares overrides --spares' default (0 turns spares off).
@@ -87,8 +85,7 @@ func newSpareRun(b *local.Backend, img spec.Image, timeout time.Duration, log *s
 	if err != nil {
 		return nil, err
 	}
-	// The margin is runcode's own check on a claimed sandbox's lifetime (claimMargin).
-	return &spareRun{b: b, tmpl: tmpl, key: key, minLeft: timeout + 5*time.Second, log: log}, nil
+	return &spareRun{b: b, tmpl: tmpl, key: key, minLeft: timeout + runcode.ClaimMargin, log: log}, nil
 }
 
 func (p *spareRun) Template() spec.Sandbox { return p.tmpl }
@@ -103,15 +100,7 @@ func (p *spareRun) Claim(ctx context.Context) (*sandbox.Session, error) {
 	if err != nil || sess != nil {
 		return sess, err
 	}
-	d := p.tmpl
-	d.ID = "run-" + randomHex(4)
-	return p.b.Create(ctx, d)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read does not fail
-	return hex.EncodeToString(b)
+	return p.b.Create(ctx, local.Instance(p.tmpl, nil))
 }
 
 func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
