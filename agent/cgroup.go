@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // Kill scopes as reported by health: what an exec's kill reaches.
@@ -87,7 +89,7 @@ func (c *cgroups) oomPerExec() bool {
 	if c.kind != scopeV2 {
 		return false
 	}
-	b, err := readKernFile(c.base + "/cgroup.subtree_control")
+	b, err := kernfile.Read(c.base + "/cgroup.subtree_control")
 	return err == nil && slices.Contains(strings.Fields(string(b)), "memory")
 }
 
@@ -241,7 +243,7 @@ func (g *execGroup) endOOM() {
 }
 
 func readCounter(name, key string) (uint64, bool) {
-	b, err := readKernFile(name)
+	b, err := kernfile.Read(name)
 	if err != nil {
 		return 0, false
 	}
@@ -302,7 +304,7 @@ func (c *cgroups) recycle(dir string) bool {
 	if c.closed || c.spare != nil || c.filling {
 		return false
 	}
-	b, err := readKernFile(dir + "/tasks")
+	b, err := kernfile.Read(dir + "/tasks")
 	if err != nil || len(bytes.TrimSpace(b)) != 0 {
 		return false
 	}
@@ -371,7 +373,7 @@ func (g *execGroup) killV2() error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if err := writeKernFile(g.dir+"/cgroup.kill", "1"); err != nil {
+		if err := kernfile.Write(g.dir+"/cgroup.kill", "1"); err != nil {
 			return fmt.Errorf("kill exec cgroup %s: %w", g.dir, err)
 		}
 		if !wait.sleep(ctx) {
@@ -410,7 +412,7 @@ func (g *execGroup) killV1() error {
 				return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
 			}
 		}
-		if err := writeKernFile(g.dir+"/freezer.state", "THAWED"); err != nil {
+		if err := kernfile.Write(g.dir+"/freezer.state", "THAWED"); err != nil {
 			return fmt.Errorf("thaw exec cgroup %s: %w", g.dir, err)
 		}
 		if !wait.sleep(ctx) {
@@ -421,10 +423,10 @@ func (g *execGroup) killV1() error {
 
 func (g *execGroup) freeze(ctx context.Context) error {
 	for wait := newBackoff(); ; {
-		if err := writeKernFile(g.dir+"/freezer.state", "FROZEN"); err != nil {
+		if err := kernfile.Write(g.dir+"/freezer.state", "FROZEN"); err != nil {
 			return fmt.Errorf("freeze exec cgroup %s: %w", g.dir, err)
 		}
-		state, err := readKernFile(g.dir + "/freezer.state")
+		state, err := kernfile.Read(g.dir + "/freezer.state")
 		if err != nil {
 			return fmt.Errorf("freeze exec cgroup %s: %w", g.dir, err)
 		}
@@ -456,7 +458,7 @@ func parseCounter(r io.Reader, key string) (uint64, bool, error) {
 
 // readPids reads a cgroup.procs file.
 func readPids(name string) ([]int, error) {
-	b, err := readKernFile(name)
+	b, err := kernfile.Read(name)
 	if err != nil {
 		if errors.Is(err, syscall.ENODEV) || errors.Is(err, os.ErrNotExist) {
 			return nil, nil

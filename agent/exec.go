@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
@@ -305,7 +306,7 @@ func (s *server) start(sp *execSpec) (*job, error) {
 			}
 			in, j.stdin = r, w
 		} else {
-			fd, err := openKernFile(os.DevNull, unix.O_RDONLY)
+			fd, err := kernfile.Open(os.DevNull, unix.O_RDONLY)
 			if err != nil {
 				return fail(fmt.Errorf("%w: %v", sbtypes.ErrRefused, err))
 			}

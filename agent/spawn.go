@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // spawnRequest is one fork/exec, executed on the spawner's locked thread.
@@ -380,7 +382,7 @@ func (s *spawner) dispatch(pid int, ws syscall.WaitStatus) {
 // threadIn reports whether the calling thread is listed in a cgroup v1 tasks file (false when
 // it cannot tell: then the caller moves it, which is always right).
 func threadIn(tasks string) bool {
-	b, err := readKernFile(tasks)
+	b, err := kernfile.Read(tasks)
 	if err != nil {
 		return false
 	}
@@ -409,5 +411,5 @@ func listsID(b []byte, id int) bool {
 // a tid does (cgroup_procs_write_start: `*threadgroup_locked = pid || threadgroup`) and which
 // waits for an RCU grace period. Measured in a sandbox: exec of true 22 ms -> 3 ms.
 func writeTID(tasks string) error {
-	return writeKernFile(tasks, "0")
+	return kernfile.Write(tasks, "0")
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // cgroupRoot is where the host mounts its cgroup hierarchies.
@@ -249,7 +250,7 @@ func (c *v1Cgroup) start(cmd *exec.Cmd) error {
 		for _, ctrl := range v1Controllers {
 			// "0" moves the calling thread only, which the kernel does without the global
 			// threadgroup lock a pid (or a whole process) needs.
-			if err := writeCgroupFile(filepath.Join(dir(ctrl), "tasks"), "0"); err != nil {
+			if err := kernfile.Write(filepath.Join(dir(ctrl), "tasks"), "0"); err != nil {
 				return fmt.Errorf("move thread into %s: %w", dir(ctrl), err)
 			}
 		}
@@ -373,7 +374,7 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for {
-		if err := writeCgroupFile(f, state); err != nil {
+		if err := kernfile.Write(f, state); err != nil {
 			return err
 		}
 		b, err := os.ReadFile(f)
@@ -406,7 +407,7 @@ func (c *v1Cgroup) thaw() error {
 		if d.IsDir() {
 			// ENODEV: the cgroup was removed between the walk and the write (an exec's cgroup
 			// the agent removes, or another process's terminate of the same sandbox).
-			if err := writeCgroupFile(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !cgroupGone(err) {
+			if err := kernfile.Write(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !cgroupGone(err) {
 				errs = append(errs, err)
 			}
 		}
@@ -534,30 +535,6 @@ func rmdirTree(root string, waitBusy bool) error {
 		if err := rmdirRetry(dirs[i], waitBusy); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// writeCgroupFile writes one value to a cgroupfs file with a plain open, write and close:
-// os.WriteFile also registers the (pollable) kernfs file with the runtime's poller and takes it
-// out again, two fcntl and two epoll_ctl more per write (8 of ~19 us here), and a create and
-// its terminate make a dozen such writes (the thread's moves in and out of every hierarchy).
-func writeCgroupFile(p, v string) error {
-	fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: p, Err: err}
-	}
-	for {
-		_, err = unix.Write(fd, []byte(v))
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return &os.PathError{Op: "write", Path: p, Err: err}
 	}
 	return nil
 }

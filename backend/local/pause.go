@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -68,37 +67,14 @@ func (f freezer) paused() (bool, error) {
 	return readFreezeRequest(f.version, f.stateFile())
 }
 
-// readFreezeRequest reads and parses a freezer state file (see stateFile).
-//
-// With bare system calls rather than os.ReadFile: every agent call reads this file, and
-// os.Open registers each descriptor with the runtime's poller, where a cgroup file (always
-// ready) costs an epoll_ctl pair and a wakeup of the thread parked in epoll_wait, on the
-// caller's path.
+// readFreezeRequest reads and parses a freezer state file (see stateFile), through kernfile:
+// every agent call reads it, and os.ReadFile would wake the caller's poller each time.
 func readFreezeRequest(version int, name string) (bool, error) {
-	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	for err == unix.EINTR {
-		fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	}
+	b, err := kernfile.Read(name)
 	if err != nil {
-		return false, &fs.PathError{Op: "open", Path: name, Err: err}
+		return false, err
 	}
-	defer unix.Close(fd)
-	var buf [64]byte // THAWED, FREEZING, FROZEN; 0 or 1
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return false, &fs.PathError{Op: "read", Path: name, Err: err}
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return parseFreezeRequest(version, string(buf[:n]))
+	return parseFreezeRequest(version, string(b))
 }
 
 // parseFreezeRequest reads freezer.state (v1: THAWED, FREEZING, FROZEN) or cgroup.freeze

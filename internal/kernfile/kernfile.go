@@ -1,4 +1,5 @@
-package agent
+// Package kernfile reads and writes small kernel (cgroupfs, procfs) files with bare system calls.
+package kernfile
 
 import (
 	"os"
@@ -6,15 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cgroup control files are read and written with bare system calls, not os.File: os.Open
-// registers every descriptor with the runtime's poller, and a cgroup (kernfs) file is pollable
-// and always ready, so each open costs an epoll_ctl pair and wakes the thread parked in
-// epoll_wait (seen in a scheduler trace of an exec: four such wakeups per exec, on a path
-// where every wakeup takes CPU from the command being started).
+// Not os.File: os.Open registers every descriptor with the runtime's poller, and a kernfs file
+// is pollable and always ready, so each open costs an epoll_ctl pair and wakes the thread
+// parked in epoll_wait (seen in a scheduler trace of an exec: four such wakeups per exec; and
+// on every agent call's pause check), on paths where every wakeup takes CPU from the work.
 
-// readKernFile reads a small kernel file whole.
-func readKernFile(name string) ([]byte, error) {
-	fd, err := openKernFile(name, unix.O_RDONLY)
+// Read reads a small kernel file whole.
+func Read(name string) ([]byte, error) {
+	fd, err := Open(name, unix.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -38,10 +38,9 @@ func readKernFile(name string) ([]byte, error) {
 	}
 }
 
-// writeKernFile writes s to a kernel file in one write (a control file takes one value per
-// write).
-func writeKernFile(name, s string) error {
-	fd, err := openKernFile(name, unix.O_WRONLY)
+// Write writes s to a kernel file in one write (a control file takes one value per write).
+func Write(name, s string) error {
+	fd, err := Open(name, unix.O_WRONLY)
 	if err != nil {
 		return err
 	}
@@ -61,7 +60,8 @@ func writeKernFile(name, s string) error {
 	return nil
 }
 
-func openKernFile(name string, mode int) (int, error) {
+// Open opens name (O_CLOEXEC added) and returns the raw descriptor, retrying on EINTR.
+func Open(name string, mode int) (int, error) {
 	for {
 		fd, err := unix.Open(name, mode|unix.O_CLOEXEC, 0)
 		if err == unix.EINTR {
