@@ -204,9 +204,6 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
-	if err := b.ids.excludeHostIDs(""); err != nil { // subids.go
-		return nil, err
-	}
 	release, err := flock(opts.StateDir, unix.LOCK_EX)
 	if err != nil {
 		return nil, err
