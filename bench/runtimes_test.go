@@ -31,6 +31,14 @@ type row struct {
 	settle func() error
 }
 
+// settled runs the row's settle, if it has one.
+func (r row) settled() error {
+	if r.settle == nil {
+		return nil
+	}
+	return r.settle()
+}
+
 // requiredRows is $AIRLOCK_BENCH_REQUIRE (comma-separated row names): rows that must run.
 // bench/run.sh sets it to every runtime it installs, so a broken runtime fails the run instead
 // of leaving its row out of the table.
@@ -219,10 +227,8 @@ func BenchmarkSideBySide(b *testing.B) {
 		if err := r.call(); err != nil {
 			b.Fatalf("%s: %v", r.name, err)
 		}
-		if r.settle != nil {
-			if err := r.settle(); err != nil {
-				b.Fatalf("%s: %v", r.name, err)
-			}
+		if err := r.settled(); err != nil {
+			b.Fatalf("%s: %v", r.name, err)
 		}
 	}
 	times := make([][]float64, len(rows))
@@ -244,10 +250,8 @@ func BenchmarkSideBySide(b *testing.B) {
 			}
 			took[i] = float64(time.Since(t)) / float64(time.Millisecond)
 			cpu[i] += cpuTime() - c
-			if rows[i].settle != nil {
-				if err := rows[i].settle(); err != nil {
-					b.Fatalf("%s: %v", rows[i].name, err)
-				}
+			if err := rows[i].settled(); err != nil {
+				b.Fatalf("%s: %v", rows[i].name, err)
 			}
 		}
 		for i := range rows {

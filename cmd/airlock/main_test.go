@@ -25,8 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AIRLOCK_CLI_TEST_EXEC") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// airlock run parks spares by default, by starting this executable as a filler: only
-	// TestRunSpares wants that (and sets AIRLOCK_CLI_TEST_EXEC so the filler is the CLI).
+	// airlock run parks spares by default, by starting this executable as a filler: only the
+	// tests calling useSpares want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
+	// filler is the CLI).
 	os.Setenv(envSpares, "0")
 	goleak.VerifyTestMain(m)
 }
