@@ -9,11 +9,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
 func init() { commands = append(commands, newCapabilitiesCmd) }
 
-func newCapabilitiesCmd(g *globals) *cobra.Command {
+func newCapabilitiesCmd(g *cli.Globals) *cobra.Command {
 	var platform string
 	cmd := &cobra.Command{
 		Use:   "capabilities [--platform P]",
@@ -22,13 +23,13 @@ func newCapabilitiesCmd(g *globals) *cobra.Command {
 the reason when it does not. The local set is probed from this host; the others are what
 airlock's backends for those platforms are designed to enforce. Bounds are the platform's own
 ceilings.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := capability.For(capability.Platform(platform))
 			if err != nil {
-				return &exitError{code: exitUsage, err: err}
+				return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 			}
-			return printCapabilities(cmd.OutOrStdout(), g.output, set)
+			return printCapabilities(cmd.OutOrStdout(), g.Output, set)
 		},
 	}
 	cmd.Flags().StringVar(&platform, "platform", string(capability.Local), "local, docker, kubernetes, aws, azure, gcp")
@@ -36,7 +37,7 @@ ceilings.`,
 }
 
 func printCapabilities(w io.Writer, output string, set capability.Set) error {
-	if output == outputJSON {
+	if output == cli.OutputJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(set)

@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
 func init() { commands = append(commands, newEgressCmd) }
 
 // newEgressCmd shows a live sandbox's egress counters, or changes its egress policy.
-func newEgressCmd(g *globals) *cobra.Command {
+func newEgressCmd(g *cli.Globals) *cobra.Command {
 	d := &daemonFlags{}
 	var mode string
 	var domains []string
@@ -30,7 +31,7 @@ egress needs daemon rights (the socket or an API key), not a delegated token.`,
   airlock egress s-0123456789abcdef --mode deny`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageError("want one SESSION (s-…), got %d arguments\nsee '%s --help'", len(args), cmd.CommandPath())
+				return cli.UsageError("want one SESSION (s-…), got %d arguments\nsee '%s --help'", len(args), cmd.CommandPath())
 			}
 			return nil
 		},
@@ -42,13 +43,13 @@ egress needs daemon rights (the socket or an API key), not a delegated token.`,
 					e.Mode = spec.EgressAllowDomains
 				}
 				if !slices.Contains(spec.EgressModes, e.Mode) {
-					return usageError("--mode %q: allowed are %s", mode, joinModes())
+					return cli.UsageError("--mode %q: allowed are %s", mode, joinModes())
 				}
 				if len(domains) > 0 && e.Mode != spec.EgressAllowDomains {
-					return usageError("--allow-domain needs --mode %s (got %s)", spec.EgressAllowDomains, e.Mode)
+					return cli.UsageError("--allow-domain needs --mode %s (got %s)", spec.EgressAllowDomains, e.Mode)
 				}
 				if e.Mode == spec.EgressAllowDomains && len(domains) == 0 {
-					return usageError("--mode %s needs at least one --allow-domain", spec.EgressAllowDomains)
+					return cli.UsageError("--mode %s needs at least one --allow-domain", spec.EgressAllowDomains)
 				}
 			}
 			c, err := d.client()
@@ -62,7 +63,7 @@ egress needs daemon rights (the socket or an API key), not a delegated token.`,
 				if err := sb.SetEgress(cmd.Context(), e); err != nil {
 					return daemonError(err)
 				}
-				if g.output == outputJSON {
+				if g.Output == cli.OutputJSON {
 					return printJSON(out, map[string]any{"session": sb.ID, "egress": e})
 				}
 				line := fmt.Sprintf("%s: egress %s", sb.ID, e.Mode)
@@ -76,7 +77,7 @@ egress needs daemon rights (the socket or an API key), not a delegated token.`,
 			if err != nil {
 				return daemonError(err)
 			}
-			if g.output == outputJSON {
+			if g.Output == cli.OutputJSON {
 				return printJSON(out, ct)
 			}
 			u := func(v uint64) string { return strconv.FormatUint(v, 10) }

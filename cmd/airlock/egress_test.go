@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server/api"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -86,15 +87,15 @@ func TestEgressCommand(t *testing.T) {
 			"s-1: egress allowDomains api.example.com, *.pypi.org", "", `{"mode":"allowDomains","domains":["api.example.com","*.pypi.org"]}`},
 		{"deny", []string{"s-1", "--mode", "deny"}, 0, "s-1: egress deny", "", `{"mode":"deny"}`},
 		{"allow json", []string{"s-1", "--mode", "allow", "-o", "json"}, 0, `"mode": "allow"`, "", `{"mode":"allow"}`},
-		{"unknown mode", []string{"s-1", "--mode", "open"}, exitUsage, "", `--mode "open": allowed are deny, allow, allowDomains`, ""},
-		{"domains with allow", []string{"s-1", "--mode", "allow", "--allow-domain", "a.example.com"}, exitUsage, "", "--allow-domain needs --mode allowDomains", ""},
-		{"allowDomains without domains", []string{"s-1", "--mode", "allowDomains"}, exitUsage, "", "needs at least one --allow-domain", ""},
-		{"empty mode", []string{"s-1", "--mode", ""}, exitUsage, "", `--mode ""`, ""},
-		{"no session", []string{}, exitUsage, "", "want one SESSION", ""},
+		{"unknown mode", []string{"s-1", "--mode", "open"}, cli.ExitUsage, "", `--mode "open": allowed are deny, allow, allowDomains`, ""},
+		{"domains with allow", []string{"s-1", "--mode", "allow", "--allow-domain", "a.example.com"}, cli.ExitUsage, "", "--allow-domain needs --mode allowDomains", ""},
+		{"allowDomains without domains", []string{"s-1", "--mode", "allowDomains"}, cli.ExitUsage, "", "needs at least one --allow-domain", ""},
+		{"empty mode", []string{"s-1", "--mode", ""}, cli.ExitUsage, "", `--mode ""`, ""},
+		{"no session", []string{}, cli.ExitUsage, "", "want one SESSION", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(f.sent())
-			code, out, errs := cli(t, "", append([]string{"egress", "--socket", sock}, tc.args...)...)
+			code, out, errs := cliIn(t, "", append([]string{"egress", "--socket", sock}, tc.args...)...)
 			if code != tc.code || !strings.Contains(out, tc.out) || !strings.Contains(errs, tc.err) {
 				t.Fatalf("exit %d (want %d)\nstdout %q (want %q)\nstderr %q (want %q)", code, tc.code, out, tc.out, errs, tc.err)
 			}
@@ -111,7 +112,7 @@ func TestEgressCommand(t *testing.T) {
 	f.unsupported = true
 	f.mu.Unlock()
 	for _, args := range [][]string{{"s-1", "--mode", "allow"}, {"s-1"}} {
-		if code, _, errs := cli(t, "", append([]string{"egress", "--socket", sock}, args...)...); code != exitRefused || !strings.Contains(errs, "unsupported") {
+		if code, _, errs := cliIn(t, "", append([]string{"egress", "--socket", sock}, args...)...); code != cli.ExitRefused || !strings.Contains(errs, "unsupported") {
 			t.Fatalf("%v against a backend without it: exit %d, %q", args, code, errs)
 		}
 	}
@@ -132,17 +133,17 @@ func TestEgressCommandDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Terminate(context.Background())
-	if code, out, errs := cli(t, "", "egress", "--socket", sock, sb.ID); code != 0 || !strings.Contains(out, "connections allowed  0") {
+	if code, out, errs := cliIn(t, "", "egress", "--socket", sock, sb.ID); code != 0 || !strings.Contains(out, "connections allowed  0") {
 		t.Fatalf("counters: %d %q %q", code, out, errs)
 	}
-	if code, out, errs := cli(t, "", "egress", "--socket", sock, sb.ID, "--mode", "deny"); code != 0 || out != sb.ID+": egress deny\n" {
+	if code, out, errs := cliIn(t, "", "egress", "--socket", sock, sb.ID, "--mode", "deny"); code != 0 || out != sb.ID+": egress deny\n" {
 		t.Fatalf("deny: %d %q %q", code, out, errs)
 	}
 	// The daemon's validation, typed across the wire: a field error, exit 1.
-	if code, _, errs := cli(t, "", "egress", "--socket", sock, sb.ID, "--allow-domain", "10.0.0.1"); code != exitRefused || !strings.Contains(errs, "egress.domains[0]") {
+	if code, _, errs := cliIn(t, "", "egress", "--socket", sock, sb.ID, "--allow-domain", "10.0.0.1"); code != cli.ExitRefused || !strings.Contains(errs, "egress.domains[0]") {
 		t.Fatalf("an IP literal: %d %q", code, errs)
 	}
-	if code, _, errs := cli(t, "", "egress", "--socket", sock, "s-0000000000000000", "--mode", "deny"); code != exitRefused || !strings.Contains(errs, "not found") {
+	if code, _, errs := cliIn(t, "", "egress", "--socket", sock, "s-0000000000000000", "--mode", "deny"); code != cli.ExitRefused || !strings.Contains(errs, "not found") {
 		t.Fatalf("unknown session: %d %q", code, errs)
 	}
 }

@@ -9,13 +9,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/gc"
 )
 
 func init() { commands = append(commands, newGCCmd) }
 
 // newGCCmd reaps what killed runs leave: stale session records and empty airlock-* cgroups.
-func newGCCmd(g *globals) *cobra.Command {
+func newGCCmd(g *cli.Globals) *cobra.Command {
 	var stateDirs []string
 	var dryRun, verbose, spares bool
 	var minAge time.Duration
@@ -40,7 +41,7 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if minAge < 0 {
-				return usageError("--min-age %s must not be negative", minAge)
+				return cli.UsageError("--min-age %s must not be negative", minAge)
 			}
 			var retired []string
 			var serr error
@@ -50,7 +51,7 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			rep, err := gc.Run(cmd.Context(), gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun})
 			err = errors.Join(serr, err)
 			out := cmd.OutOrStdout()
-			if g.output == outputJSON {
+			if g.Output == cli.OutputJSON {
 				if perr := printJSON(out, gcOutput{Report: rep, Spares: retired}); perr != nil {
 					return perr
 				}

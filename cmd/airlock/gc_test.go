@@ -22,7 +22,7 @@ func TestGCFlags(t *testing.T) {
 		{[]string{"gc", "--min-age", "-1s"}, "--min-age -1s must not be negative"},
 		{[]string{"gc", "extra"}, "unknown command"},
 	} {
-		if code, _, errs := cli(t, "", tc.args...); code == 0 || !strings.Contains(errs, tc.err) {
+		if code, _, errs := cliIn(t, "", tc.args...); code == 0 || !strings.Contains(errs, tc.err) {
 			t.Errorf("%v: exit %d, %q (want %q)", tc.args, code, errs, tc.err)
 		}
 	}
@@ -40,7 +40,7 @@ func TestGCDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(orphan) })
-	code, out, errs := cli(t, "", "gc", "--dry-run", "--min-age", "0", "--state-dir", t.TempDir(), "-o", "json")
+	code, out, errs := cliIn(t, "", "gc", "--dry-run", "--min-age", "0", "--state-dir", t.TempDir(), "-o", "json")
 	var rep gc.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.DryRun {
 		t.Fatalf("gc --dry-run: %d %q %q", code, out, errs)
@@ -51,7 +51,7 @@ func TestGCDryRun(t *testing.T) {
 	if _, err := os.Stat(orphan); err != nil {
 		t.Fatalf("the dry run removed it: %v", err)
 	}
-	code, out, _ = cli(t, "", "gc", "--dry-run", "--min-age", "0", "--state-dir", t.TempDir())
+	code, out, _ = cliIn(t, "", "gc", "--dry-run", "--min-age", "0", "--state-dir", t.TempDir())
 	if code != 0 || !strings.Contains(out, "would remove cgroup "+orphan+"\n") || !strings.Contains(out, "would remove 0 session records") {
 		t.Fatalf("text: %d %q", code, out)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -128,9 +129,9 @@ func TestPlanGolden(t *testing.T) {
 				if errOut != "" {
 					t.Errorf("stderr: %s", errOut)
 				}
-				wantCode := exitOK
+				wantCode := cli.ExitOK
 				if strings.Contains(out, "REFUSED") {
-					wantCode = exitRefused
+					wantCode = cli.ExitRefused
 				}
 				if code != wantCode {
 					t.Errorf("exit %d, want %d", code, wantCode)
@@ -306,7 +307,7 @@ func TestHelpHidesInternalCommands(t *testing.T) {
 func TestJSONOutput(t *testing.T) {
 	t.Chdir("../..")
 	code, out, _ := runCLI(t, "plan", "-f", "examples/kitchen-sink.yaml", "--platform", "aws", "-o", "json")
-	if code != exitRefused {
+	if code != cli.ExitRefused {
 		t.Errorf("exit %d", code)
 	}
 	var got plan.Result
@@ -323,7 +324,7 @@ func TestJSONOutput(t *testing.T) {
 	}
 
 	code, out, _ = runCLI(t, "capabilities", "--platform", "gcp", "-o", "json")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Errorf("exit %d", code)
 	}
 	var gotSet capability.Set

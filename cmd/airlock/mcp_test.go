@@ -13,33 +13,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/servercmd"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/mcp"
 )
-
-func TestCheckLoopback(t *testing.T) {
-	for _, tt := range []struct {
-		addr string
-		ok   bool
-	}{
-		{"127.0.0.1:8765", true},
-		{"127.0.0.1:0", true},
-		{"127.1.2.3:80", true},
-		{"[::1]:8765", true},
-		{"localhost:8765", true},
-		{"0.0.0.0:8765", false},
-		{":8765", false},
-		{"[::]:8765", false},
-		{"192.168.1.10:8765", false},
-		{"example.com:80", false},
-		{"127.0.0.1", false},
-	} {
-		err := checkLoopback(tt.addr)
-		if (err == nil) != tt.ok {
-			t.Errorf("checkLoopback(%q) = %v, want ok=%v", tt.addr, err, tt.ok)
-		}
-	}
-}
 
 func TestMCPCommandUsage(t *testing.T) {
 	for _, tt := range []struct {
@@ -56,12 +34,12 @@ func TestMCPCommandUsage(t *testing.T) {
 		{[]string{"--image", ""}, "--image"},
 		{[]string{"extra"}, "takes no arguments"},
 	} {
-		cmd := newMCPCmd(&globals{output: outputText})
+		cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)
 		code, err := execCmd(t, cmd, tt.args)
-		if code != exitUsage || err == nil || !strings.Contains(err.Error(), tt.has) {
-			t.Errorf("%v: exit %d, %v; want exit %d mentioning %q", tt.args, code, err, exitUsage, tt.has)
+		if code != cli.ExitUsage || err == nil || !strings.Contains(err.Error(), tt.has) {
+			t.Errorf("%v: exit %d, %v; want exit %d mentioning %q", tt.args, code, err, cli.ExitUsage, tt.has)
 		}
 	}
 }
@@ -73,7 +51,7 @@ func TestMCPCommandStdio(t *testing.T) {
 	env := newRuntimeEnv(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	cmd := newMCPCmd(&globals{output: outputText})
+	cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 	cmd.SetIn(inR)
 	cmd.SetOut(outW)
 	var stderr syncBuffer
@@ -112,7 +90,7 @@ func TestMCPCommandPool(t *testing.T) {
 	env := newRuntimeEnv(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	cmd := newMCPCmd(&globals{output: outputText})
+	cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 	cmd.SetIn(inR)
 	cmd.SetOut(outW)
 	var stderr syncBuffer
@@ -159,7 +137,7 @@ func TestMCPCommandHTTP(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
 	stderr := &urlWaiter{found: make(chan string, 1)}
-	cmd := newMCPCmd(&globals{output: outputText})
+	cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(stderr)
 	ctx, cancel := context.WithCancel(context.Background())

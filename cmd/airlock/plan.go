@@ -10,13 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
 func init() { commands = append(commands, newPlanCmd) }
 
-func newPlanCmd(g *globals) *cobra.Command {
+func newPlanCmd(g *cli.Globals) *cobra.Command {
 	var file, platform, capsFile string
 	cmd := &cobra.Command{
 		Use:   "plan -f STACK [--platform P]",
@@ -27,14 +28,14 @@ refusal (field, and the capability or rule it needs) in a stable order.
 Defaults are applied before the capabilities are checked: a default ceiling the platform cannot
 hold is refused like a declared one. Exit status: 0 nothing refused, 1 something refused,
 2 usage or input error.`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
-				return usageError("plan needs a stack file: -f STACK")
+				return cli.UsageError("plan needs a stack file: -f STACK")
 			}
 			st, err := spec.LoadStack(file)
 			if err != nil {
-				return &exitError{code: exitUsage, err: err}
+				return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 			}
 			p := capability.Platform(platform)
 			set, err := planSet(p, capsFile)
@@ -42,11 +43,11 @@ hold is refused like a declared one. Exit status: 0 nothing refused, 1 something
 				return err
 			}
 			res := plan.Check(st, p, set)
-			if err := printPlan(cmd.OutOrStdout(), g.output, res, len(st.Sandboxes)); err != nil {
+			if err := printPlan(cmd.OutOrStdout(), g.Output, res, len(st.Sandboxes)); err != nil {
 				return err
 			}
 			if res.Refused() {
-				return &exitError{code: exitRefused}
+				return &cli.ExitError{Code: cli.ExitRefused}
 			}
 			return nil
 		},
@@ -66,14 +67,14 @@ func planSet(p capability.Platform, capsFile string) (capability.Set, error) {
 	if capsFile != "" {
 		b, err := os.ReadFile(capsFile)
 		if err != nil {
-			return capability.Set{}, usageError("--capabilities-file: %v", err)
+			return capability.Set{}, cli.UsageError("--capabilities-file: %v", err)
 		}
 		var set capability.Set
 		if err := json.Unmarshal(b, &set); err != nil {
-			return capability.Set{}, usageError("--capabilities-file %s: %v", capsFile, err)
+			return capability.Set{}, cli.UsageError("--capabilities-file %s: %v", capsFile, err)
 		}
 		if set.Platform != p {
-			return capability.Set{}, usageError("--capabilities-file %s is for platform %q, not %q", capsFile, set.Platform, p)
+			return capability.Set{}, cli.UsageError("--capabilities-file %s is for platform %q, not %q", capsFile, set.Platform, p)
 		}
 		return set, nil
 	}
@@ -85,7 +86,7 @@ func planSet(p capability.Platform, capsFile string) (capability.Set, error) {
 }
 
 func printPlan(w io.Writer, output string, res plan.Result, sandboxes int) error {
-	if output == outputJSON {
+	if output == cli.OutputJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
@@ -121,12 +122,4 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
-}
-
-// noArgs refuses positional arguments as a usage error.
-func noArgs(cmd *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageError("%s takes no arguments, got %q", cmd.CommandPath(), args)
-	}
-	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,12 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
-	"github.com/airlock-sandbox/airlock/spec"
 )
 
 func init() { commands = append(commands, newRunCmd) }
@@ -43,23 +41,10 @@ type runFlags struct {
 	interactive bool
 	maxOutput   int64
 	spares      int
-	backend     backendFlags
+	backend     cli.BackendFlags
 }
 
-// backendFlags pick and place the local runtime (shared by run and mcp).
-type backendFlags struct {
-	stateDir     string
-	cgroupParent string
-}
-
-func (b *backendFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&b.stateDir, "state-dir", local.DefaultStateDir, "the local runtime's state directory")
-	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
-	cmd.Flags().StringVar(&b.cgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
-	_ = cmd.Flags().MarkHidden("cgroup-parent")
-}
-
-func newRunCmd(g *globals) *cobra.Command {
+func newRunCmd(g *cli.Globals) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [--lang L] [--timeout 30s] [--network] [--image host|PATH|REF] [--file LOCAL[:REMOTE]]... (-c CODE | FILE | -)",
@@ -101,43 +86,43 @@ error); 2 for usage errors.`,
 	fl.BoolVarP(&f.interactive, "interactive", "i", false, "feed standard input to the code")
 	fl.Int64Var(&f.maxOutput, "max-output", spareOutputCap, "cap on each of stdout and stderr, in bytes")
 	fl.IntVar(&f.spares, "spares", defaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+envSpares+", else 1)")
-	f.backend.add(cmd)
+	f.backend.Add(cmd)
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
+func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) error {
 	req, stdin, err := f.request(cmd, args)
 	if err != nil {
 		return err
 	}
 	if f.maxOutput < 1 {
-		return usageError("--max-output %d must be at least 1 byte", f.maxOutput)
+		return cli.UsageError("--max-output %d must be at least 1 byte", f.maxOutput)
 	}
 	if f.spares < 0 || f.spares > local.MaxSpares {
 		if !cmd.Flags().Changed("spares") {
-			return usageError("$%s=%q: give 0 (no spares) to %d", envSpares, os.Getenv(envSpares), local.MaxSpares)
+			return cli.UsageError("$%s=%q: give 0 (no spares) to %d", envSpares, os.Getenv(envSpares), local.MaxSpares)
 		}
-		return usageError("--spares %d must be 0 (none) to %d", f.spares, local.MaxSpares)
+		return cli.UsageError("--spares %d must be 0 (none) to %d", f.spares, local.MaxSpares)
 	}
-	img, err := parseImage(f.image)
+	img, err := cli.ParseImage(f.image)
 	if err != nil {
-		return usageError("--image: %v", err)
+		return cli.UsageError("--image: %v", err)
 	}
 	if req, err = runcode.Normalize(req); err != nil {
-		return usageError("%v", err)
+		return cli.UsageError("%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), log)
+	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
 	if err != nil {
-		return &exitError{code: exitRunFailed, err: err}
+		return &cli.ExitError{Code: exitRunFailed, Err: err}
 	}
 	defer b.Close()
 
 	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput, Logger: log}
-	if g.output == outputText {
+	if g.Output == cli.OutputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
 	// spare.go: with spares, the run takes a parked sandbox when one fits, and starts a filler
@@ -145,7 +130,7 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 	var spares *spareRun
 	if f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img)) {
 		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
-			return &exitError{code: exitRunFailed, err: err}
+			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
 		spares.fill = func() error { return startFiller(&f.backend, img, f.spares) }
 		opts.Pool = spares
@@ -160,11 +145,11 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 	if err != nil {
 		if ctx.Err() != nil && cmd.Context().Err() == nil {
 			// Interrupted: the sandbox is gone (Run terminates it); exit as a shell would.
-			return &exitError{code: exitInterrupted, err: errors.New("interrupted: the sandbox was terminated")}
+			return &cli.ExitError{Code: exitInterrupted, Err: errors.New("interrupted: the sandbox was terminated")}
 		}
-		return &exitError{code: exitRunFailed, err: explainRunError(err)}
+		return &cli.ExitError{Code: exitRunFailed, Err: explainRunError(err)}
 	}
-	if g.output == outputJSON {
+	if g.Output == cli.OutputJSON {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
@@ -174,7 +159,7 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, args []string) error {
 		notes(cmd.ErrOrStderr(), res)
 	}
 	if s := res.ExitStatus(); s != 0 {
-		return &exitError{code: s}
+		return &cli.ExitError{Code: s}
 	}
 	return nil
 }
@@ -189,12 +174,12 @@ func (f *runFlags) request(cmd *cobra.Command, args []string) (runcode.Request, 
 	}
 	switch {
 	case f.code != "" && src != "":
-		return req, nil, usageError("give the code once: -c CODE or a FILE (or - for standard input), not both")
+		return req, nil, cli.UsageError("give the code once: -c CODE or a FILE (or - for standard input), not both")
 	case f.code != "":
 		req.Code = f.code
 	case src == "-":
 		if f.interactive {
-			return req, nil, usageError("-i feeds standard input to the code, but - reads the code itself from it: use -c CODE or a FILE with -i")
+			return req, nil, cli.UsageError("-i feeds standard input to the code, but - reads the code itself from it: use -c CODE or a FILE with -i")
 		}
 		data, err := io.ReadAll(cmd.InOrStdin())
 		if err != nil {
@@ -204,23 +189,23 @@ func (f *runFlags) request(cmd *cobra.Command, args []string) (runcode.Request, 
 	case src != "":
 		data, err := os.ReadFile(src)
 		if err != nil {
-			return req, nil, &exitError{code: exitUsage, err: fmt.Errorf("reading the code: %w", err)}
+			return req, nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("reading the code: %w", err)}
 		}
 		req.Code = string(data)
 		if req.Language == "" {
 			req.Language = languageFromExt(src)
 			if req.Language == "" {
-				return req, nil, usageError("cannot tell the language of %s from its extension: give --lang (%s)", src, strings.Join(runcode.LanguageNames(), ", "))
+				return req, nil, cli.UsageError("cannot tell the language of %s from its extension: give --lang (%s)", src, strings.Join(runcode.LanguageNames(), ", "))
 			}
 		}
 	default:
-		return req, nil, usageError("no code to run: give -c CODE, a FILE, or - to read it from standard input")
+		return req, nil, cli.UsageError("no code to run: give -c CODE, a FILE, or - to read it from standard input")
 	}
 	if req.Language == "" {
 		req.Language = string(runcode.Python)
 	}
 	if f.timeout%time.Second != 0 || f.timeout < time.Second {
-		return req, nil, usageError("--timeout %v: give whole seconds from 1s to %ds", f.timeout, runcode.MaxTimeoutSeconds)
+		return req, nil, cli.UsageError("--timeout %v: give whole seconds from 1s to %ds", f.timeout, runcode.MaxTimeoutSeconds)
 	}
 	req.TimeoutSeconds = int(f.timeout / time.Second)
 	if len(f.files) > 0 {
@@ -232,14 +217,14 @@ func (f *runFlags) request(cmd *cobra.Command, args []string) (runcode.Request, 
 			remote = filepath.Base(localPath)
 		}
 		if localPath == "" {
-			return req, nil, usageError("--file %q: give LOCAL[:REMOTE]", fs)
+			return req, nil, cli.UsageError("--file %q: give LOCAL[:REMOTE]", fs)
 		}
 		if _, dup := req.Files[remote]; dup {
-			return req, nil, usageError("--file %q: %s is already the target of another --file", fs, remote)
+			return req, nil, cli.UsageError("--file %q: %s is already the target of another --file", fs, remote)
 		}
 		data, err := os.ReadFile(localPath)
 		if err != nil {
-			return req, nil, &exitError{code: exitUsage, err: fmt.Errorf("--file %q: %w", fs, err)}
+			return req, nil, &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("--file %q: %w", fs, err)}
 		}
 		req.Files[remote] = data
 	}
@@ -260,47 +245,6 @@ func languageFromExt(p string) string {
 		return string(runcode.Bash)
 	}
 	return ""
-}
-
-// parseImage reads --image; local paths are made absolute, since the sandbox is built
-// from them by this process but may be looked at from elsewhere (logs, state records).
-func parseImage(s string) (spec.Image, error) {
-	img, err := spec.ImageFromString(s)
-	if err != nil {
-		return img, err
-	}
-	if img == (spec.Image{}) {
-		return img, errors.New(`empty: give "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
-	}
-	for _, p := range []*string{&img.Dir, &img.OCILayout, &img.Tarball} {
-		if *p != "" {
-			abs, err := filepath.Abs(*p)
-			if err != nil {
-				return img, err
-			}
-			*p = abs
-		}
-	}
-	return img, nil
-}
-
-// open starts the local runtime, explaining what to do when this host cannot run it.
-func (b *backendFlags) open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
-	opts := local.Options{StateDir: b.stateDir, CgroupParent: b.cgroupParent, Logger: log}
-	if isTerminal(progress) {
-		opts.ImageProgress = progressBar(progress)
-	}
-	lb, err := local.New(ctx, opts)
-	if err == nil {
-		return lb, nil
-	}
-	switch {
-	case os.Geteuid() != 0:
-		return nil, fmt.Errorf("%w\nthe local runtime needs root today: run airlock with sudo (rootless mode is not implemented yet)", err)
-	case errors.Is(err, sandbox.ErrUnsupported):
-		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
-	}
-	return nil, err
 }
 
 func spareWait(s *spareRun) error {
@@ -334,37 +278,5 @@ func notes(w io.Writer, res runcode.Result) {
 	}
 	if res.Truncated {
 		fmt.Fprintf(w, "airlock: output truncated at %d bytes per stream (--max-output)\n", res.OutputCapBytes)
-	}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// progressBar draws image-unpack progress on one terminal line.
-func progressBar(w io.Writer) func(done, total int64) {
-	var last time.Time
-	return func(done, total int64) {
-		finished := total > 0 && done >= total
-		if !finished && time.Since(last) < 100*time.Millisecond {
-			return
-		}
-		last = time.Now()
-		const width = 30
-		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
-		if total <= 0 {
-			fmt.Fprintf(w, "\runpacking image: %.1f MiB", mib(done))
-			return
-		}
-		n := int(done * width / total)
-		fmt.Fprintf(w, "\runpacking image [%s%s] %3d%% %.1f/%.1f MiB", strings.Repeat("=", n), strings.Repeat(" ", width-n), done*100/total, mib(done), mib(total))
-		if finished {
-			fmt.Fprintln(w)
-		}
 	}
 }

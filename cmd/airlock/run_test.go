@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
@@ -74,18 +75,18 @@ func execCmd(t *testing.T, cmd *cobra.Command, args []string) (int, error) {
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	if err == nil {
-		return exitOK, nil
+		return cli.ExitOK, nil
 	}
-	var ee *exitError
+	var ee *cli.ExitError
 	if errors.As(err, &ee) {
-		return ee.code, ee.err
+		return ee.Code, ee.Err
 	}
-	return exitRefused, err
+	return cli.ExitRefused, err
 }
 
 func runCommand(t *testing.T, output string, args []string, stdin string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := newRunCmd(&globals{output: output})
+	cmd := newRunCmd(&cli.Globals{Output: output})
 	var out, errb bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)
@@ -139,15 +140,15 @@ func TestRunCommand(t *testing.T) {
 		{name: "oom is 137", args: []string{"-c", "x = b'x' * (1 << 30)\nprint(len(x))"}, code: 137, stderrHas: "out of memory (limit 512Mi)"},
 		{name: "network off", args: []string{"-c", connect}, stdout: "unreachable\n"},
 		// usage errors: nothing runs.
-		{name: "unknown extension", args: []string{notes}, code: exitUsage, stderrHas: "cannot tell the language"},
-		{name: "unknown language", args: []string{"--lang", "ruby", "-c", "x"}, code: exitUsage, stderrHas: `"ruby" is not supported`},
-		{name: "no code", args: nil, code: exitUsage, stderrHas: "no code to run"},
-		{name: "code twice", args: []string{"-c", "x", script}, code: exitUsage, stderrHas: "give the code once"},
-		{name: "fractional timeout", args: []string{"--timeout", "1500ms", "-c", "x"}, code: exitUsage, stderrHas: "whole seconds"},
-		{name: "over-cap timeout", args: []string{"--timeout", "301s", "-c", "x"}, code: exitUsage, stderrHas: "cap of 300 seconds"},
-		{name: "-i with code on stdin", args: []string{"-i", "-"}, code: exitUsage, stderrHas: "-i feeds standard input"},
-		{name: "missing file", args: []string{"--file", filepath.Join(dir, "nope"), "-c", "x"}, code: exitUsage, stderrHas: "nope"},
-		{name: "empty image", args: []string{"--image", "", "-c", "x"}, code: exitUsage, stderrHas: "--image"},
+		{name: "unknown extension", args: []string{notes}, code: cli.ExitUsage, stderrHas: "cannot tell the language"},
+		{name: "unknown language", args: []string{"--lang", "ruby", "-c", "x"}, code: cli.ExitUsage, stderrHas: `"ruby" is not supported`},
+		{name: "no code", args: nil, code: cli.ExitUsage, stderrHas: "no code to run"},
+		{name: "code twice", args: []string{"-c", "x", script}, code: cli.ExitUsage, stderrHas: "give the code once"},
+		{name: "fractional timeout", args: []string{"--timeout", "1500ms", "-c", "x"}, code: cli.ExitUsage, stderrHas: "whole seconds"},
+		{name: "over-cap timeout", args: []string{"--timeout", "301s", "-c", "x"}, code: cli.ExitUsage, stderrHas: "cap of 300 seconds"},
+		{name: "-i with code on stdin", args: []string{"-i", "-"}, code: cli.ExitUsage, stderrHas: "-i feeds standard input"},
+		{name: "missing file", args: []string{"--file", filepath.Join(dir, "nope"), "-c", "x"}, code: cli.ExitUsage, stderrHas: "nope"},
+		{name: "empty image", args: []string{"--image", "", "-c", "x"}, code: cli.ExitUsage, stderrHas: "--image"},
 	}
 	if publicEgress {
 		tests = append(tests, struct {
@@ -181,13 +182,13 @@ func TestRunCommand(t *testing.T) {
 					if spares {
 						parked = env.waitSpare(t)
 					}
-					code, stdout, stderr := runCommand(t, outputText, append(tt.args, env.flags()...), tt.stdin)
+					code, stdout, stderr := runCommand(t, cli.OutputText, append(tt.args, env.flags()...), tt.stdin)
 					if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {
 						t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
 					}
 					if spares {
 						// Usage errors run nothing; --network does not fit a spare.
-						fits := tt.code != exitUsage && !slices.Contains(tt.args, "--network")
+						fits := tt.code != cli.ExitUsage && !slices.Contains(tt.args, "--network")
 						if _, err := os.Stat(filepath.Join(env.spareIndex(t), parked)); fits != errors.Is(err, os.ErrNotExist) {
 							t.Errorf("spare %s: taken %v, want %v", parked, !fits, fits)
 						}
@@ -208,7 +209,7 @@ func (e runtimeEnv) backendCaps(t *testing.T) capability.Set {
 func TestRunCommandJSON(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	code, stdout, stderr := runCommand(t, outputJSON, append([]string{"-l", "bash", "-c", "echo j; echo e >&2; exit 3"}, env.flags()...), "")
+	code, stdout, stderr := runCommand(t, cli.OutputJSON, append([]string{"-l", "bash", "-c", "echo j; echo e >&2; exit 3"}, env.flags()...), "")
 	if code != 3 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -221,31 +222,5 @@ func TestRunCommandJSON(t *testing.T) {
 	}
 	if res.ExitCode != 3 || res.Stdout != "j\n" || res.Stderr != "e\n" || res.Language != "bash" || res.SandboxID == "" {
 		t.Errorf("result %+v", res)
-	}
-}
-
-func TestParseImage(t *testing.T) {
-	wd, _ := os.Getwd()
-	tests := []struct {
-		in, want string // want: the image's String(), or "error"
-	}{
-		{"host", "host"},
-		{"./rootfs", "dir=" + filepath.Join(wd, "rootfs")},
-		{"/srv/rootfs", "dir=/srv/rootfs"},
-		{"oci:./layout", "ociLayout=" + filepath.Join(wd, "layout")},
-		{"img.tar", "tarball=" + filepath.Join(wd, "img.tar")},
-		{"python:3.12", "ref=python:3.12"},
-		{"", "error"},
-		{"oci:", "error"},
-	}
-	for _, tt := range tests {
-		img, err := parseImage(tt.in)
-		got := "error"
-		if err == nil {
-			got = img.String()
-		}
-		if got != tt.want {
-			t.Errorf("parseImage(%q) = %q (%v), want %q", tt.in, got, err, tt.want)
-		}
 	}
 }

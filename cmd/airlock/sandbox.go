@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server/api"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -49,17 +50,17 @@ func (d *daemonFlags) client() (*client.Client, error) {
 	if d.tlsCA != "" {
 		pem, err := os.ReadFile(d.tlsCA)
 		if err != nil {
-			return nil, usageError("--tls-ca: %v", err)
+			return nil, cli.UsageError("--tls-ca: %v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageError("--tls-ca %s: no PEM certificate in it", d.tlsCA)
+			return nil, cli.UsageError("--tls-ca %s: no PEM certificate in it", d.tlsCA)
 		}
 		o.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	c, err := client.New(o)
 	if err != nil {
-		return nil, usageError("%v", err)
+		return nil, cli.UsageError("%v", err)
 	}
 	return c, nil
 }
@@ -88,7 +89,7 @@ func daemonError(err error) error {
 	return err
 }
 
-func newSandboxCmd(g *globals) *cobra.Command {
+func newSandboxCmd(g *cli.Globals) *cobra.Command {
 	d := &daemonFlags{}
 	cmd := &cobra.Command{
 		Use:     "sandbox",
@@ -115,7 +116,7 @@ func parseLabels(flag string, kvs []string) (map[string]string, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, usageError("--%s %q: want key=value", flag, kv)
+			return nil, cli.UsageError("--%s %q: want key=value", flag, kv)
 		}
 		out[k] = v
 	}
@@ -129,7 +130,7 @@ type createFlags struct {
 	lifetime, idle            time.Duration
 }
 
-func newSandboxCreateCmd(g *globals, d *daemonFlags) *cobra.Command {
+func newSandboxCreateCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 	f := &createFlags{}
 	cmd := &cobra.Command{
 		Use:   "create [-f FILE | --template NAME | --image IMG] [--label k=v]...",
@@ -143,7 +144,7 @@ says otherwise (the local runtime has no separate idle timer yet).`,
 		Example: `  airlock sandbox create --image host --label team=ml
   airlock sandbox create -f sandbox.yaml
   airlock sandbox create --template python -o json`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := d.client()
 			if err != nil {
@@ -158,10 +159,10 @@ says otherwise (the local runtime has no separate idle timer yet).`,
 			var sb *client.Sandbox
 			switch {
 			case f.file != "" && f.template != "":
-				return usageError("-f and --template exclude each other")
+				return cli.UsageError("-f and --template exclude each other")
 			case f.template != "":
 				if cmd.Flags().Changed("image") || f.id != "" || len(f.env) > 0 || f.memory != "" || f.cpu != "" || f.lifetime != 0 || f.idle != 0 {
-					return usageError("--template takes only --label")
+					return cli.UsageError("--template takes only --label")
 				}
 				sb, err = c.CreateFromTemplate(ctx, f.template, labels)
 			default:
@@ -174,7 +175,7 @@ says otherwise (the local runtime has no separate idle timer yet).`,
 			if err != nil {
 				return daemonError(err)
 			}
-			if g.output == outputJSON {
+			if g.Output == cli.OutputJSON {
 				return printJSON(cmd.OutOrStdout(), sb.Session)
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
@@ -200,7 +201,7 @@ func (f *createFlags) declaration(cmd *cobra.Command, labels map[string]string) 
 	if f.file != "" {
 		for _, name := range []string{"image", "id", "env", "memory", "cpu", "lifetime", "idle-timeout"} {
 			if cmd.Flags().Changed(name) {
-				return spec.Sandbox{}, usageError("-f takes only --label; --%s belongs in the file", name)
+				return spec.Sandbox{}, cli.UsageError("-f takes only --label; --%s belongs in the file", name)
 			}
 		}
 		var data []byte
@@ -211,11 +212,11 @@ func (f *createFlags) declaration(cmd *cobra.Command, labels map[string]string) 
 			data, err = os.ReadFile(f.file)
 		}
 		if err != nil {
-			return spec.Sandbox{}, usageError("-f: %v", err)
+			return spec.Sandbox{}, cli.UsageError("-f: %v", err)
 		}
 		d, err := spec.ParseSandbox(data)
 		if err != nil {
-			return spec.Sandbox{}, usageError("-f %s: %v", f.file, err)
+			return spec.Sandbox{}, cli.UsageError("-f %s: %v", f.file, err)
 		}
 		// Paths in the file mean the file's directory, as for a stack file.
 		if f.file != "-" {
@@ -232,9 +233,9 @@ func (f *createFlags) declaration(cmd *cobra.Command, labels map[string]string) 
 		maps.Copy(d.Labels, labels)
 		return *d, nil
 	}
-	img, err := parseImage(f.image)
+	img, err := cli.ParseImage(f.image)
 	if err != nil {
-		return spec.Sandbox{}, usageError("--image: %v", err)
+		return spec.Sandbox{}, cli.UsageError("--image: %v", err)
 	}
 	env, err := parseLabels("env", f.env)
 	if err != nil {
@@ -260,13 +261,13 @@ func (f *createFlags) declaration(cmd *cobra.Command, labels map[string]string) 
 	return d, nil
 }
 
-func newSandboxLsCmd(g *globals, d *daemonFlags) *cobra.Command {
+func newSandboxLsCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 	var labels []string
 	cmd := &cobra.Command{
 		Use:     "ls [--label k=v]...",
 		Aliases: []string{"list"},
 		Short:   "List sandboxes (those carrying every --label)",
-		Args:    noArgs,
+		Args:    cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel, err := parseLabels("label", labels)
 			if err != nil {
@@ -281,7 +282,7 @@ func newSandboxLsCmd(g *globals, d *daemonFlags) *cobra.Command {
 			if err != nil {
 				return daemonError(err)
 			}
-			if g.output == outputJSON {
+			if g.Output == cli.OutputJSON {
 				out := make([]sandbox.Session, len(sbs))
 				for i, sb := range sbs {
 					out[i] = sb.Session
@@ -347,10 +348,10 @@ airlock itself failed.`,
 func runSandboxExec(cmd *cobra.Command, d *daemonFlags, f *execFlags, args []string) error {
 	id, argv := args[0], args[1:]
 	if (f.shell == "") == (len(argv) == 0) {
-		return usageError("give either COMMAND after -- or --sh 'SCRIPT'")
+		return cli.UsageError("give either COMMAND after -- or --sh 'SCRIPT'")
 	}
 	if f.timeout <= 0 {
-		return usageError("--timeout %s must be positive", f.timeout)
+		return cli.UsageError("--timeout %s must be positive", f.timeout)
 	}
 	env, err := parseLabels("env", f.env)
 	if err != nil {
@@ -370,7 +371,7 @@ func runSandboxExec(cmd *cobra.Command, d *daemonFlags, f *execFlags, args []str
 	defer c.Close()
 	res, err := c.Sandbox(id).Exec(cmd.Context(), req, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
-		return &exitError{code: exitRunFailed, err: daemonError(err)}
+		return &cli.ExitError{Code: exitRunFailed, Err: daemonError(err)}
 	}
 	status := res.ExitCode
 	switch {
@@ -390,7 +391,7 @@ func runSandboxExec(cmd *cobra.Command, d *daemonFlags, f *execFlags, args []str
 		status = 1
 	}
 	if status != 0 {
-		return &exitError{code: status}
+		return &cli.ExitError{Code: status}
 	}
 	return nil
 }
@@ -417,7 +418,7 @@ func newSandboxCpCmd(d *daemonFlags) *cobra.Command {
 			srcID, srcPath, srcIn := sandboxPath(args[0])
 			dstID, dstPath, dstIn := sandboxPath(args[1])
 			if srcIn == dstIn {
-				return usageError("cp: exactly one of SRC and DST is SESSION:/path (got %q, %q)", args[0], args[1])
+				return cli.UsageError("cp: exactly one of SRC and DST is SESSION:/path (got %q, %q)", args[0], args[1])
 			}
 			c, err := d.client()
 			if err != nil {
@@ -440,7 +441,7 @@ func copyIn(ctx context.Context, cmd *cobra.Command, sb *client.Sandbox, src, ds
 	if src != "-" {
 		f, err := os.Open(src)
 		if err != nil {
-			return usageError("cp: %v", err)
+			return cli.UsageError("cp: %v", err)
 		}
 		defer f.Close()
 		fi, err := f.Stat()
@@ -448,7 +449,7 @@ func copyIn(ctx context.Context, cmd *cobra.Command, sb *client.Sandbox, src, ds
 			return err
 		}
 		if !fi.Mode().IsRegular() {
-			return usageError("cp: %s is not a regular file (directories are not copied yet)", src)
+			return cli.UsageError("cp: %s is not a regular file (directories are not copied yet)", src)
 		}
 		if mode == 0 {
 			mode = uint32(fi.Mode().Perm())
@@ -490,7 +491,7 @@ func copyOut(ctx context.Context, cmd *cobra.Command, sb *client.Sandbox, src, d
 	return os.Rename(tmp.Name(), dst)
 }
 
-func newSandboxStateCmd(g *globals, d *daemonFlags, op string) *cobra.Command {
+func newSandboxStateCmd(g *cli.Globals, d *daemonFlags, op string) *cobra.Command {
 	return &cobra.Command{
 		Use:   op + " SESSION...",
 		Short: strings.ToUpper(op[:1]) + op[1:] + " sandboxes",
@@ -512,7 +513,7 @@ func newSandboxStateCmd(g *globals, d *daemonFlags, op string) *cobra.Command {
 					errs = append(errs, fmt.Errorf("%s %s: %w", op, id, daemonError(err)))
 					continue
 				}
-				if g.output == outputText {
+				if g.Output == cli.OutputText {
 					fmt.Fprintln(cmd.OutOrStdout(), id)
 				}
 			}
@@ -546,7 +547,7 @@ func newSandboxRmCmd(d *daemonFlags) *cobra.Command {
 	}
 }
 
-func newSandboxTokenCmd(g *globals, d *daemonFlags) *cobra.Command {
+func newSandboxTokenCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 	var class string
 	var ttl time.Duration
 	cmd := &cobra.Command{
@@ -559,10 +560,10 @@ execute (exec, files, processes) or manage (pause, resume, terminate), until it 
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if class != string(token.Execute) && class != string(token.Manage) {
-				return usageError("--class %q: allowed are execute and manage", class)
+				return cli.UsageError("--class %q: allowed are execute and manage", class)
 			}
 			if ttl < 0 {
-				return usageError("--ttl %s must be positive", ttl)
+				return cli.UsageError("--ttl %s must be positive", ttl)
 			}
 			c, err := d.client()
 			if err != nil {
@@ -573,7 +574,7 @@ execute (exec, files, processes) or manage (pause, resume, terminate), until it 
 			if err != nil {
 				return daemonError(err)
 			}
-			if g.output == outputJSON {
+			if g.Output == cli.OutputJSON {
 				return printJSON(cmd.OutOrStdout(), t)
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), t.Token)

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -166,7 +167,7 @@ func (p *spareRun) wait() error {
 // startFiller starts a detached airlock spares-fill for img's spares: its own session, no
 // terminal, standard streams on /dev/null (a caller reading this process's output to its end
 // must not wait for it). It outlives this process.
-func startFiller(b *backendFlags, img spec.Image, count int) error {
+func startFiller(b *cli.BackendFlags, img spec.Image, count int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -175,9 +176,9 @@ func startFiller(b *backendFlags, img spec.Image, count int) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"__spares-fill", "--state-dir", b.stateDir, "--image-json", string(imgJSON), "--count", strconv.Itoa(count)}
-	if b.cgroupParent != "" {
-		args = append(args, "--cgroup-parent", b.cgroupParent)
+	args := []string{"__spares-fill", "--state-dir", b.StateDir, "--image-json", string(imgJSON), "--count", strconv.Itoa(count)}
+	if b.CgroupParent != "" {
+		args = append(args, "--cgroup-parent", b.CgroupParent)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -190,10 +191,10 @@ func startFiller(b *backendFlags, img spec.Image, count int) error {
 type sparesFillFlags struct {
 	imageJSON string
 	count     int
-	backend   backendFlags
+	backend   cli.BackendFlags
 }
 
-func newSparesFillCmd(g *globals) *cobra.Command {
+func newSparesFillCmd(g *cli.Globals) *cobra.Command {
 	f := &sparesFillFlags{}
 	cmd := &cobra.Command{
 		Use:    "__spares-fill --image-json JSON [--count N]",
@@ -204,19 +205,19 @@ func newSparesFillCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
-	f.backend.add(cmd)
+	f.backend.Add(cmd)
 	return cmd
 }
 
 func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 	var img spec.Image
 	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
-		return usageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
+		return cli.UsageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
 	}
 	if f.count < 1 || f.count > local.MaxSpares {
-		return usageError("--count %d must be 1 to %d", f.count, local.MaxSpares)
+		return cli.UsageError("--count %d must be 1 to %d", f.count, local.MaxSpares)
 	}
-	logw, err := openFillLog(f.backend.stateDir)
+	logw, err := openFillLog(f.backend.StateDir)
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 	// filler would leave at once.
 	ctx, cancel := context.WithTimeout(cmd.Context(), fillTimeout)
 	defer cancel()
-	b, err := local.New(ctx, local.Options{StateDir: f.backend.stateDir, CgroupParent: f.backend.cgroupParent, Logger: log})
+	b, err := local.New(ctx, local.Options{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent, Logger: log})
 	if err != nil {
 		log.Error("spares: starting the local runtime failed", "err", err)
 		return err

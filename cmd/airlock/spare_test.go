@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -60,7 +61,7 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			break
 		}
 		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
-			if err := startFiller(&backendFlags{stateDir: e.stateDir, cgroupParent: e.parent}, spec.Image{Host: true}, 1); err != nil {
+			if err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1); err != nil {
 				t.Fatal(err)
 			}
 			started = true
@@ -132,7 +133,7 @@ func TestGCSpares(t *testing.T) {
 	env.useSpares(t)
 	id := env.waitSpare(t)
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	code, out, errs := cli(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
+	code, out, errs := cliIn(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
 	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
 		t.Fatalf("gc --spares --dry-run: %d %q %q", code, out, errs)
 	}

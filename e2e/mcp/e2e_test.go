@@ -34,7 +34,7 @@ func requireTool(t *testing.T, name, install string) string {
 	return ""
 }
 
-// TestExternalClient builds cmd/airlock and cmd/airlock-agent, installs the TypeScript SDK
+// TestExternalClient builds cmd/airlock, cmd/airlock-server and cmd/airlock-agent, installs the TypeScript SDK
 // from package-lock.json when node_modules is missing, and runs test/mcp.test.mjs: the
 // official client over stdio and streamable HTTP against `airlock mcp`. Afterwards no sandbox
 // may survive the servers.
@@ -48,12 +48,14 @@ func TestExternalClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cleanup)
-	// Next to airlock, where the local runtime looks for it first.
-	build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(bin), "airlock-agent"), "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
-	out, err := build.CombinedOutput()
-	if err != nil {
-		t.Fatalf("build agent: %v\n%s", err, out)
+	// Next to airlock, where the local runtime looks for the agent first, and where airlock
+	// mcp looks for airlock-server, which serves it.
+	for _, name := range []string{"airlock-agent", "airlock-server"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(bin), name), "github.com/airlock-sandbox/airlock/cmd/"+name)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
 	}
 
 	if _, err := os.Stat("node_modules/@modelcontextprotocol/sdk/package.json"); err != nil {

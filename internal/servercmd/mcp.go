@@ -1,4 +1,4 @@
-package main
+package servercmd
 
 import (
 	"context"
@@ -8,18 +8,16 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/mcp"
 	"github.com/airlock-sandbox/airlock/runcode"
 )
-
-func init() { commands = append(commands, newMCPCmd) }
 
 type mcpFlags struct {
 	http        string
@@ -31,14 +29,15 @@ type mcpFlags struct {
 	poolIdle    time.Duration
 	prestart    string
 	logLevel    string
-	backend     backendFlags
+	backend     cli.BackendFlags
 }
 
-func newMCPCmd(*globals) *cobra.Command {
+// NewMCPCmd is airlock mcp.
+func NewMCPCmd(*cli.Globals) *cobra.Command {
 	f := &mcpFlags{}
 	cmd := &cobra.Command{
 		Use:   "mcp [--http 127.0.0.1:PORT] [--image host|PATH|REF]",
-		Short: "Serve run_code and sandbox session tools to an MCP client (stdio or HTTP)",
+		Short: cli.MCPShort,
 		Long: `Serve the airlock MCP tools: run_code (python, node or bash in a fresh, disposable sandbox
 per call) and, for multi-step agents, sandbox_create, sandbox_exec, sandbox_read_file,
 sandbox_write_file, sandbox_list and sandbox_terminate.
@@ -63,7 +62,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 
   # Claude Desktop, Cursor and other stdio clients:
   {"mcpServers": {"airlock": {"command": "sudo", "args": ["airlock", "mcp"]}}}`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runMCP(cmd, f) },
 	}
 	fl := cmd.Flags()
@@ -76,48 +75,48 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
-	f.backend.add(cmd)
+	f.backend.Add(cmd)
 	return cmd
 }
 
 func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return usageError("--log-level %q: allowed are debug, info, warn, error", f.logLevel)
+		return cli.UsageError("--log-level %q: allowed are debug, info, warn, error", f.logLevel)
 	}
-	img, err := parseImage(f.image)
+	img, err := cli.ParseImage(f.image)
 	if err != nil {
-		return usageError("--image: %v", err)
+		return cli.UsageError("--image: %v", err)
 	}
 	if f.maxSessions < 1 {
-		return usageError("--max-sessions %d must be at least 1", f.maxSessions)
+		return cli.UsageError("--max-sessions %d must be at least 1", f.maxSessions)
 	}
 	if f.maxRuns < 1 {
-		return usageError("--max-runs %d must be at least 1", f.maxRuns)
+		return cli.UsageError("--max-runs %d must be at least 1", f.maxRuns)
 	}
 	if f.pool < 0 || f.pool > local.MaxPoolSize {
-		return usageError("--pool %d must be 0 (no pool) to %d", f.pool, local.MaxPoolSize)
+		return cli.UsageError("--pool %d must be 0 (no pool) to %d", f.pool, local.MaxPoolSize)
 	}
 	if f.poolMax != 0 && (f.poolMax < f.pool || f.poolMax > local.MaxPoolSize) {
-		return usageError("--pool-max %d must be --pool (%d) to %d", f.poolMax, f.pool, local.MaxPoolSize)
+		return cli.UsageError("--pool-max %d must be --pool (%d) to %d", f.poolMax, f.pool, local.MaxPoolSize)
 	}
 	if f.poolIdle < time.Second {
-		return usageError("--pool-idle %v must be at least 1s", f.poolIdle)
+		return cli.UsageError("--pool-idle %v must be at least 1s", f.poolIdle)
 	}
 	prestart, err := runcode.ParsePrestart(f.prestart)
 	if err != nil {
-		return usageError("--pool-prestart: %v", err)
+		return cli.UsageError("--pool-prestart: %v", err)
 	}
 	if cmd.Flags().Changed("pool-prestart") && f.pool == 0 && len(prestart) > 0 {
-		return usageError("--pool-prestart needs --pool: interpreters are pre-started in pooled sandboxes")
+		return cli.UsageError("--pool-prestart needs --pool: interpreters are pre-started in pooled sandboxes")
 	}
 	var ln net.Listener
 	if f.http != "" {
-		if err := checkLoopback(f.http); err != nil {
-			return usageError("--http %v", err)
+		if err := cli.CheckLoopback(f.http); err != nil {
+			return cli.UsageError("--http %v", err)
 		}
 		if ln, err = net.Listen("tcp", f.http); err != nil {
-			return &exitError{code: exitRefused, err: fmt.Errorf("--http: %w", err)}
+			return &cli.ExitError{Code: cli.ExitRefused, Err: fmt.Errorf("--http: %w", err)}
 		}
 		defer ln.Close()
 	}
@@ -126,7 +125,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Image unpack progress must not go near stdout, which carries the protocol.
-	b, err := f.backend.open(ctx, cmd.ErrOrStderr(), log)
+	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
 	if err != nil {
 		return err
 	}
@@ -137,7 +136,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 		popts := local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log}
 		if len(prestart) > 0 {
 			if popts.Prestart, err = runcode.Prestart(runcode.PrestartOptions{Languages: prestart, Logger: log}); err != nil {
-				return usageError("--pool-prestart: %v", err)
+				return cli.UsageError("--pool-prestart: %v", err)
 			}
 		}
 		pool, err := local.NewPool(ctx, b, tmpl, popts)
@@ -161,21 +160,6 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "airlock mcp: serving streamable HTTP on http://%s%s\n", ln.Addr(), mcp.HTTPPath)
 	return s.ServeListener(ctx, ln)
-}
-
-// checkLoopback refuses an address other clients on the network could reach.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("%q: %v (want host:port, e.g. 127.0.0.1:8765)", addr, err)
-	}
-	if strings.EqualFold(host, "localhost") {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("%q is not a loopback address: the MCP HTTP transport has no authentication, so it serves 127.0.0.1 or [::1] only", addr)
 }
 
 // mcpVersion is this build's module version for the MCP handshake ("dev" from a work tree).

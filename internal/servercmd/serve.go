@@ -1,4 +1,5 @@
-package main
+// Package servercmd holds the daemon commands, serve and mcp: the airlock-server binary, kept out of the one-shot CLI (DESIGN.md, "Start-up is on the hot path").
+package servercmd
 
 import (
 	"context"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/server/api"
 )
 
-func init() { commands = append(commands, newServeCmd) }
+// Commands are the constructors of the commands airlock-server runs.
+var Commands = []func(*cli.Globals) *cobra.Command{NewServeCmd, NewMCPCmd}
 
 type serveFlags struct {
 	socket        string
@@ -36,14 +39,15 @@ type serveFlags struct {
 	templatesFile string
 	logLevel      string
 	logFormat     string
-	backend       backendFlags
+	backend       cli.BackendFlags
 }
 
-func newServeCmd(*globals) *cobra.Command {
+// NewServeCmd is airlock serve.
+func NewServeCmd(*cli.Globals) *cobra.Command {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve [--socket PATH] [--listen ADDR --tls-cert F --tls-key F] [--api-key-file F]",
-		Short: "Run the daemon: the sandbox HTTP API on a unix socket (and optionally TCP)",
+		Short: cli.ServeShort,
 		Long: `Serve the airlock HTTP API (docs/api.md) over the local runtime.
 
 On the unix socket (default ` + api.DefaultSocket + `, mode 0660) the socket's file
@@ -61,7 +65,7 @@ start adopts them.`,
   sudo airlock serve --listen :7443 --tls-cert cert.pem --tls-key key.pem --api-key-file /etc/airlock/api-keys
 
   curl --unix-socket /run/airlock/airlock.sock http://airlock/v1/sandboxes`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runServe(cmd, f) },
 	}
 	fl := cmd.Flags()
@@ -78,14 +82,14 @@ start adopts them.`,
 	fl.StringVar(&f.templatesFile, "templates", "", `Stack file whose sandboxes are templates, named by id ({"template": "<id>"})`)
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
-	f.backend.add(cmd)
+	f.backend.Add(cmd)
 	return cmd
 }
 
 func (f *serveFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, usageError("--log-level %q: allowed are debug, info, warn, error", f.logLevel)
+		return nil, cli.UsageError("--log-level %q: allowed are debug, info, warn, error", f.logLevel)
 	}
 	o := &slog.HandlerOptions{Level: level}
 	switch f.logFormat {
@@ -94,17 +98,17 @@ func (f *serveFlags) logger(w io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
-	return nil, usageError("--log-format %q: allowed are text and json", f.logFormat)
+	return nil, cli.UsageError("--log-format %q: allowed are text and json", f.logFormat)
 }
 
 // socketOwner parses --socket-mode and --socket-group.
 func (f *serveFlags) socketOwner() (os.FileMode, int, error) {
 	mode, err := strconv.ParseUint(f.socketMode, 8, 32)
 	if err != nil || mode > 0o777 {
-		return 0, 0, usageError("--socket-mode %q: want octal permission bits, e.g. 0660", f.socketMode)
+		return 0, 0, cli.UsageError("--socket-mode %q: want octal permission bits, e.g. 0660", f.socketMode)
 	}
 	if mode&0o007 != 0 {
-		return 0, 0, usageError("--socket-mode %s lets every local user drive the daemon; use a group (--socket-group) instead", f.socketMode)
+		return 0, 0, cli.UsageError("--socket-mode %s lets every local user drive the daemon; use a group (--socket-group) instead", f.socketMode)
 	}
 	gid := -1
 	if f.socketGroup != "" {
@@ -113,7 +117,7 @@ func (f *serveFlags) socketOwner() (os.FileMode, int, error) {
 		} else if g, err := user.LookupGroup(f.socketGroup); err == nil {
 			gid, _ = strconv.Atoi(g.Gid)
 		} else {
-			return 0, 0, usageError("--socket-group %q: %v", f.socketGroup, err)
+			return 0, 0, cli.UsageError("--socket-group %q: %v", f.socketGroup, err)
 		}
 	}
 	return os.FileMode(mode), gid, nil
@@ -123,22 +127,22 @@ func (f *serveFlags) socketOwner() (os.FileMode, int, error) {
 func (f *serveFlags) tcpTLS() (*tls.Config, error) {
 	if f.listen == "" {
 		if f.tlsCert != "" || f.tlsKey != "" {
-			return nil, usageError("--tls-cert/--tls-key need --listen")
+			return nil, cli.UsageError("--tls-cert/--tls-key need --listen")
 		}
 		return nil, nil
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return nil, usageError("--tls-cert and --tls-key go together")
+		return nil, cli.UsageError("--tls-cert and --tls-key go together")
 	}
 	if f.tlsCert == "" {
-		if err := checkLoopback(f.listen); err != nil {
-			return nil, usageError("--listen %s without TLS: the address is not loopback; give --tls-cert and --tls-key", f.listen)
+		if err := cli.CheckLoopback(f.listen); err != nil {
+			return nil, cli.UsageError("--listen %s without TLS: the address is not loopback; give --tls-cert and --tls-key", f.listen)
 		}
 		return nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
 	if err != nil {
-		return nil, usageError("--tls-cert/--tls-key: %v", err)
+		return nil, cli.UsageError("--tls-cert/--tls-key: %v", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
@@ -159,14 +163,14 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	opts := server.Options{RequireAPIKeyOnUnix: f.requireKey, MaxTokenTTL: f.maxTokenTTL, Logger: log}
 	if f.apiKeyFile != "" {
 		if opts.APIKeys, err = server.LoadAPIKeys(f.apiKeyFile); err != nil {
-			return usageError("--api-key-file: %v", err)
+			return cli.UsageError("--api-key-file: %v", err)
 		}
 	} else if f.requireKey {
-		return usageError("--require-api-key needs --api-key-file")
+		return cli.UsageError("--require-api-key needs --api-key-file")
 	}
 	if f.templatesFile != "" {
 		if opts.Templates, err = server.LoadTemplates(f.templatesFile); err != nil {
-			return usageError("--templates: %v", err)
+			return cli.UsageError("--templates: %v", err)
 		}
 	}
 	if opts.SigningKey, err = server.LoadOrCreateSigningKey(f.signingKey); err != nil {
@@ -175,7 +179,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b, err := f.backend.open(ctx, io.Discard, log)
+	b, err := f.backend.Open(ctx, io.Discard, log)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,232 @@
+// Package cli is what the airlock and airlock-server commands share: the root command, exit statuses, and the local runtime's flags.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+// Exit statuses every command shares.
+const (
+	ExitOK      = 0
+	ExitRefused = 1 // the command ran and found something refused (or failed)
+	ExitUsage   = 2 // bad flags, arguments or input files
+)
+
+// Output formats for -o/--output.
+const (
+	OutputText = "text"
+	OutputJSON = "json"
+)
+
+// Globals are the persistent flags of the root command.
+type Globals struct {
+	Output string
+}
+
+// ExitError carries a command's exit status; Err, when set, is printed on stderr.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// UsageError is a bad flag, argument or input: exit status 2.
+func UsageError(format string, a ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
+}
+
+// NoArgs refuses positional arguments as a usage error.
+func NoArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return UsageError("%s takes no arguments, got %q", cmd.CommandPath(), args)
+	}
+	return nil
+}
+
+// NewRoot builds the root command named name with the commands cmds construct. A command
+// returns UsageError for bad flags, arguments or input (exit 2), &ExitError{Code: 1} for a
+// refusal, and any other error for a failure (exit 1).
+func NewRoot(name string, cmds []func(*Globals) *cobra.Command) *cobra.Command {
+	g := &Globals{}
+	root := &cobra.Command{
+		Use:           name,
+		Short:         "Run code an LLM just wrote, in real isolation",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if g.Output != OutputText && g.Output != OutputJSON {
+				return UsageError("-o/--output %q: allowed are %s, %s", g.Output, OutputText, OutputJSON)
+			}
+			return nil
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.PersistentFlags().StringVarP(&g.Output, "output", "o", OutputText, "output format: text or json")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("%w\nsee '%s --help'", err, cmd.CommandPath())}
+	})
+	for _, c := range cmds {
+		root.AddCommand(c(g))
+	}
+	return root
+}
+
+// Run executes root with args and returns the exit status: 0 success, 1 refused or failed,
+// 2 usage or input error.
+func Run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	name := root.Name()
+	// An unknown command is a usage error; Find reports it before anything runs.
+	if _, _, err := root.Find(args); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\nsee '%s --help'\n", name, err, name)
+		return ExitUsage
+	}
+	err := root.Execute()
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintln(stderr, name+":", ee.Err)
+		}
+		return ee.Code
+	}
+	fmt.Fprintln(stderr, name+":", err)
+	return ExitRefused
+}
+
+// BackendFlags pick and place the local runtime (shared by run, mcp and serve).
+type BackendFlags struct {
+	StateDir     string
+	CgroupParent string
+}
+
+// Add declares the flags on cmd.
+func (b *BackendFlags) Add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&b.StateDir, "state-dir", local.DefaultStateDir, "the local runtime's state directory")
+	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
+	cmd.Flags().StringVar(&b.CgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
+	_ = cmd.Flags().MarkHidden("cgroup-parent")
+}
+
+// Open starts the local runtime, explaining what to do when this host cannot run it.
+func (b *BackendFlags) Open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
+	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log}
+	if isTerminal(progress) {
+		opts.ImageProgress = progressBar(progress)
+	}
+	lb, err := local.New(ctx, opts)
+	if err == nil {
+		return lb, nil
+	}
+	switch {
+	case os.Geteuid() != 0:
+		return nil, fmt.Errorf("%w\nthe local runtime needs root today: run airlock with sudo (rootless mode is not implemented yet)", err)
+	case errors.Is(err, sandbox.ErrUnsupported):
+		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
+	}
+	return nil, err
+}
+
+// ParseImage reads --image; local paths are made absolute, since the sandbox is built
+// from them by this process but may be looked at from elsewhere (logs, state records).
+func ParseImage(s string) (spec.Image, error) {
+	img, err := spec.ImageFromString(s)
+	if err != nil {
+		return img, err
+	}
+	if img == (spec.Image{}) {
+		return img, errors.New(`empty: give "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
+	}
+	for _, p := range []*string{&img.Dir, &img.OCILayout, &img.Tarball} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return img, err
+			}
+			*p = abs
+		}
+	}
+	return img, nil
+}
+
+// CheckLoopback refuses an address other clients on the network could reach.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v (want host:port, e.g. 127.0.0.1:8765)", addr, err)
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: the MCP HTTP transport has no authentication, so it serves 127.0.0.1 or [::1] only", addr)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progressBar draws image-unpack progress on one terminal line.
+func progressBar(w io.Writer) func(done, total int64) {
+	var last time.Time
+	return func(done, total int64) {
+		finished := total > 0 && done >= total
+		if !finished && time.Since(last) < 100*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		const width = 30
+		mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+		if total <= 0 {
+			fmt.Fprintf(w, "\runpacking image: %.1f MiB", mib(done))
+			return
+		}
+		n := int(done * width / total)
+		fmt.Fprintf(w, "\runpacking image [%s%s] %3d%% %.1f/%.1f MiB", strings.Repeat("=", n), strings.Repeat(" ", width-n), done*100/total, mib(done), mib(total))
+		if finished {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// Short descriptions of the daemon commands, shown by airlock's help too (they run in
+// airlock-server).
+const (
+	ServeShort = "Run the daemon: the sandbox HTTP API on a unix socket (and optionally TCP)"
+	MCPShort   = "Serve run_code and sandbox session tools to an MCP client (stdio or HTTP)"
+)
