@@ -291,6 +291,44 @@ func (g *execGroup) finish() error {
 	return g.destroy()
 }
 
+// release is finish for an exec whose exit is reported before everything it started is
+// confirmed gone (exitFirst): an empty v1 cgroup is recycled as finish does; otherwise what is
+// left is sent SIGKILL once (v1 under a freeze, so nothing in it forks meanwhile; v2 through
+// cgroup.kill) and rest, run after the report, waits until the cgroup is empty and removes it.
+// The OOM counter is read now: an OOM kill among the exec's processes is counted by the time
+// its main process has been reaped, and the processes killed here die of SIGKILL, not of OOM.
+func (g *execGroup) release() (rest func() error, err error) {
+	switch g.kind {
+	case scopeV1:
+		if g.dir == "" {
+			return nil, g.finish()
+		}
+		if g.left != nil {
+			<-g.left
+		}
+		if !g.killed && g.c.recycle(g.dir) {
+			g.dir = ""
+			g.endOOM()
+			return nil, nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+		defer cancel()
+		g.killed = true
+		err = g.sweepV1(ctx)
+	case scopeV2:
+		g.killed = true
+		err = kernfile.Write(g.dir+"/cgroup.kill", "1")
+	default:
+		return nil, g.finish()
+	}
+	if err != nil {
+		// Nothing is reported before it is gone, then.
+		return nil, errors.Join(err, g.destroy())
+	}
+	g.endOOM()
+	return g.destroy, nil
+}
+
 // recycle renames an exec's v1 cgroup to be the next spare instead of removing it (and making
 // the spare anew after the answer): a v1 cgroup's creation and removal are the costliest part
 // of an exec's cgroup work, much of it done by kernel threads after the fact, while a rename
@@ -387,7 +425,6 @@ func (g *execGroup) killV2() error {
 func (g *execGroup) killV1() error {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
-	self := os.Getpid()
 	for wait := newBackoff(); ; {
 		pids, err := readPids(g.dir + "/cgroup.procs")
 		if err != nil {
@@ -396,29 +433,39 @@ func (g *execGroup) killV1() error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if err := g.freeze(ctx); err != nil {
+		if err := g.sweepV1(ctx); err != nil {
 			return err
-		}
-		pids, err = readPids(g.dir + "/cgroup.procs")
-		if err != nil {
-			return err
-		}
-		for _, pid := range pids {
-			// The spawner thread passes through exec cgroups; the agent never kills itself.
-			if pid == self {
-				continue
-			}
-			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
-				return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
-			}
-		}
-		if err := kernfile.Write(g.dir+"/freezer.state", "THAWED"); err != nil {
-			return fmt.Errorf("thaw exec cgroup %s: %w", g.dir, err)
 		}
 		if !wait.sleep(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
 		}
 	}
+}
+
+// sweepV1 sends SIGKILL to every process in the v1 cgroup while it is frozen, then thaws it
+// so the kills are delivered. It does not wait for them to die.
+func (g *execGroup) sweepV1(ctx context.Context) error {
+	if err := g.freeze(ctx); err != nil {
+		return err
+	}
+	pids, err := readPids(g.dir + "/cgroup.procs")
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	for _, pid := range pids {
+		// The spawner thread passes through exec cgroups; the agent never kills itself.
+		if pid == self {
+			continue
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+			return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
+		}
+	}
+	if err := kernfile.Write(g.dir+"/freezer.state", "THAWED"); err != nil {
+		return fmt.Errorf("thaw exec cgroup %s: %w", g.dir, err)
+	}
+	return nil
 }
 
 func (g *execGroup) freeze(ctx context.Context) error {

@@ -37,6 +37,7 @@ type execSpec struct {
 	tty       bool
 	rows      int
 	cols      int
+	exitFirst bool // background process only (wire.ExecRequest.ExitFirst)
 }
 
 // outputGrace is how long output may still arrive after everything the exec started is dead
@@ -57,7 +58,7 @@ func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 	inv := func(field, format string, a ...any) error {
 		return fmt.Errorf("%w: %s: %s", sbtypes.ErrInvalid, field, fmt.Sprintf(format, a...))
 	}
-	sp := &execSpec{stdin: req.Stdin, tty: req.TTY}
+	sp := &execSpec{stdin: req.Stdin, tty: req.TTY, exitFirst: req.ExitFirst}
 	switch {
 	case len(req.Argv) > 0 && req.Shell != "":
 		return nil, inv("argv", "argv and shell are both set; set exactly one")
@@ -244,6 +245,10 @@ type job struct {
 
 	mu   sync.Mutex // guards done against signal()
 	done bool       // the main process has been reaped
+
+	// rest, set by supervise for an exitFirst job that left processes behind, empties and
+	// removes its cgroup; the caller runs it once the exit is reported.
+	rest func() error
 }
 
 func newID() string {
@@ -590,8 +595,15 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	}
 	end := time.Now()
 	j.reaped()
-	// The exec owns everything it started: what outlives the main process dies with it.
-	errs = append(errs, j.group.finish())
+	// The exec owns everything it started: what outlives the main process dies with it
+	// (exitFirst: is sent SIGKILL now and confirmed gone after the report).
+	if j.spec.exitFirst && !timedOut && !cancelled {
+		var err error
+		j.rest, err = j.group.release()
+		errs = append(errs, err)
+	} else {
+		errs = append(errs, j.group.finish())
+	}
 	j.closeStdin()
 	pumpsDone := make(chan struct{})
 	go func() { wg.Wait(); close(pumpsDone) }()

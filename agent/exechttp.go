@@ -122,6 +122,11 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if sp.exitFirst {
+		// An exec's answer is its caller's proof that nothing of it runs on.
+		writeError(w, fmt.Errorf("%w: exitFirst: only a background process (POST /v1/processes) may report its exit first", sbtypes.ErrInvalid))
+		return
+	}
 	rc := http.NewResponseController(w)
 	if req.Stdin {
 		if err := rc.EnableFullDuplex(); err != nil {

@@ -168,6 +168,11 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		p.exit, p.err = s.supervise(ctx, j, p.out)
 		p.out.close()
 		close(p.done)
+		if j.rest != nil {
+			if err := j.rest(); err != nil {
+				s.log.Error("background process: removing what it left after its exit was reported", "id", j.id, "err", err)
+			}
+		}
 		s.cg.prepare()
 	}()
 	writeJSON(w, http.StatusCreated, p.describe())

@@ -17,6 +17,10 @@ import (
 type ProcessRequest struct {
 	sbtypes.ExecRequest
 	OpenStdin bool
+	// ExitFirst: the caller discards the sandbox after this process, and wants its exit as
+	// soon as the process has exited, before whatever else it started (sent SIGKILL by then)
+	// is confirmed gone (wire.ExecRequest.ExitFirst).
+	ExitFirst bool
 }
 
 // Process describes a background process.
@@ -51,6 +55,7 @@ func (c *Client) StartProcess(ctx context.Context, req ProcessRequest, opts ...E
 		return Process{}, err
 	}
 	w.Stdin = req.OpenStdin
+	w.ExitFirst = req.ExitFirst
 	var p wire.Process
 	if err := c.doJSON(ctx, http.MethodPost, "/v1/processes", nil, w, &p, http.StatusCreated, true); err != nil {
 		return Process{}, err

@@ -52,6 +52,12 @@ type ExecRequest struct {
 	TTY       bool  `json:"tty,omitempty"`
 	Rows      int   `json:"rows,omitempty"` // tty only; default 24
 	Cols      int   `json:"cols,omitempty"` // tty only; default 80
+	// ExitFirst (background processes only; an exec refuses it) is for a caller that discards
+	// the sandbox after this process: the exit is reported once the main process has exited
+	// and the output has ended, with whatever else the process started sent SIGKILL (under a
+	// freeze of its cgroup, so nothing forks meanwhile) but not yet confirmed gone; the agent
+	// empties and removes the process's cgroup after the report instead of before it.
+	ExitFirst bool `json:"exitFirst,omitempty"`
 }
 
 // Exit is the payload of the terminal exit frame and the answer of GET /v1/processes/{id}/wait.
