@@ -10,9 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -20,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -137,7 +142,9 @@ func writeOCILayout(t *testing.T, dir string) string {
 		if err != nil {
 			return err
 		}
-		hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = rel, 0, 0, "", ""
+		// The owners the files have on disk (a test chowns what it wants owned).
+		st := fi.Sys().(*syscall.Stat_t)
+		hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = rel, int(st.Uid), int(st.Gid), "", ""
 		if d.IsDir() {
 			hdr.Name += "/"
 		}
@@ -192,10 +199,9 @@ func TestOCIImage(t *testing.T) {
 	if res.ExitCode != 0 || !strings.Contains(out, "from the image") || !strings.Contains(out, "env=yes") || !strings.Contains(out, "ro\n") {
 		t.Fatalf("out %q err %q res %+v", out, errs, res)
 	}
-	// Unpacked into UIDBase's own range, which no sandbox maps (uidrange.go): inside, the
-	// image's files belong to the overflow id, never to an id a sandbox process can hold.
-	if !strings.Contains(out, " 65534 65534 ") {
-		t.Errorf("/hello is not owned by an unmapped id: %q", out)
+	// Owned by the image's root, as the image says (idmap.go), not by the overflow id.
+	if owner := lsOwners(out)["/hello"]; owner != "0:0" {
+		t.Errorf("/hello is not owned by the image's root: %q", out)
 	}
 	// A second sandbox from the same image is a cache hit.
 	s2, err := x.b.Create(context.Background(), spec.Sandbox{ID: "again", Image: spec.Image{OCILayout: layoutDir}})
@@ -208,3 +214,146 @@ func TestOCIImage(t *testing.T) {
 }
 
 func v1Config(env ...string) v1.Config { return v1.Config{Env: env} }
+
+// TestOCIImageOwnership: an image's files show the owners the image gave them (its user's
+// 0700 home is open to the code running as that uid, root's 0600 file is not), and on the
+// host the cache's files keep UIDBase+id, an id no sandbox maps (idmap.go).
+func TestOCIImageOwnership(t *testing.T) {
+	root := minimalRootfs(t)
+	home := filepath.Join(root, "home", "app")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(home), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range map[string]string{filepath.Join(home, "secret"): "the app's own\n", filepath.Join(root, "rootonly"): "root's\n"} {
+		if err := os.WriteFile(p, []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{home, filepath.Join(home, "secret")} {
+		if err := os.Chown(p, nsinit.CodeUID, nsinit.CodeGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := newBox(t, func(d *spec.Sandbox) { d.Image = spec.Image{OCILayout: writeOCILayout(t, root)} })
+	out, errs, _ := x.run(t, `ls -lnd /home/app /home/app/secret /rootonly; cat /home/app/secret; cat /rootonly 2>/dev/null || echo denied; (echo x > /home/app/secret) 2>/dev/null || echo ro`, 30*time.Second)
+	owners := lsOwners(out)
+	for p, want := range map[string]string{"/home/app": "1000:1000", "/home/app/secret": "1000:1000", "/rootonly": "0:0"} {
+		if owners[p] != want {
+			t.Errorf("%s is owned by %q inside, want %s: %q (stderr %q)", p, owners[p], want, out, errs)
+		}
+	}
+	for _, want := range []string{"the app's own\n", "denied\n", "ro\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in %q (stderr %q)", want, out, errs)
+		}
+	}
+	if strings.Contains(out, "root's") {
+		t.Errorf("the code read root's 0600 file: %q", out)
+	}
+	secrets := cacheFiles(t, x.b.opts.ImageCacheDir, "home/app/secret")
+	for _, p := range secrets {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if want := uint32(x.b.opts.UIDBase + nsinit.CodeUID); st.Uid != want || st.Gid != want {
+			t.Errorf("%s is owned by %d:%d on the host, want %d", p, st.Uid, st.Gid, want)
+		}
+	}
+}
+
+// TestDirRootReadOnlyToSandboxRoot: a directory root (an unpacked image, a directory image)
+// stays read-only even to the sandbox's root — as if the code had become it: nsenter gives
+// full capabilities in the sandbox's user namespace and no seccomp. The host locks the
+// mount's flags (idmap.go); unlocked, the sandbox's root remounted it read-write and wrote
+// the image's world-writable file on the host, and through an image's idmapping any file of
+// the shared cache.
+func TestDirRootReadOnlyToSandboxRoot(t *testing.T) {
+	root := minimalRootfs(t)
+	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin", "rootremount"), "./testdata/rootremount")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build rootremount: %v\n%s", err, out)
+	}
+	shared := filepath.Join(root, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const content = "the image's\n"
+	for _, f := range []string{filepath.Join(shared, "open"), filepath.Join(root, "hello")} {
+		if err := os.WriteFile(f, []byte(content), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	layoutDir := writeOCILayout(t, root)
+	for _, tc := range []struct {
+		name  string
+		image spec.Image
+	}{
+		{"oci", spec.Image{OCILayout: layoutDir}},
+		{"dir", spec.Image{Dir: root}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newBox(t, func(d *spec.Sandbox) { d.Image = tc.image })
+			pid := x.b.sessionInitPID(x.sess.ID)
+			got, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-U", "-m", "--", "/bin/rootremount",
+				"/shared", "/shared/open", "/hello", "/hello").CombinedOutput()
+			if err != nil {
+				t.Fatalf("nsenter: %v\n%s", err, got)
+			}
+			if lines := strings.Split(strings.TrimSpace(string(got)), "\n"); len(lines) != 6 {
+				t.Fatalf("rootremount: %q", got)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(got)), "\n") {
+				if strings.HasSuffix(l, ": ok") {
+					t.Errorf("the sandbox's root could: %s", l)
+				}
+			}
+			files := []string{filepath.Join(shared, "open"), filepath.Join(root, "hello")}
+			if tc.image.OCILayout != "" {
+				files = append(cacheFiles(t, x.b.opts.ImageCacheDir, "shared/open"), cacheFiles(t, x.b.opts.ImageCacheDir, "hello")...)
+			}
+			for _, f := range files {
+				if b, err := os.ReadFile(f); err != nil || string(b) != content {
+					t.Errorf("%s on the host: %q %v", f, b, err)
+				}
+			}
+		})
+	}
+}
+
+// cacheFiles returns the unpacked copies of rel (a path inside an image) in the image cache.
+func cacheFiles(t *testing.T, cache, rel string) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(p, "/"+rel) && d.Type().IsRegular() {
+			found = append(found, p)
+		}
+		return err
+	})
+	if err != nil || len(found) == 0 {
+		t.Fatalf("%s in the cache %s: %v, %v", rel, cache, found, err)
+	}
+	return found
+}
+
+// lsOwners maps each path `ls -ln` listed in out to its "uid:gid".
+func lsOwners(out string) map[string]string {
+	owners := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 8 && strings.HasPrefix(f[len(f)-1], "/") {
+			owners[f[len(f)-1]] = f[2] + ":" + f[3]
+		}
+	}
+	return owners
+}

@@ -316,6 +316,9 @@ type resolved struct {
 	workdir  string
 	rootKind string
 	rootSrc  string
+	// imageIDs, when not 0, is the host id rootSrc's files of id 0 belong to (an unpacked
+	// image's UIDBase): its clone is idmapped onto the sandbox's range (idmap.go).
+	imageIDs int
 	env      map[string]string
 	hostname string
 	gvisor   bool
@@ -416,7 +419,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 		if err != nil {
 			return nil, err
 		}
-		r.rootKind, r.rootSrc = nsinit.RootDir, dir
+		r.rootKind, r.rootSrc, r.imageIDs = nsinit.RootDir, dir, opts.UIDBase
 		if entry, err := image.Inspect(dir); err == nil {
 			imageEnv = entry.Config.Env
 		}
@@ -527,8 +530,34 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		}
 		cgc <- cgResult{cg, err}
 	}()
+	// A directory root's locked clone (idmap.go) needs only the range: made meanwhile too.
+	type treeResult struct {
+		tree *os.File
+		err  error
+	}
+	treec := make(chan treeResult, 1)
+	if r.rootKind == nsinit.RootDir {
+		go func() {
+			t, err := b.rootTree(r.rootSrc, r.imageIDs, idBase)
+			treec <- treeResult{t, err}
+		}()
+	} else {
+		treec <- treeResult{}
+	}
 	key, ring, err := b.sessionDirAndKey(dir, id, idBase)
 	cgr := <-cgc
+	tr := <-treec
+	if tr.tree != nil {
+		defer tr.tree.Close()
+	}
+	rootSrc := r.rootSrc
+	if tr.tree != nil && err == nil {
+		// In the host's namespace only until init's clone has copied (and locked) it.
+		if rootSrc, err = attachImage(dir, tr.tree); err == nil {
+			defer detachImage(dir)
+		}
+	}
+	err = errors.Join(err, tr.err)
 	now := time.Now()
 	s := &session{
 		dir: dir, key: key, cg: cgr.cg, done: make(chan struct{}),
@@ -543,7 +572,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	}
 	cg := s.cg
 	cfg := &nsinit.Config{
-		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: r.rootSrc,
+		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: rootSrc,
 		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{
@@ -557,6 +586,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	}
 	defer restored()
 	st, err := b.spawn(ctx, s, cg, cfg, func() error {
+		if tr.tree != nil {
+			if err := detachImage(dir); err != nil {
+				return err
+			}
+		}
 		e := etc()
 		cfg.EtcDir = e.dir
 		if e.dir != "" {
@@ -1049,13 +1083,17 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 		}
 	}
 	// runsc leaves a namespace file bind-mounted in its state (null-netns): whatever is
-	// mounted there goes before the files do. A native sandbox never mounts in the host's
-	// namespace (its own is a copy whose shared mounts the kernel made slaves, and the host
-	// mounts nothing there), so its sessions skip reading the host's mount table.
+	// mounted there goes before the files do. A native sandbox mounts in the host's
+	// namespace only a directory root's clone, during its create (idmap.go); its own
+	// namespace is a copy whose shared mounts the kernel made slaves. So its sessions skip
+	// reading the host's mount table and detach that one mount point, there if the create
+	// died half-way.
 	if native := rec != nil && rec.Runtime == "" && !gvisor; !native {
 		if err := unmountUnder(dir); err != nil {
 			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 		}
+	} else if err := detachImage(dir); err != nil {
+		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
 	if err := b.detachEgress(ctx, id, dir); err != nil { // egress.go
 		return fmt.Errorf("%w: terminate %s: egress: %v", sandbox.ErrOutcomeUnknown, id, err)

@@ -404,7 +404,12 @@ func TestPoolHelperProcess(t *testing.T) {
 func TestPoolCreateFailures(t *testing.T) {
 	b := newTestBackend(t)
 	tmpl := poolTemplate()
-	tmpl.Image = spec.Image{Dir: t.TempDir()} // resolves, but holds no system to start
+	// Resolves, but init cannot read it: mode 0700 and the host root's, an id no sandbox maps.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Image = spec.Image{Dir: dir}
 	p, err := NewPool(t.Context(), b, tmpl, PoolOptions{Size: 1})
 	if err != nil {
 		t.Fatal(err)

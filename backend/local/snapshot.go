@@ -340,11 +340,12 @@ func (b *Backend) resolveSnapshot(ctx context.Context, decl spec.Sandbox, r *res
 		if err != nil {
 			return nil, err
 		}
-		dir, err := image.ResolveImage(ctx, img, "snapshot "+snap.Name+" base", b.opts.ImageCacheDir, b.imageResolveOptions())
+		opts := b.imageResolveOptions()
+		dir, err := image.ResolveImage(ctx, img, "snapshot "+snap.Name+" base", b.opts.ImageCacheDir, opts)
 		if err != nil {
 			return nil, err
 		}
-		r.rootKind, r.rootSrc = nsinit.RootDir, dir
+		r.rootKind, r.rootSrc, r.imageIDs = nsinit.RootDir, dir, opts.UIDBase
 		if entry, err := image.Inspect(dir); err == nil {
 			imageEnv = entry.Config.Env
 		}
