@@ -16,8 +16,9 @@ import (
 // Every native sandbox maps its ids 0..65535 onto a host range of its own, so code in two
 // sandboxes never shares a host uid (RLIMIT_NPROC, files on a shared mount, signals). Range k
 // (0 <= k < UIDRanges) is UIDBase+(k+1)*65536 onwards; UIDBase..UIDBase+65535 itself owns the
-// unpacked images and is mapped by no sandbox, so image files are nobody's in every sandbox
-// and no sandbox process can ever own one.
+// unpacked images and is mapped by no sandbox, so no sandbox process can ever own an image's
+// file on the host; a sandbox sees the image through a mount idmapped onto its own range
+// (idmap.go), with the owners the image gave its files.
 //
 // A range is claimed by a symlink <state dir>/uids/<k> -> <session id>: symlink(2) fails when
 // the name exists, so creates in any number of processes sharing the state dir (all under its
