@@ -37,6 +37,9 @@ func serverCmd(name, short string) func(*cli.Globals) *cobra.Command {
 			DisableFlagParsing: true,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				path, err := findServer()
+				if err == nil {
+					err = notSelf(path)
+				}
 				if err != nil {
 					return &cli.ExitError{Code: cli.ExitRefused, Err: fmt.Errorf("airlock %s: %w", name, err)}
 				}
@@ -79,6 +82,21 @@ func isExecutable(p string) error {
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return errors.New(p + " is not an executable file")
+	}
+	return nil
+}
+
+// notSelf refuses an airlock-server that is this binary (say $AIRLOCK_SERVER naming airlock):
+// it would hand the command to itself forever.
+func notSelf(p string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	a, errA := os.Stat(self)
+	b, errB := os.Stat(p)
+	if errA == nil && errB == nil && os.SameFile(a, b) {
+		return fmt.Errorf("%s is this airlock binary, not %s", p, serverBinary)
 	}
 	return nil
 }

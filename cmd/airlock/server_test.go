@@ -122,6 +122,11 @@ func TestServerCommandsThroughCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "$AIRLOCK_SERVER: stat /nonexistent/airlock-server") {
 		t.Errorf("$AIRLOCK_SERVER absent: exit %d, %q", code, errs)
 	}
+	// airlock itself as $AIRLOCK_SERVER would exec itself forever.
+	code, _, errs = runBin(t, []string{envServer + "=" + alone}, alone, "serve")
+	if code != 1 || !strings.Contains(errs, "is this airlock binary, not airlock-server") {
+		t.Errorf("$AIRLOCK_SERVER naming airlock: exit %d, %q", code, errs)
+	}
 	// $AIRLOCK_SERVER wins over PATH and the directory.
 	code, out, _ := runBin(t, []string{envServer + "=" + filepath.Join(filepath.Dir(bin), "airlock-server"), "PATH=" + t.TempDir()}, alone, "serve", "--help")
 	if code != 0 || !strings.Contains(out, "--socket") {
