@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // BenchmarkSandboxPython is a fresh sandbox, python3 -c 'print(2+2)', terminate.
@@ -40,5 +41,37 @@ func BenchmarkHostPython(b *testing.B) {
 		if err := exec.Command("/usr/bin/python3", "-c", "print(2+2)").Run(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCreateByRoot is create + terminate per kind of root: the host's, a directory image
+// (its locked clone, idmap.go) and an unpacked OCI image (the same, idmapped: one more clone
+// of this process for the user namespace of the mapping).
+func BenchmarkCreateByRoot(b *testing.B) {
+	be := newTestBackend(b)
+	ctx := context.Background()
+	root := minimalRootfs(b)
+	layoutDir := writeOCILayout(b, root)
+	for _, tc := range []struct {
+		name  string
+		image spec.Image
+	}{
+		{"host", spec.Image{Host: true}},
+		{"dir", spec.Image{Dir: root}},
+		{"oci", spec.Image{OCILayout: layoutDir}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			d := hostDecl("bench")
+			d.Image = tc.image
+			for b.Loop() {
+				s, err := be.Create(ctx, d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := be.Terminate(ctx, s.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

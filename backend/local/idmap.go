@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -115,4 +116,28 @@ func detachImage(dir string) error {
 		return nil // detached already, never attached, or no such dir
 	}
 	return fmt.Errorf("unmount %s: %w", filepath.Join(dir, imageMount), err)
+}
+
+// hostCopy is the host's copy of a root's clone (attachImage), detached off the create's path:
+// an unmount waits for an RCU grace period, milliseconds on a busy machine, and init needs
+// nothing from it once cloned.
+type hostCopy struct {
+	dir  string
+	once sync.Once
+	done chan error
+}
+
+func newHostCopy(dir string) *hostCopy { return &hostCopy{dir: dir, done: make(chan error, 1)} }
+
+// detach starts the unmount; the first call only.
+func (h *hostCopy) detach() {
+	h.once.Do(func() { go func() { h.done <- detachImage(h.dir) }() })
+}
+
+// wait detaches (if not started yet) and returns the unmount's error.
+func (h *hostCopy) wait() error {
+	h.detach()
+	err := <-h.done
+	h.done <- err // later waits get it too
+	return err
 }

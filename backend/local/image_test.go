@@ -32,7 +32,7 @@ import (
 
 // minimalRootfs assembles a tiny root filesystem from host binaries (sh, cat, sleep, ls, id
 // and their libraries): what a directory image holds, and nothing of the host's /usr.
-func minimalRootfs(t *testing.T) string {
+func minimalRootfs(t testing.TB) string {
 	t.Helper()
 	root, err := os.MkdirTemp("", "al-rootfs-")
 	if err != nil {
@@ -72,7 +72,7 @@ func minimalRootfs(t *testing.T) string {
 	return root
 }
 
-func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+func copyFile(t testing.TB, src, dst string, mode os.FileMode) {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -125,7 +125,7 @@ func TestDirImageWithItsOwnRoot(t *testing.T) {
 }
 
 // writeOCILayout packs dir as a one-layer OCI image layout.
-func writeOCILayout(t *testing.T, dir string) string {
+func writeOCILayout(t testing.TB, dir string) string {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

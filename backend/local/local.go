@@ -551,10 +551,12 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		defer tr.tree.Close()
 	}
 	rootSrc := r.rootSrc
+	var hc *hostCopy
 	if tr.tree != nil && err == nil {
 		// In the host's namespace only until init's clone has copied (and locked) it.
 		if rootSrc, err = attachImage(dir, tr.tree); err == nil {
-			defer detachImage(dir)
+			hc = newHostCopy(dir)
+			defer hc.wait()
 		}
 	}
 	err = errors.Join(err, tr.err)
@@ -586,10 +588,8 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	}
 	defer restored()
 	st, err := b.spawn(ctx, s, cg, cfg, func() error {
-		if tr.tree != nil {
-			if err := detachImage(dir); err != nil {
-				return err
-			}
+		if hc != nil {
+			hc.detach()
 		}
 		e := etc()
 		cfg.EtcDir = e.dir
@@ -623,6 +623,12 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if werr != nil {
 		c.Close()
 		return s, werr
+	}
+	if hc != nil {
+		if err := hc.wait(); err != nil {
+			c.Close()
+			return s, err
+		}
 	}
 	s.warm.Store(c)
 	b.mu.Lock()
