@@ -246,7 +246,7 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
 		Cwd: workdir, Timeout: deadline,
 		MaxStdout: ps.maxOutput, MaxStderr: ps.maxOutput + int64(len(readyMarker)),
-	}, OpenStdin: true}
+	}, OpenStdin: true, ExitFirst: true}
 	switch l {
 	case Python:
 		base, err := ps.basePythonPath(ctx, ag, sess, workdir)
@@ -258,7 +258,7 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 		if base != nil && *base != "" { // python treats an empty PYTHONPATH as unset
 			pp += ":" + *base
 		}
-		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, rt.file, base)), 0o644); err != nil {
+		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, rt.file, base, true)), 0o644); err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
 			return nil, fmt.Errorf("writing the loader: %w", err)
 		}
@@ -384,11 +384,17 @@ func pyStr(s string) string {
 }
 
 // pythonLoader is usercustomize.py for one sandbox: dir is its own directory, file the
-// program's name (relative to the working directory), base the PYTHONPATH to restore.
-func pythonLoader(dir, file string, base *string) string {
+// program's name (relative to the working directory), base the PYTHONPATH to restore; holder
+// turns on the exit holder (pythonExitHolder), for an interpreter whose agent reports its exit
+// first and kills what it leaves (client.ProcessRequest.ExitFirst).
+func pythonLoader(dir, file string, base *string, holder bool) string {
 	restore := "os.environ.pop('PYTHONPATH', None)"
 	if base != nil {
 		restore = "os.environ['PYTHONPATH'] = " + pyStr(*base)
+	}
+	hold := "False"
+	if holder {
+		hold = "True"
 	}
 	return `# airlock run_code loader: waits for the program, then lets python run it as usual.
 def _airlock_load():
@@ -410,7 +416,7 @@ def _airlock_load():
         sys.path.remove(d)
     sys.path_importer_cache.pop(d, None)
     ` + restore + `
-    adopt = _airlock_fast_gc_at_exit(sys, had)
+    adopt = _airlock_fast_gc_at_exit(sys, had, ` + hold + `)
     os.write(2, ` + pyBytes(readyMarker) + `)
     hdr = b''
     while not hdr.endswith(b'\n'):
@@ -457,9 +463,9 @@ def _airlock_load():
             sys.stdin = new
             if adopt is not None:
                 adopt(new, buf, buf.raw)
-` + pythonExitHook + `
+` + pythonExitHook + pythonExitHolder + `
 _airlock_load()
-del _airlock_load, _airlock_fast_gc_at_exit
+del _airlock_load, _airlock_fast_gc_at_exit, _airlock_exit_holder
 # Leave no module behind: a cold interpreter finds no usercustomize (site ignores this error).
 raise ImportError('airlock loader done', name='usercustomize')
 `
@@ -494,11 +500,12 @@ raise ImportError('airlock loader done', name='usercustomize')
 // little later than cold); one atexit callback
 // (atexit._ncallbacks()), the hook and its snapshot (weak references) among gc.get_objects().
 const pythonExitHook = `
-def _airlock_fast_gc_at_exit(sys, had):
+def _airlock_fast_gc_at_exit(sys, had, holder):
     import gc, atexit, _thread, _weakref, itertools
     for m in ('gc', 'atexit', '_thread', 'itertools'):
         if m not in had:
             sys.modules.pop(m, None)
+    hold = holder and _airlock_exit_holder(sys)
     getframe = sys._getframe
     modules = sys.modules
     compress = itertools.compress
@@ -628,6 +635,11 @@ def _airlock_fast_gc_at_exit(sys, had):
         if scan(objs, start):
             del objs
             gc.freeze()
+            if hold:
+                try:
+                    hold()
+                except Exception:
+                    pass
 
     atexit.register(hook)
 
@@ -644,6 +656,105 @@ def _airlock_fast_gc_at_exit(sys, had):
                 keep.append(t)
 
     return adopt
+`
+
+// pythonExitHolder is the part of the python loader that takes the kernel's teardown of the
+// interpreter's memory off the run's path (docs/benchmarks.md, pre-started interpreters).
+//
+// When a process exits, the kernel frees its memory (exit_mm) before it closes its files and
+// becomes a zombie: for python, ~0.8-1.1 ms measured here between exit_group and the end of
+// its output, all of it spent before the agent can see the exit. If another process still
+// shares the memory (CLONE_VM), the exiting one only drops its reference, and its files close
+// and its exit is seen at once. So the exit hook, when it has found that nothing of the
+// program's can run any more (the same test as for gc.freeze) and the process holds no file
+// but 0, 1 and 2, clones a holder: CLONE_VM, no exit signal to python (wait() never sees it),
+// every blockable signal blocked, running libc's syscall(SYS_pause), i.e. asleep until
+// SIGKILL, touching nothing of python's memory. It must not hold the program's files (the
+// output's end would wait for it): 0, 1 and 2 travel through a unix socket (SCM_RIGHTS) while
+// it is cloned, and come back to the same numbers with the same inheritable flags. Then
+// finalisation goes on as the interpreter's own, exit status included; the agent (ExitFirst)
+// sees the exit as soon as python has exited and sends the holder SIGKILL before it reports,
+// and the sandbox is discarded after the run. The holder never exists while program code can
+// run, so the program cannot see it. x86_64 only (the pause system call); elsewhere, without
+// ctypes or libc's clone, or with any other file open, there is no holder and the exit is as
+// before. What stays visible: _ctypes loaded (sys.modules is cleaned of what its import added).
+const pythonExitHolder = `
+def _airlock_exit_holder(sys):
+    import os
+    if os.uname().machine != 'x86_64':
+        return None
+    before, cached = set(sys.modules), set(sys.path_importer_cache)
+    try:
+        import ctypes, _socket, _signal
+        libc = ctypes.CDLL(None)
+        clone, malloc = libc.clone, libc.malloc
+        fn = ctypes.cast(libc.syscall, ctypes.c_void_p)
+    except (ImportError, OSError, AttributeError):
+        return None
+    finally:
+        # No trace of the import for the program: its modules and its path finders go.
+        for m in set(sys.modules) - before:
+            sys.modules.pop(m, None)
+        for p in set(sys.path_importer_cache) - cached:
+            sys.path_importer_cache.pop(p, None)
+    clone.restype = ctypes.c_int
+    clone.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+    malloc.restype = ctypes.c_void_p
+    malloc.argtypes = (ctypes.c_size_t,)
+    # The holder's stack, never freed (a ctypes buffer would leave a weak proxy in ctypes'
+    # array type cache, which the exit hook takes for the program's).
+    size = 1 << 14
+    base = malloc(size)
+    if not base:
+        return None
+    top = ctypes.c_void_p(base + size - 64)
+    clone_vm, sys_pause = 0x100, 34
+    sigmask, block, setmask = _signal.pthread_sigmask, _signal.SIG_BLOCK, _signal.SIG_SETMASK
+    every = _signal.valid_signals()
+    listdir, fstat, close, dup2 = os.listdir, os.fstat, os.close, os.dup2
+    get_inheritable, set_inheritable = os.get_inheritable, os.set_inheritable
+    socketpair, sol_socket, scm_rights = _socket.socketpair, _socket.SOL_SOCKET, _socket.SCM_RIGHTS
+    std = (0, 1, 2)
+    order = sys.byteorder
+    payload = b''.join(fd.to_bytes(4, order) for fd in std)
+    ancsize = _socket.CMSG_SPACE(len(payload))
+
+    def hold():
+        fds = []
+        for n in listdir('/proc/self/fd'):
+            try:
+                fstat(int(n))
+            except OSError:
+                continue  # the listing's own descriptor, closed by now
+            fds.append(int(n))
+        if sorted(fds) != [0, 1, 2]:
+            return
+        inheritable = [get_inheritable(fd) for fd in std]
+        a, b = socketpair()
+        try:
+            a.sendmsg([b'x'], [(sol_socket, scm_rights, payload)])
+            for fd in std:
+                close(fd)
+            try:
+                old = sigmask(block, every)
+                try:
+                    clone(fn, top, clone_vm, sys_pause)
+                finally:
+                    sigmask(setmask, old)
+            finally:
+                _, anc, _, _ = b.recvmsg(1, ancsize)
+                got = [int.from_bytes(d[i:i + 4], order) for _, _, d in anc for i in range(0, len(d) - 3, 4)]
+                for want, have in zip(std, got):
+                    if have != want:
+                        dup2(have, want)
+                        close(have)
+                for fd, i in zip(std, inheritable):
+                    set_inheritable(fd, i)
+        finally:
+            a.close()
+            b.close()
+
+    return hold
 `
 
 // pyBytes renders s as a python bytes literal.

@@ -10,9 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // pyOutcome is what a caller sees of a python run: output and how it ended.
@@ -39,14 +44,24 @@ func outcomeOf(t *testing.T, err error, stdout, stderr []byte) pyOutcome {
 }
 
 // runPythonThroughLoader runs code as `python3 main.py` in work through the loader (as a
-// pre-started interpreter runs it), with env and stdin (nil: none); base is env's PYTHONPATH.
+// pre-started interpreter runs it, exit holder included), with env and stdin (nil: none);
+// base is env's PYTHONPATH.
 func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *string, code string, stdin *string) pyOutcome {
+	t.Helper()
+	o, _ := runThroughLoader(t, py, work, env, base, code, stdin)
+	return o
+}
+
+// runThroughLoader is runPythonThroughLoader that also reports whether a process of python's
+// own process group outlived it (the exit holder, killed here). Python runs in a process group
+// of its own; a run whose output is still open 20 s after python's exit fails the test.
+func runThroughLoader(t *testing.T, py, work string, env []string, base *string, code string, stdin *string) (pyOutcome, bool) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "loader")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(pythonLoader(dir, "main.py", base)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "usercustomize.py"), []byte(pythonLoader(dir, "main.py", base, true)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pp := dir
@@ -55,6 +70,13 @@ func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *s
 	}
 	cmd := exec.Command(py, "main.py")
 	cmd.Dir, cmd.Env = work, append(slicesDeleteEnv(env, "PYTHONPATH"), "PYTHONPATH="+pp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// As the agent does for every command: nothing but 0, 1, 2 is inherited (descriptors this
+	// test process got without close-on-exec would otherwise reach python, and the exit holder
+	// is not made for a process holding other files).
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +90,14 @@ func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *s
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	pgid := cmd.Process.Pid
+	defer syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck // whatever is left of the group
+	var guarded atomic.Bool
+	guard := time.AfterFunc(20*time.Second, func() {
+		guarded.Store(true)
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	})
+	defer guard.Stop()
 	br := bufio.NewReader(errR)
 	marker := make([]byte, len(readyMarker))
 	if _, err := io.ReadFull(br, marker); err != nil || string(marker) != readyMarker {
@@ -88,7 +118,43 @@ func runPythonThroughLoader(t *testing.T, py, work string, env []string, base *s
 	in.Close()
 	stderr, _ := io.ReadAll(br)
 	err = cmd.Wait()
-	return outcomeOf(t, err, out.Bytes(), stderr)
+	guard.Stop()
+	if guarded.Load() {
+		t.Errorf("the run's output was still open 20 s after it started (held by a process it left?)")
+	}
+	return outcomeOf(t, err, out.Bytes(), stderr), groupLives(t, pgid)
+}
+
+// groupLives reports whether process group pgid holds a live process with signals blocked:
+// the exit holder (a child the program started has exited or is exiting by the time the
+// run's output ends, and blocks nothing).
+func groupLives(t *testing.T, pgid int) bool {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) <= 2 || fields[0] == "Z" || fields[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		st, err := os.ReadFile(strings.TrimSuffix(f, "stat") + "status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "SigBlk:"); ok && strings.Trim(strings.TrimSpace(v), "0") != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // exitCorpus: programs whose end the loader's exit hook must not change. fast says whether the
@@ -192,6 +258,66 @@ del atexit, os
 	}
 }
 
+// TestPythonExitHolderHost: the exit holder (pythonExitHolder) is made exactly when the exit
+// hook found nothing of the program's left to run and python holds no file but 0, 1 and 2, and
+// with it or without it the run's output and end are a cold run's. The guards checked to fail
+// when removed: without the open-files check "pipe to a child" differs (the holder keeps the
+// child's pipe open: "timeout" instead of "eof"); without moving 0, 1, 2 out of the holder's
+// reach every run with a holder keeps its output open (the 20 s guard).
+func TestPythonExitHolderHost(t *testing.T) {
+	py := hostPython(t)
+	env := slicesDeleteEnv(os.Environ(), "PYTHONPATH")
+	const child = `import os, select, sys\nr = int(sys.argv[1])\nready, _, _ = select.select([r], [], [], 5)\nprint("eof" if ready and os.read(r, 1) == b"" else "timeout", flush=True)`
+	tests := []struct {
+		name, code string
+		stdin      *string
+		held       bool
+		stdout     string // when set, what the cold run must print (the case tests what it says)
+	}{
+		{"print", "print(2+2)", nil, true, ""},
+		{"atexit and exit code", "import atexit, sys\natexit.register(print, 'bye')\nprint('main')\nsys.exit(3)", nil, true, ""},
+		{"exit message", "import sys\nsys.exit('msg')", nil, true, ""},
+		{"unflushed output", "import sys\nsys.stdout.write('x' * 300000)\nsys.stderr.write('y' * 100)", nil, true, ""},
+		{"exception", "print('before')\n1 / 0", nil, true, ""},
+		{"keyboard interrupt", "print('x')\nraise KeyboardInterrupt", nil, true, ""},
+		{"stdin", "import sys\nprint(sys.stdin.read()[::-1])", ptr("olleh"), true, ""},
+		{"stdout closed", "import os\nprint('lost')\nos.close(1)", nil, false, ""},
+		{"another file open", "import os\nfd = os.open(os.devnull, os.O_RDONLY)\nprint('x')", nil, false, ""},
+		{"pipe to a child", "import os, sys\nr, w = os.pipe()\nos.set_inheritable(r, True)\nos.posix_spawn(sys.executable, [sys.executable, '-c', '" + child + "', str(r)], dict(os.environ))\nos.close(r)\nprint('main done', flush=True)", nil, false, "main done\neof\n"},
+		{"__del__ at exit", "class D:\n    def __del__(self):\n        print('del at exit')\nd = D()", nil, false, ""},
+		{"os._exit", "import os\nprint('lost')\nos._exit(4)", nil, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work := t.TempDir()
+			if err := os.WriteFile(filepath.Join(work, "main.py"), []byte(tt.code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cold := exec.Command(py, "main.py")
+			cold.Dir, cold.Env = work, env
+			if tt.stdin != nil {
+				cold.Stdin = strings.NewReader(*tt.stdin)
+			}
+			var so, se bytes.Buffer
+			cold.Stdout, cold.Stderr = &so, &se
+			want := outcomeOf(t, cold.Run(), so.Bytes(), se.Bytes())
+			if tt.stdout != "" && want.stdout != tt.stdout {
+				t.Fatalf("cold run printed %q (stderr %q), want %q: the case is broken", want.stdout, want.stderr, tt.stdout)
+			}
+			if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
+				t.Fatal(err)
+			}
+			got, held := runThroughLoader(t, py, work, env, nil, tt.code, tt.stdin)
+			if got != want {
+				t.Errorf("through the loader:\n%+v\ncold:\n%+v", got, want)
+			}
+			if held != tt.held {
+				t.Errorf("a holder outlived python: %v, want %v", held, tt.held)
+			}
+		})
+	}
+}
+
 // TestPythonExitHookOutput: the output a program prints in its last moments (atexit callbacks,
 // a non-daemon thread, exit messages) is all there through the loader; a guard on the corpus
 // test above, which could pass with both runs losing it.
@@ -221,7 +347,7 @@ func BenchmarkPythonExitHost(b *testing.B) {
 		b.Skip(err)
 	}
 	code := "print(2+2)\nimport time\nprint(time.process_time_ns())\n"
-	with := pythonLoader("/x", "main.py", nil)
+	with := pythonLoader("/x", "main.py", nil, false)
 	without := strings.Replace(with, "    _airlock_fast_gc_at_exit(sys, had)\n", "", 1)
 	if without == with {
 		b.Fatal("the loader no longer calls the exit hook where this benchmark expects it")

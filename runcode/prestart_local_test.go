@@ -97,6 +97,13 @@ print('main done')
 	{name: "py large output", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('x' * (5 << 20))\nsys.stderr.write('e' * 1000)"}},
 	{name: "py output cap", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('y' * 3000)\nsys.stderr.write('z' * 3000)"}, opts: runcode.Options{MaxOutputBytes: 1000}},
 	{name: "py cap above the prestarted one runs cold", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('w' * (3 << 20))"}, opts: runcode.Options{MaxOutputBytes: 2 << 20}, cold: true},
+	// Processes the program started that still hold its output when it exits: killed with it,
+	// their later output lost, cold and pre-started alike (a pre-started run reports its exit
+	// first, client.ProcessRequest.ExitFirst); the second leaves nothing that finalisation
+	// could run, so python's exit also goes through the exit holder.
+	{name: "py child holds output", req: runcode.Request{Language: "python", Code: "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 0.3; echo late'])\nprint('main done')"}},
+	{name: "py spawned child holds output", req: runcode.Request{Language: "python", Code: "import os\nos.posix_spawn('/bin/sh', ['sh', '-c', 'echo early; sleep 0.3; echo late'], dict(os.environ))\nimport time\ntime.sleep(0.1)\nprint('main done')"}},
+	{name: "py oom", req: runcode.Request{Language: "python", Code: "print('start', flush=True)\nb = bytearray(1 << 30)\nprint(len(b))"}},
 	{name: "py timeout", req: runcode.Request{Language: "python", Code: "import sys\nprint('started', flush=True)\nwhile True:\n    pass", TimeoutSeconds: 1}},
 
 	{name: "node imports", req: runcode.Request{Language: "node", Code: "const fs = require('fs'), crypto = require('crypto');\nconsole.log(crypto.createHash('sha256').update('x').digest('hex'), fs.readdirSync('/workspace'), typeof fs.promises.readFile)"}},
