@@ -4,12 +4,14 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -356,4 +358,64 @@ func lsOwners(out string) map[string]string {
 		}
 	}
 	return owners
+}
+
+// TestReconcileDetachesRootClone: a create that died while the host held its copy of the
+// root's clone (idmap.go: attached before init's clone, detached right after) leaves a mount
+// in the host's namespace under the session dir; the next backend's reconcile removes it with
+// the session, and the unmount comes first (removing the dir through the mount would reach
+// into the image, read-only as it is).
+func TestReconcileDetachesRootClone(t *testing.T) {
+	b := newTestBackend(t)
+	root := minimalRootfs(t)
+	const id = "s-00000000000000bb"
+	dir := filepath.Join(b.opts.StateDir, id)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := b.rootTree(root, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	mp, err := attachImage(dir, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mp, unix.MNT_DETACH) })
+	// The record of a native sandbox whose init is gone (its pid never ran).
+	if err := writeRecord(dir, &record{ID: id, SandboxID: "crashed", InitPID: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	if !mounted(t, mp) {
+		t.Fatalf("%s is not a mount point", mp)
+	}
+	b2 := newTestBackendAt(t, b.opts.StateDir)
+	if got := b2.Reaped(); !slices.Contains(got, id) {
+		t.Errorf("reaped %v, want %s", got, id)
+	}
+	if mounted(t, mp) {
+		t.Errorf("%s is still mounted", mp)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("session dir left: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "hello")); err != nil || string(b) != "from the image\n" {
+		t.Errorf("the image: %q %v", b, err)
+	}
+}
+
+// mounted reports whether p is a mount point in this process's namespace.
+func mounted(t *testing.T, p string) bool {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == p {
+			return true
+		}
+	}
+	return false
 }
