@@ -293,8 +293,8 @@ func (g *execGroup) finish() error {
 
 // release is finish for an exec whose exit is reported before everything it started is
 // confirmed gone (exitFirst): an empty v1 cgroup is recycled as finish does; otherwise what is
-// left is sent SIGKILL once (v1 under a freeze, so nothing in it forks meanwhile; v2 through
-// cgroup.kill) and rest, run after the report, waits until the cgroup is empty and removes it.
+// left is sent SIGKILL (v1: killListed; v2: cgroup.kill) and rest, run after the report, waits
+// until the cgroup is empty and removes it.
 // The OOM counter is read now: an OOM kill among the exec's processes is counted by the time
 // its main process has been reaped, and the processes killed here die of SIGKILL, not of OOM.
 func (g *execGroup) release() (rest func() error, err error) {
@@ -311,10 +311,8 @@ func (g *execGroup) release() (rest func() error, err error) {
 			g.endOOM()
 			return nil, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
-		defer cancel()
 		g.killed = true
-		err = g.sweepV1(ctx)
+		err = g.killListed()
 	case scopeV2:
 		g.killed = true
 		err = kernfile.Write(g.dir+"/cgroup.kill", "1")
@@ -438,6 +436,39 @@ func (g *execGroup) killV1() error {
 		}
 		if !wait.sleep(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
+		}
+	}
+}
+
+// killListed sends SIGKILL to every process in the v1 cgroup without freezing it (a freeze
+// is asynchronous: its state reads FREEZING until every task has stopped, and the wait for
+// FROZEN cost a pre-started python's run 1-2 ms). It is a fixed point instead: the listing is
+// read again after the kills, and whatever it shows that was not killed yet (a child forked
+// before its parent's SIGKILL; a fork still in progress when SIGKILL arrives fails) is killed
+// too, until a listing shows nothing new. Killed processes may still be dying when it returns.
+func (g *execGroup) killListed() error {
+	killed := map[int]bool{os.Getpid(): true} // the spawner thread passes through exec cgroups
+	for {
+		pids, err := readPids(g.dir + "/cgroup.procs")
+		if err != nil {
+			return err
+		}
+		fresh := false
+		for _, pid := range pids {
+			if killed[pid] {
+				continue
+			}
+			fresh = true
+			killed[pid] = true
+			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
+			}
+		}
+		if !fresh {
+			return nil
+		}
+		if len(killed) > 1<<16 {
+			return fmt.Errorf("kill exec cgroup %s: more than %d processes", g.dir, 1<<16)
 		}
 	}
 }
