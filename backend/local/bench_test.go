@@ -75,3 +75,25 @@ func BenchmarkCreateByRoot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTerminateAdopted is the terminate of a sandbox another backend made (as airlock run
+// ends a spare a filler made): only the terminate is timed.
+func BenchmarkTerminateAdopted(b *testing.B) {
+	maker := newTestBackend(b)
+	be := newTestBackendAt(b, maker.opts.StateDir)
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		s, err := maker.Create(ctx, hostDecl("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := be.Get(ctx, s.ID); err != nil { // adopted
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := be.Terminate(ctx, s.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

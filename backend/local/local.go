@@ -120,6 +120,9 @@ type session struct {
 	cmd  *exec.Cmd     // nil when adopted from another process
 	cg   sandboxCgroup // the cgroup this process created; nil when adopted
 	done chan struct{} // closed once init has exited (and, for our child, been reaped)
+	// pidfd is an adopted native init's (0 otherwise), open while its watcher runs: the
+	// watcher closes it only after destroy, which holds mu, is done.
+	pidfd int
 
 	mu        sync.Mutex // serialises destroy
 	gone      bool
@@ -179,8 +182,6 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: the local runtime needs root (rootless mode is not implemented yet)", sandbox.ErrUnsupported)
 	}
-	// Create needs the compiled seccomp filter (~0.3 ms): compiled while the rest of New runs.
-	go func() { _, _ = DefaultSeccomp() }()
 	// Create derives an Ed25519 key per sandbox (token.DeriveKey). A process's first fixed-base
 	// multiplication builds the curve's base point table (1.4-1.9 ms here, 20 us after): built
 	// meanwhile too, so that a one-shot process (airlock run) does not wait for it in Create.
@@ -449,6 +450,10 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 
 // Create starts a sandbox and returns once its agent answers.
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
+	// declaration resolves; never in New, whose process may only claim (airlock run with a
+	// spare) or reconcile.
+	go func() { _, _ = DefaultSeccomp() }()
 	r, err := b.resolve(ctx, decl)
 	if err != nil {
 		return nil, err
@@ -1034,14 +1039,20 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, id, err)
 	}
 	removed := false
-	if s != nil && s.cmd != nil && s.cmd.Process != nil {
-		// Our own init first, through its pidfd (no pid reuse). It is PID 1 of the sandbox's
-		// pid namespace: the kernel kills every other process there and has reaped them all
-		// by the time init exits, so the cgroup is normally empty then, and removing it at
-		// once proves it (rmdir refuses a cgroup with a task) without polling its members.
-		// Anything in the cgroup from outside the namespace fails that and is killed below,
-		// as is everything when init does not go at once.
-		_ = s.cmd.Process.Signal(syscall.SIGKILL) // fails only once init is already gone
+	own := s != nil && s.cmd != nil && s.cmd.Process != nil
+	if adopted := s != nil && s.pidfd > 0 && !gvisor; own || adopted {
+		// Init first, through its pidfd (no pid reuse): our own child's, or the one an
+		// adopted session's watcher holds. It is PID 1 of the sandbox's pid namespace: the
+		// kernel kills every other process there and has reaped them all by the time init
+		// exits (and its pidfd turns readable), so the cgroup is normally empty then, and
+		// removing it at once proves it (rmdir refuses a cgroup with a task) without polling
+		// its members. Anything in the cgroup from outside the namespace fails that and is
+		// killed below, as is everything when init does not go at once.
+		if own {
+			_ = s.cmd.Process.Signal(syscall.SIGKILL) // fails only once init is already gone
+		} else {
+			_ = unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0)
+		}
 		if cg != nil {
 			_ = cg.thaw() // a paused sandbox; its cgroup may be gone already
 		}

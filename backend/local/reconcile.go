@@ -103,6 +103,9 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 		return nil, err
 	}
 	s := &session{rec: *rec, dir: dir, key: key, done: make(chan struct{})}
+	if rec.Runtime == "" {
+		s.pidfd = pidfd // destroy signals init through it (gVisor's init is runsc's, stopped its own way)
+	}
 	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// pause.go: the agent answers for the right sandbox, or the sandbox is paused.
