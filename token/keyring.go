@@ -171,9 +171,11 @@ func decodeCanonical(s string) ([]byte, error) {
 }
 
 var (
-	fieldP   = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
-	bigOne   = big.NewInt(1)
-	x25519SK = func() *ecdh.PrivateKey {
+	fieldP = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
+	bigOne = big.NewInt(1)
+	// x25519SK is built at first use: NewPrivateKey computes a public key (a scalar
+	// multiplication), which every start of a process linking token would pay at init.
+	x25519SK = sync.OnceValue(func() *ecdh.PrivateKey {
 		// Any scalar works: X25519 clamps it to a multiple of the cofactor, so a low-order input
 		// always yields the all-zero output that crypto/ecdh refuses.
 		k, err := ecdh.X25519().NewPrivateKey(make([]byte, 32))
@@ -181,7 +183,7 @@ var (
 			panic(err)
 		}
 		return k
-	}()
+	})
 )
 
 // CheckPublicKey refuses a public key that is the wrong size, encodes y non-canonically, or is a
@@ -214,7 +216,7 @@ func CheckPublicKey(pub ed25519.PublicKey) error {
 	slices.Reverse(ub)
 	mp, err := ecdh.X25519().NewPublicKey(ub)
 	if err == nil {
-		_, err = x25519SK.ECDH(mp)
+		_, err = x25519SK().ECDH(mp)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: ed25519 public key %s: small-order point", ErrInvalid, KeyID(pub))
