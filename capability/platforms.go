@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // ErrUnknownPlatform is wrapped by For and ParsePlatform for a platform with no backend.
@@ -35,7 +36,7 @@ func For(p Platform) (Set, error) {
 	if p == Local {
 		return ProbeHost().Set(), nil
 	}
-	d, ok := designs[p]
+	d, ok := designs()[p]
 	if !ok {
 		return Set{}, unknownPlatform(p)
 	}
@@ -113,47 +114,51 @@ func with(base map[Name]string, extra map[Name]string) map[Name]string {
 	return base
 }
 
-var designs = map[Platform]design{
-	// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless allowed,
-	// memory/cpu/pids limits, read-only root, our agent bind-mounted as the entrypoint; the
-	// workdir and /tmp share one host tmpfs of the disk size (so diskLimit holds).
-	Docker: {unsupported: map[Name]string{
-		Preview:           reasonPreviewLocalOnly,
-		SuspendResume:     reasonPauseLocalOnly,
-		Snapshot:          reasonSnapshotLocalOnly,
-		DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
-		PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private addresses",
-		SessionLifetime:   "the docker backend's design has no lifetime enforcer",
-		IdleTimeout:       "the docker backend's design has no idle reaper",
-		GVisor:            "the docker backend does not choose the engine's OCI runtime; use the local runtime with runsc",
-		ImageHost:         reasonNoHostRoot,
-		ImageDir:          reasonNoDirRoot,
-	}},
-	// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
-	// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
-	// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod).
-	Kubernetes: {unsupported: map[Name]string{
-		Preview:           reasonPreviewLocalOnly,
-		SuspendResume:     "pods cannot be paused",
-		Snapshot:          reasonSnapshotLocalOnly,
-		DomainEgressRules: "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
-		GVisor:            "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
-		ImageHost:         reasonNoHostRoot,
-		ImageDir:          reasonNoDirRoot,
-		ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
-		DockerRuntime:     "pods run under the cluster's container runtime",
-	}},
-	// A cloud microVM with our agent as the guest service.
-	AWS: {unsupported: cloud("aws"), bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds}},
-	// Azure's session data plane runs code but not our agent, and moves no files.
-	Azure: {unsupported: with(cloud("azure"), map[Name]string{
-		Files:               "Azure's session data plane has no file transfer",
-		Stdin:               "Azure's session data plane takes code, not a stdin stream",
-		PTY:                 "Azure's session data plane has no terminal",
-		BackgroundProcesses: "Azure's session data plane runs one execution at a time, to completion",
-		Env:                 "Azure's session data plane takes code, not a process environment",
-		Workdir:             "Azure's session data plane has no working directory setting",
-	}), bounds: Bounds{MaxLifetimeSeconds: AzureMaxLifetimeSeconds}},
-	// A GCP sandbox lives inside a hosting workload (Sandbox.HostedBy) and runs our agent.
-	GCP: {unsupported: cloud("gcp"), bounds: Bounds{MaxLifetimeSeconds: GCPMaxLifetimeSeconds}},
-}
+// designs is built at first use: its maps are only read for a platform other than this
+// host's, and every start of the CLI would pay for them at init.
+var designs = sync.OnceValue(func() map[Platform]design {
+	return map[Platform]design{
+		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless allowed,
+		// memory/cpu/pids limits, read-only root, our agent bind-mounted as the entrypoint; the
+		// workdir and /tmp share one host tmpfs of the disk size (so diskLimit holds).
+		Docker: {unsupported: map[Name]string{
+			Preview:           reasonPreviewLocalOnly,
+			SuspendResume:     reasonPauseLocalOnly,
+			Snapshot:          reasonSnapshotLocalOnly,
+			DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
+			PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private addresses",
+			SessionLifetime:   "the docker backend's design has no lifetime enforcer",
+			IdleTimeout:       "the docker backend's design has no idle reaper",
+			GVisor:            "the docker backend does not choose the engine's OCI runtime; use the local runtime with runsc",
+			ImageHost:         reasonNoHostRoot,
+			ImageDir:          reasonNoDirRoot,
+		}},
+		// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
+		// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
+		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod).
+		Kubernetes: {unsupported: map[Name]string{
+			Preview:           reasonPreviewLocalOnly,
+			SuspendResume:     "pods cannot be paused",
+			Snapshot:          reasonSnapshotLocalOnly,
+			DomainEgressRules: "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
+			GVisor:            "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
+			ImageHost:         reasonNoHostRoot,
+			ImageDir:          reasonNoDirRoot,
+			ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
+			DockerRuntime:     "pods run under the cluster's container runtime",
+		}},
+		// A cloud microVM with our agent as the guest service.
+		AWS: {unsupported: cloud("aws"), bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds}},
+		// Azure's session data plane runs code but not our agent, and moves no files.
+		Azure: {unsupported: with(cloud("azure"), map[Name]string{
+			Files:               "Azure's session data plane has no file transfer",
+			Stdin:               "Azure's session data plane takes code, not a stdin stream",
+			PTY:                 "Azure's session data plane has no terminal",
+			BackgroundProcesses: "Azure's session data plane runs one execution at a time, to completion",
+			Env:                 "Azure's session data plane takes code, not a process environment",
+			Workdir:             "Azure's session data plane has no working directory setting",
+		}), bounds: Bounds{MaxLifetimeSeconds: AzureMaxLifetimeSeconds}},
+		// A GCP sandbox lives inside a hosting workload (Sandbox.HostedBy) and runs our agent.
+		GCP: {unsupported: cloud("gcp"), bounds: Bounds{MaxLifetimeSeconds: GCPMaxLifetimeSeconds}},
+	}
+})
