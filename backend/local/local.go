@@ -902,12 +902,18 @@ func (b *Backend) lookup(ctx context.Context, id string) (*session, error) {
 		if s.exited() {
 			return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, id)
 		}
+		if heldElsewhere(s.dir, s.rec.Spec.Labels) { // warm.go
+			return nil, errHeldElsewhere(id)
+		}
 		return s, nil
 	}
 	dir := filepath.Join(b.opts.StateDir, id)
 	rec, err := readRecord(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: session %s", sandbox.ErrNotFound, id)
+	}
+	if heldElsewhere(dir, rec.Spec.Labels) {
+		return nil, errHeldElsewhere(id)
 	}
 	s, err = b.adopt(ctx, dir, rec)
 	if err != nil {
@@ -925,7 +931,8 @@ func (b *Backend) Get(ctx context.Context, sessionID string) (*sandbox.Session, 
 	return s.public(), nil
 }
 
-// List returns every live session in the state dir.
+// List returns every live session in the state dir, but warm ones other processes hold
+// (warm.go).
 func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
 	entries, err := os.ReadDir(b.opts.StateDir)
 	if err != nil {

@@ -27,14 +27,10 @@ func (e runtimeEnv) useSpares(t *testing.T) {
 		waitFor(t, "the fillers to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
 		b := e.open(t)
 		defer b.Close()
-		list, _ := b.List(context.Background())
-		for _, s := range list {
-			if s.Labels[local.LabelSpare] == "" {
-				continue // not a spare: assertNoSandboxes reports it
-			}
-			if err := b.Terminate(context.Background(), s.ID); err != nil {
-				t.Errorf("terminating spare %s: %v", s.ID, err)
-			}
+		// Parked spares are their fillers' until claimed (List does not show them to this
+		// process): claimed and terminated as airlock gc --spares does.
+		if _, err := b.RetireSpares(context.Background(), false); err != nil {
+			t.Errorf("retiring the spares: %v", err)
 		}
 	})
 }
