@@ -9,7 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
-func init() { commands = append(commands, newAgentCmd) }
+func init() { commands = append(commands, cli.Command{Names: []string{"__agent"}, New: newAgentCmd}) }
 
 // newAgentCmd runs this binary as the in-sandbox agent: the fallback when the lean
 // airlock-agent binary is not found (DESIGN.md, "Start-up is on the hot path").

@@ -12,7 +12,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
-func init() { commands = append(commands, newCapabilitiesCmd) }
+func init() {
+	commands = append(commands, cli.Command{Names: []string{"capabilities"}, New: newCapabilitiesCmd})
+}
 
 func newCapabilitiesCmd(g *cli.Globals) *cobra.Command {
 	var platform string

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func init() { commands = append(commands, newEgressCmd) }
+func init() { commands = append(commands, cli.Command{Names: []string{"egress"}, New: newEgressCmd}) }
 
 // newEgressCmd shows a live sandbox's egress counters, or changes its egress policy.
 func newEgressCmd(g *cli.Globals) *cobra.Command {

@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/gc"
 )
 
-func init() { commands = append(commands, newGCCmd) }
+func init() { commands = append(commands, cli.Command{Names: []string{"gc"}, New: newGCCmd}) }
 
 // newGCCmd reaps what killed runs leave: stale session records and empty airlock-* cgroups.
 func newGCCmd(g *cli.Globals) *cobra.Command {

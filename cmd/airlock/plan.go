@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func init() { commands = append(commands, newPlanCmd) }
+func init() { commands = append(commands, cli.Command{Names: []string{"plan"}, New: newPlanCmd}) }
 
 func newPlanCmd(g *cli.Globals) *cobra.Command {
 	var file, platform, capsFile string

@@ -21,7 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-func init() { commands = append(commands, newRunCmd) }
+func init() { commands = append(commands, cli.Command{Names: []string{"run"}, New: newRunCmd}) }
 
 // exitRunFailed is airlock run's own failure (refused, no runtime, sandbox error), kept apart
 // from the program's statuses as docker run and coreutils timeout do.

@@ -25,7 +25,9 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
-func init() { commands = append(commands, newSandboxCmd) }
+func init() {
+	commands = append(commands, cli.Command{Names: []string{"sandbox", "sb"}, New: newSandboxCmd})
+}
 
 // daemonFlags say how to reach the daemon. Secrets come from the environment only, never a
 // flag (flags show in ps).

@@ -23,8 +23,8 @@ const serverBinary = "airlock-server"
 
 func init() {
 	commands = append(commands,
-		serverCmd("serve", cli.ServeShort),
-		serverCmd("mcp", cli.MCPShort))
+		cli.Command{Names: []string{"serve"}, New: serverCmd("serve", cli.ServeShort)},
+		cli.Command{Names: []string{"mcp"}, New: serverCmd("mcp", cli.MCPShort)})
 }
 
 // serverCmd is a command of airlock-server, run by replacing this process with it: its

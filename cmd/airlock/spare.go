@@ -41,7 +41,9 @@ const (
 	fillTimeout = 2 * time.Minute
 )
 
-func init() { commands = append(commands, newSparesFillCmd) }
+func init() {
+	commands = append(commands, cli.Command{Names: []string{"__spares-fill"}, New: newSparesFillCmd})
+}
 
 // defaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.
 func defaultSpares() int {

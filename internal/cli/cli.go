@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,6 +94,56 @@ func NewRoot(name string, cmds []func(*Globals) *cobra.Command) *cobra.Command {
 		root.AddCommand(c(g))
 	}
 	return root
+}
+
+// Command is a subcommand: its name, then its aliases, and its constructor.
+type Command struct {
+	Names []string
+	New   func(*Globals) *cobra.Command
+}
+
+// Constructors returns the constructors NewRoot needs to run args: only the named command's
+// when args name one (after the root's own flags) and all of them otherwise (help, completion,
+// an unknown command, an unknown flag first). Building every command's flags cost each start
+// about as much as the largest package inits, and a command's behaviour does not depend on its
+// siblings: help and suggestions that list them are asked of the root, which then has them all.
+func Constructors(cmds []Command, args []string) []func(*Globals) *cobra.Command {
+	all := make([]func(*Globals) *cobra.Command, len(cmds))
+	for i, c := range cmds {
+		all[i] = c.New
+	}
+	name, ok := commandName(args)
+	if !ok {
+		return all
+	}
+	for _, c := range cmds {
+		if slices.Contains(c.Names, name) {
+			return []func(*Globals) *cobra.Command{c.New}
+		}
+	}
+	return all
+}
+
+// commandName returns the first argument when it follows only the root's -o/--output flag
+// (the only persistent flag): the command cobra would find. Anything else, ok is false.
+func commandName(args []string) (string, bool) {
+	for len(args) > 0 {
+		a := args[0]
+		switch {
+		case a == "-o" || a == "--output":
+			if len(args) < 2 {
+				return "", false
+			}
+			args = args[2:]
+		case strings.HasPrefix(a, "--output=") || (strings.HasPrefix(a, "-o") && a != "-o"):
+			args = args[1:]
+		case strings.HasPrefix(a, "-") || a == "help":
+			return "", false
+		default:
+			return a, true
+		}
+	}
+	return "", false
 }
 
 // Run executes root with args and returns the exit status: 0 success, 1 refused or failed,
