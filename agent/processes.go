@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +170,9 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		p.out.close()
 		close(p.done)
 		if j.rest != nil {
+			// The attach waiting for done writes the exit first (the agent runs on one
+			// processor: this goroutine would otherwise keep it through rest's first calls).
+			runtime.Gosched()
 			if err := j.rest(); err != nil {
 				s.log.Error("background process: removing what it left after its exit was reported", "id", j.id, "err", err)
 			}
