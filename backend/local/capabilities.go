@@ -35,6 +35,9 @@ var hostNotBuilt = []string{
 // reasonV2NotWired is why the native runtime makes no sandbox on a cgroup v2 host (Create).
 const reasonV2NotWired = "the native runtime on a cgroup v2 host is not wired yet (the agent's clone3 into exec cgroups conflicts with the seccomp profile)"
 
+// reasonGVisorRootless is why a rootless backend does not run gVisor (rootless.go).
+const reasonGVisorRootless = "runsc is driven as root only; this runtime is rootless"
+
 // runscOffPath is the probe's refusal when runsc is not on PATH: Options.RunscPath may name
 // one elsewhere, which the backend has checked itself.
 const runscOffPath = "runsc not found on PATH"
@@ -77,16 +80,32 @@ func combineCapabilities(host, backend capability.Set, cgroupVersion int, runscO
 // known: a process that never asks (terminate, list) never waits for it.
 func (b *Backend) capabilitySet() func() capability.Set {
 	probed := make(chan capability.Set, 1)
-	stateDir, cg, runsc := b.opts.StateDir, b.cg, b.opts.RunscPath
+	stateDir, cg, runsc, rl := b.opts.StateDir, b.cg, b.opts.RunscPath, b.rootless
 	key := currentHostKey()
 	key.CgroupVersion, key.RunscOption = cg.version(), runsc
 	go func() {
 		probed <- cachedHostSet(stateDir, time.Now(), key, func() capability.Set {
 			// The two probes are independent: side by side.
 			host := make(chan capability.Set, 1)
-			go func() { host <- capability.ProbeHost().Set() }()
+			go func() {
+				p := capability.ProbeHost()
+				if rl != nil {
+					// Rootless (rootless.go): sandboxes' cgroups go under the parent
+					// root delegated to this user, which New found writable; the
+					// probe looked at this process's own cgroup.
+					for name, c := range p.Cgroup.Controllers {
+						c.Dir, c.Writable, c.WriteError = filepath.Join(cgroupRoot, name, b.opts.CgroupParent), true, ""
+						p.Cgroup.Controllers[name] = c
+					}
+				}
+				host <- p.Set()
+			}()
 			backend := probeCapabilities(cg, runsc)
-			return combineCapabilities(<-host, backend, cg.version(), runsc)
+			set := combineCapabilities(<-host, backend, cg.version(), runsc)
+			if rl != nil && set.Entries[capability.GVisor].Supported {
+				set.Entries[capability.GVisor] = capability.Status{Reason: reasonGVisorRootless}
+			}
+			return set
 		})
 	}()
 	return sync.OnceValue(func() capability.Set { return <-probed })

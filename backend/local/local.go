@@ -97,6 +97,7 @@ type Backend struct {
 	ids       *idAllocator          // uidrange.go
 	caps      func() capability.Set // the published set (capabilities.go)
 	runscPath string                // found on first use
+	rootless  *rootless             // rootless.go; nil when root
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -147,8 +148,11 @@ func (s *session) dropWarm() {
 // New returns a local backend over opts.StateDir, reconciling what a previous process left:
 // live sandboxes are adopted, broken ones reaped.
 func New(ctx context.Context, opts Options) (*Backend, error) {
+	asRoot := os.Geteuid() == 0
 	if opts.StateDir == "" {
-		opts.StateDir = DefaultStateDir
+		if opts.StateDir = DefaultStateDirForUser(); opts.StateDir == "" {
+			return nil, fmt.Errorf("%w: stateDir: not root and XDG_RUNTIME_DIR is unset: name a state dir of this user's", sandbox.ErrInvalid)
+		}
 	}
 	sd, err := filepath.Abs(opts.StateDir)
 	if err != nil {
@@ -157,6 +161,13 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	opts.StateDir = filepath.Clean(sd)
 	if opts.ImageCacheDir == "" {
 		opts.ImageCacheDir = DefaultImageCacheDir
+		if !asRoot {
+			cache, err := os.UserCacheDir()
+			if err != nil {
+				return nil, fmt.Errorf("%w: imageCacheDir: not root and %v", sandbox.ErrInvalid, err)
+			}
+			opts.ImageCacheDir = filepath.Join(cache, "airlock", "images")
+		}
 	}
 	if opts.UIDBase == 0 {
 		opts.UIDBase = DefaultUIDBase
@@ -169,6 +180,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = cgroupParentFor(opts.StateDir)
+		if !asRoot {
+			// Under the cgroup root delegated to this user: one per state dir below it.
+			opts.CgroupParent = path.Join(RootlessCgroupParent(os.Geteuid()), shortHash(opts.StateDir))
+		}
 	}
 	if strings.Contains(opts.CgroupParent, "..") || path.IsAbs(opts.CgroupParent) {
 		return nil, fmt.Errorf("%w: cgroupParent %q must be a relative path without ..", sandbox.ErrInvalid, opts.CgroupParent)
@@ -178,9 +193,6 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: the local runtime needs root (rootless mode is not implemented yet)", sandbox.ErrUnsupported)
 	}
 	// Create derives an Ed25519 key per sandbox (token.DeriveKey). A process's first fixed-base
 	// multiplication builds the curve's base point table (1.4-1.9 ms here, 20 us after): built
@@ -198,6 +210,11 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if b.cg, err = newCgroupDriver(opts.CgroupParent); err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
+	}
+	if !asRoot {
+		if b.rootless, err = probeRootless(opts.CgroupParent, b.cg.version()); err != nil {
+			return nil, fmt.Errorf("%w: not root: %v", sandbox.ErrUnsupported, err)
+		}
 	}
 	if err := prepareStateDir(opts.StateDir); err != nil {
 		return nil, err
@@ -412,7 +429,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 		r.rootKind, r.rootSrc = nsinit.RootDir, d
 	case spec.ImageOCILayout, spec.ImageTarball, spec.ImageRef:
 		// Native sandboxes map their ids onto UIDBase..: unpack so. gVisor maps none.
-		opts := image.ResolveOptions{UIDBase: b.opts.UIDBase, IDCount: idRange, Progress: b.opts.ImageProgress, Logger: b.log}
+		opts := b.imageResolveOptions() // snapshot.go
 		if r.gvisor {
 			opts.UIDBase, opts.IDCount = 0, 0
 		}
@@ -515,10 +532,15 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
 	// The sandbox's own host ids (uidrange.go); s.rec carries them from here on, so a failed
-	// create's destroy frees them.
-	idr, idBase, err := b.ids.claim(id)
-	if err != nil {
-		return nil, err
+	// create's destroy frees them. Rootless, the user's own (rootless.go).
+	idr, idBase := 0, 0
+	if b.rootless != nil {
+		idBase = b.rootless.uid
+	} else {
+		var err error
+		if idr, idBase, err = b.ids.claim(id); err != nil {
+			return nil, err
+		}
 	}
 	// The cgroups (handed to the sandbox's root) and the session dir and key do not depend
 	// on each other: the cgroups, the slowest (a directory and limits in each hierarchy), are
@@ -541,7 +563,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		err  error
 	}
 	treec := make(chan treeResult, 1)
-	if r.rootKind == nsinit.RootDir {
+	if r.rootKind == nsinit.RootDir && b.rootless == nil { // root's alone (rootless.go)
 		go func() {
 			t, err := b.rootTree(r.rootSrc, r.imageIDs, idBase)
 			treec <- treeResult{t, err}
@@ -724,18 +746,25 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 			Setsid:     true,
 		},
 	}
-	// Born inside its cgroups; it still waits for the config before doing anything.
-	if err := cg.start(cmd); err != nil {
+	if b.rootless != nil {
+		// Maps only newuidmap/newgidmap can write, after the exec (rootless.go).
+		a := cmd.SysProcAttr
+		a.UidMappings, a.GidMappings, a.GidMappingsEnableSetgroups, a.Credential = nil, nil, false, nil
+		cfg.Reexec = true
+		err = b.startRootless(s, cg, cmd)
+	} else {
+		// Born inside its cgroups; it still waits for the config before doing anything.
+		err = cg.start(cmd)
 		if cmd.Process != nil {
-			// Started, but the thread could not leave the cgroups: still ours to reap.
+			// Started (if the thread could not leave the cgroups, still ours to reap).
 			s.cmd = cmd
 			b.watchChild(s)
 		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
-	s.cmd = cmd
 	s.rec.InitPID = cmd.Process.Pid
-	b.watchChild(s)
 	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("read init start time: %w", err)
 	}

@@ -282,6 +282,10 @@ func (b *Backend) snapshotBase(ctx context.Context, s *session, store *image.Sna
 }
 
 func (b *Backend) imageResolveOptions() image.ResolveOptions {
+	if b.rootless != nil {
+		// The user's own files: the sandbox's root's (rootless.go).
+		return image.ResolveOptions{NoChown: true, Progress: b.opts.ImageProgress, Logger: b.log}
+	}
 	return image.ResolveOptions{UIDBase: b.opts.UIDBase, IDCount: idRange, Progress: b.opts.ImageProgress, Logger: b.log}
 }
 

@@ -20,8 +20,12 @@ import (
 // DefaultUIDBase's neighbourhood — and /etc/passwd and /etc/group may name ids that high too.
 // Ranges that overlap any of them are never handed out (idAllocator.excluded).
 
-// idSpan is the host ids [first, first+count).
-type idSpan struct{ first, count int64 }
+// idSpan is the host ids [first, first+count); owner is the user an /etc/subuid line gives
+// them to (its name or uid as written).
+type idSpan struct {
+	first, count int64
+	owner        string
+}
 
 func (s idSpan) overlaps(first, count int64) bool {
 	return s.first < first+count && first < s.first+s.count
@@ -42,7 +46,7 @@ func parseSubIDs(r io.Reader) ([]idSpan, error) {
 		if err1 != nil || err2 != nil || first < 0 || count < 1 {
 			continue
 		}
-		out = append(out, idSpan{first, count})
+		out = append(out, idSpan{first, count, f[0]})
 	}
 	return out, sc.Err()
 }
@@ -58,7 +62,7 @@ func parseIDColumn(r io.Reader) ([]idSpan, error) {
 			continue
 		}
 		if id, err := strconv.ParseInt(f[2], 10, 64); err == nil && id >= 0 {
-			out = append(out, idSpan{id, 1})
+			out = append(out, idSpan{first: id, count: 1})
 		}
 	}
 	return out, sc.Err()

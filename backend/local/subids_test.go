@@ -17,7 +17,7 @@ func TestParseSubIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []idSpan{{100000, 65536}, {165536, 65536}, {300000, 10}}
+	want := []idSpan{{100000, 65536, "alice"}, {165536, 65536, "bob"}, {300000, 10, "carol"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
@@ -29,7 +29,7 @@ func TestParseIDColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []idSpan{{0, 1}, {200123, 1}}; !reflect.DeepEqual(got, want) {
+	if want := []idSpan{{first: 0, count: 1}, {first: 200123, count: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
@@ -43,14 +43,14 @@ func TestExcludedRanges(t *testing.T) {
 		span idSpan
 		want []int
 	}{
-		{"below every range", idSpan{0, 100000}, nil},
-		{"the image range only", idSpan{100000, idRange}, nil},
-		{"range 0 whole (useradd's second user)", idSpan{r(0), idRange}, []int{0}},
-		{"range 0's last id", idSpan{r(1) - 1, 1}, []int{0}},
-		{"straddling ranges 1 and 2", idSpan{r(2) - 1, 2}, []int{1, 2}},
-		{"one uid inside range 3", idSpan{r(3) + 1000, 1}, []int{3}},
-		{"past the last range", idSpan{r(10), 1 << 20}, nil},
-		{"over the whole space", idSpan{0, 1 << 40}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"below every range", idSpan{first: 0, count: 100000}, nil},
+		{"the image range only", idSpan{first: 100000, count: idRange}, nil},
+		{"range 0 whole (useradd's second user)", idSpan{first: r(0), count: idRange}, []int{0}},
+		{"range 0's last id", idSpan{first: r(1) - 1, count: 1}, []int{0}},
+		{"straddling ranges 1 and 2", idSpan{first: r(2) - 1, count: 2}, []int{1, 2}},
+		{"one uid inside range 3", idSpan{first: r(3) + 1000, count: 1}, []int{3}},
+		{"past the last range", idSpan{first: r(10), count: 1 << 20}, nil},
+		{"over the whole space", idSpan{first: 0, count: 1 << 40}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := a.excludedRanges([]idSpan{tt.span})

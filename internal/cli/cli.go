@@ -181,7 +181,7 @@ type BackendFlags struct {
 
 // Add declares the flags on cmd.
 func (b *BackendFlags) Add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&b.StateDir, "state-dir", local.DefaultStateDir, "the local runtime's state directory")
+	cmd.Flags().StringVar(&b.StateDir, "state-dir", local.DefaultStateDirForUser(), "the local runtime's state directory (root's: "+local.DefaultStateDir+"; another user's: $XDG_RUNTIME_DIR/airlock)")
 	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
 	cmd.Flags().StringVar(&b.CgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
 	_ = cmd.Flags().MarkHidden("cgroup-parent")
@@ -198,8 +198,8 @@ func (b *BackendFlags) Open(ctx context.Context, progress io.Writer, log *slog.L
 		return lb, nil
 	}
 	switch {
-	case os.Geteuid() != 0:
-		return nil, fmt.Errorf("%w\nthe local runtime needs root today: run airlock with sudo (rootless mode is not implemented yet)", err)
+	case os.Geteuid() != 0 && errors.Is(err, sandbox.ErrUnsupported):
+		return nil, fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
 	case errors.Is(err, sandbox.ErrUnsupported):
 		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
 	}

@@ -74,6 +74,10 @@ type Config struct {
 	Seccomp []byte `json:"seccomp"`
 	// Agent is the agent's configuration; the listen address and paths are filled in here.
 	Agent agent.Config `json:"agent"`
+	// Reexec: the host wrote init's id maps after its exec (rootless: only newuidmap and
+	// newgidmap can), so init runs without capabilities; it execs itself again, as its user
+	// namespace's root now, before anything else (reexec.go).
+	Reexec bool `json:"reexec,omitempty"`
 }
 
 // Status is what init reports on FDStatus: ready, or the error that stopped it.

@@ -32,6 +32,9 @@ func Main(args []string) int {
 		return 2
 	}
 	cfg, err := readConfig()
+	if err == nil && cfg.Reexec {
+		err = reexec(cfg) // returns only on failure
+	}
 	if err == nil {
 		err = setup(cfg)
 	}
@@ -66,7 +69,7 @@ func report(f *os.File, s Status) {
 }
 
 func readConfig() (*Config, error) {
-	f := os.NewFile(FDConfig, "config")
+	f := os.NewFile(uintptr(configFD()), "config") // reexec.go
 	if f == nil {
 		return nil, errors.New("config fd missing")
 	}
