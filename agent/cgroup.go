@@ -292,30 +292,28 @@ func (g *execGroup) finish() error {
 }
 
 // release is finish for an exec whose exit is reported before everything it started is
-// confirmed gone (exitFirst): an empty v1 cgroup is recycled as finish does; otherwise what is
-// left is sent SIGKILL (v1: killListed; v2: cgroup.kill) and rest, run after the report, waits
-// until the cgroup is empty and removes it.
-// The OOM counter is read now: an OOM kill among the exec's processes is counted by the time
-// its main process has been reaped, and the processes killed here die of SIGKILL, not of OOM.
-func (g *execGroup) release() (rest func() error, err error) {
+// confirmed gone (exitFirst): an empty v1 cgroup is recycled as finish does; otherwise the
+// processes left that hold the exec's output (holds; nil: every process) are sent SIGKILL now,
+// so that the output ends as it would once finish had killed them, and rest, run after the
+// report, kills the others, waits until the cgroup is empty and removes it. The OOM counter is
+// read now: an OOM kill among the exec's processes is counted by the time its main process has
+// been reaped, and the processes killed here die of SIGKILL, not of OOM.
+func (g *execGroup) release(holds func(pid int) bool) (rest func() error, err error) {
 	switch g.kind {
-	case scopeV1:
+	case scopeV1, scopeV2:
 		if g.dir == "" {
 			return nil, g.finish()
 		}
 		if g.left != nil {
 			<-g.left
 		}
-		if !g.killed && g.c.recycle(g.dir) {
+		if g.kind == scopeV1 && !g.killed && g.c.recycle(g.dir) {
 			g.dir = ""
 			g.endOOM()
 			return nil, nil
 		}
 		g.killed = true
-		err = g.killListed()
-	case scopeV2:
-		g.killed = true
-		err = kernfile.Write(g.dir+"/cgroup.kill", "1")
+		err = g.killListed(holds)
 	default:
 		return nil, g.finish()
 	}
@@ -440,14 +438,18 @@ func (g *execGroup) killV1() error {
 	}
 }
 
-// killListed sends SIGKILL to every process in the v1 cgroup without freezing it (a freeze
-// is asynchronous: its state reads FREEZING until every task has stopped, and the wait for
-// FROZEN cost a pre-started python's run 1-2 ms). It is a fixed point instead: the listing is
-// read again after the kills, and whatever it shows that was not killed yet (a child forked
-// before its parent's SIGKILL; a fork still in progress when SIGKILL arrives fails) is killed
-// too, until a listing shows nothing new. Killed processes may still be dying when it returns.
-func (g *execGroup) killListed() error {
-	killed := map[int]bool{os.Getpid(): true} // the spawner thread passes through exec cgroups
+// killListed sends SIGKILL to every process in the cgroup that holds (holds; nil: every
+// process), without freezing it (a v1 freeze is asynchronous: its state reads FREEZING until
+// every task has stopped, and the wait for FROZEN cost a pre-started python's run 1-2 ms). It
+// is a fixed point instead: the listing is read again after the kills, and whatever it shows
+// that was not seen yet (a child forked before its parent's SIGKILL; a fork still in progress
+// when SIGKILL arrives fails) is judged too, until a listing shows nothing new. Killed
+// processes may still be dying when it returns. Every process seen is set to the lowest
+// priority: it dies now or soon after, and its death (freeing its memory: for the exit holder
+// of a pre-started python the whole interpreter's, ~1 ms of CPU) then takes an idle processor
+// rather than the agent's or its caller's.
+func (g *execGroup) killListed(holds func(pid int) bool) error {
+	seen := map[int]bool{os.Getpid(): true} // the spawner thread passes through exec cgroups
 	for {
 		pids, err := readPids(g.dir + "/cgroup.procs")
 		if err != nil {
@@ -455,15 +457,15 @@ func (g *execGroup) killListed() error {
 		}
 		fresh := false
 		for _, pid := range pids {
-			if killed[pid] {
+			if seen[pid] {
 				continue
 			}
 			fresh = true
-			killed[pid] = true
-			// Its death (freeing its memory: for the exit holder of a pre-started python, the
-			// whole interpreter's, ~1 ms of CPU) runs while the exit is being reported: at the
-			// lowest priority it takes an idle processor rather than the agent's or its caller's.
+			seen[pid] = true
 			_ = unix.Setpriority(unix.PRIO_PROCESS, pid, 19)
+			if holds != nil && !holds(pid) {
+				continue
+			}
 			if err := unix.Kill(pid, unix.SIGKILL); err != nil && err != unix.ESRCH {
 				return fmt.Errorf("kill pid %d in %s: %w", pid, g.dir, err)
 			}
@@ -471,10 +473,35 @@ func (g *execGroup) killListed() error {
 		if !fresh {
 			return nil
 		}
-		if len(killed) > 1<<16 {
+		if len(seen) > 1<<16 {
 			return fmt.Errorf("kill exec cgroup %s: more than %d processes", g.dir, 1<<16)
 		}
 	}
+}
+
+// holdsPipe reports whether process pid has one of the pipes inos open (true when it cannot
+// tell: the caller then treats it as holding them).
+func holdsPipe(pid int, inos map[uint64]bool) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist) // gone: it holds nothing any more
+	}
+	for _, e := range ents {
+		l, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // closed meanwhile
+			}
+			return true
+		}
+		if n, ok := strings.CutPrefix(l, "pipe:["); ok {
+			if ino, err := strconv.ParseUint(strings.TrimSuffix(n, "]"), 10, 64); err == nil && inos[ino] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sweepV1 sends SIGKILL to every process in the v1 cgroup while it is frozen, then thaws it

@@ -376,6 +376,28 @@ func commandPipe(commandWrites bool) (r, w *os.File, err error) {
 	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
+// outputHolders returns a test for whether a process holds the job's output pipes open (nil:
+// it cannot tell, for a terminal, and every process counts as holding it).
+func (j *job) outputHolders() func(pid int) bool {
+	if j.spec.tty {
+		return nil
+	}
+	inos := map[uint64]bool{}
+	for _, f := range j.outs {
+		var st unix.Stat_t
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = unix.Fstat(int(fd), &st) }); err != nil || serr != nil {
+			return nil
+		}
+		inos[st.Ino] = true
+	}
+	return func(pid int) bool { return holdsPipe(pid, inos) }
+}
+
 // closeIO closes the agent's ends of the command's I/O.
 func (j *job) closeIO() {
 	j.closeStdin()
@@ -599,7 +621,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	// (exitFirst: is sent SIGKILL now and confirmed gone after the report).
 	if j.spec.exitFirst && !timedOut && !cancelled {
 		var err error
-		j.rest, err = j.group.release()
+		j.rest, err = j.group.release(j.outputHolders())
 		errs = append(errs, err)
 	} else {
 		errs = append(errs, j.group.finish())

@@ -71,10 +71,10 @@ func runProcess(t *testing.T, ctx context.Context, cl *client.Client, req client
 }
 
 // TestProcessExitFirst: a background process started with ExitFirst reports the same exit and
-// output as one without, and by the time its exit arrives whatever it left behind has been
-// sent SIGKILL (the guard: the report may come before they are gone, never before they are
-// killed); they and the exec cgroup are gone soon after. Checked to fail with the sweep in
-// execGroup.release removed (the leftovers are alive at the report).
+// output as one without; by the time its exit arrives, what it left holding its output has
+// been sent SIGKILL (the guard: the output must end where it would have), and everything it
+// left and the exec cgroup are gone soon after. Checked to fail with the kill in
+// execGroup.killListed removed (the leftover holding stdout is alive at the report).
 func TestProcessExitFirst(t *testing.T) {
 	for kind, setup := range cgroupKinds(t) {
 		t.Run(kind, func(t *testing.T) {
@@ -87,12 +87,14 @@ func TestProcessExitFirst(t *testing.T) {
 				name   string
 				script string // %[1]s: a directory for pid files p1, p2
 				pids   int
+				output int // how many of the pids hold the output
 			}{
-				{"clean exit", "echo done", 0},
-				{"exit code", "echo out; exit 7", 0},
-				{"signal", "kill -TERM $$", 0},
-				{"leftovers", `cd %[1]s; setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > p1; sleep 1001 >/dev/null 2>&1 </dev/null & echo $! > p2; echo done`, 2},
-				{"leftover holding stdout", `cd %[1]s; (sleep 0.3; echo late) & echo $! > p1; echo done`, 1},
+				{"clean exit", "echo done", 0, 0},
+				{"exit code", "echo out; exit 7", 0, 0},
+				{"signal", "kill -TERM $$", 0, 0},
+				{"leftovers", `cd %[1]s; setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > p1; sleep 1001 >/dev/null 2>&1 </dev/null & echo $! > p2; echo done`, 2, 0},
+				{"leftover holding stdout", `cd %[1]s; (sleep 0.3; echo late) & echo $! > p1; echo done`, 1, 1},
+				{"leftovers, one holding stderr", `cd %[1]s; (sleep 0.3; echo late >&2) & echo $! > p1; sleep 1000 >/dev/null 2>&1 </dev/null & echo $! > p2; echo done`, 2, 1},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +108,7 @@ func TestProcessExitFirst(t *testing.T) {
 						for n := 1; n <= tc.pids; n++ {
 							pids = append(pids, readPid(t, filepath.Join(dir, fmt.Sprintf("p%d", n))))
 						}
-						for _, pid := range pids {
+						for _, pid := range pids[:tc.output] {
 							if !doomed(pid) {
 								t.Errorf("exitFirst %v: pid %d left by the process still runs when its exit is reported", first, pid)
 							}

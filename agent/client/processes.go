@@ -18,8 +18,8 @@ type ProcessRequest struct {
 	sbtypes.ExecRequest
 	OpenStdin bool
 	// ExitFirst: the caller discards the sandbox after this process, and wants its exit as
-	// soon as the process has exited, before whatever else it started (sent SIGKILL by then)
-	// is confirmed gone (wire.ExecRequest.ExitFirst).
+	// soon as the process has exited and its output has ended, before whatever else it
+	// started is confirmed gone (wire.ExecRequest.ExitFirst).
 	ExitFirst bool
 }
 

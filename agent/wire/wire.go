@@ -54,9 +54,10 @@ type ExecRequest struct {
 	Cols      int   `json:"cols,omitempty"` // tty only; default 80
 	// ExitFirst (background processes only; an exec refuses it) is for a caller that discards
 	// the sandbox after this process: the exit is reported once the main process has exited
-	// and the output has ended, with whatever else the process started sent SIGKILL (under a
-	// freeze of its cgroup, so nothing forks meanwhile) but not yet confirmed gone; the agent
-	// empties and removes the process's cgroup after the report instead of before it.
+	// and the output has ended, with the processes it left that hold its output sent SIGKILL
+	// (so the output ends where it would have) but not yet confirmed gone, and the others
+	// killed only after the report; the agent empties and removes the process's cgroup after
+	// the report instead of before it.
 	ExitFirst bool `json:"exitFirst,omitempty"`
 }
 
