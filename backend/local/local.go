@@ -757,14 +757,12 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		err = cg.start(cmd)
 		if cmd.Process != nil {
 			// Started (if the thread could not leave the cgroups, still ours to reap).
-			s.cmd = cmd
-			b.watchChild(s)
+			b.watchStarted(s, cmd)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
-	s.rec.InitPID = cmd.Process.Pid
 	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("read init start time: %w", err)
 	}
@@ -832,6 +830,14 @@ func (b *Backend) logTail(dir string) string {
 		data = data[len(data)-2048:]
 	}
 	return "\ninit log:\n" + strings.TrimSpace(string(data))
+}
+
+// watchStarted records our just started init in s and watches it (watchChild): the watcher
+// may reap it at once, so the record has its pid first.
+func (b *Backend) watchStarted(s *session, cmd *exec.Cmd) {
+	s.cmd = cmd
+	s.rec.InitPID = cmd.Process.Pid
+	b.watchChild(s)
 }
 
 // watchChild reaps our own init when it exits, then removes the sandbox's remains unless a

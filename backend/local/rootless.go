@@ -164,8 +164,7 @@ func (b *Backend) startRootless(s *session, cg sandboxCgroup, cmd *exec.Cmd) err
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	s.cmd = cmd
-	b.watchChild(s)
+	b.watchStarted(s, cmd)
 	if err := cg.addProc(cmd.Process.Pid); err != nil {
 		return err
 	}
