@@ -36,14 +36,7 @@ import (
 // and their libraries): what a directory image holds, and nothing of the host's /usr.
 func minimalRootfs(t testing.TB) string {
 	t.Helper()
-	root, err := os.MkdirTemp("", "al-rootfs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := openTempDir(t, "al-rootfs-")
 	bins := map[string]string{"sh": "/bin/sh", "cat": "/bin/cat", "sleep": "/bin/sleep", "ls": "/bin/ls", "id": "/usr/bin/id", "test": "/usr/bin/test", "echo": "/bin/echo"}
 	libs := map[string]bool{}
 	libRE := regexp.MustCompile(`(/[^ ]+) \(0x`)
@@ -72,6 +65,22 @@ func minimalRootfs(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// openTempDir is a temporary dir (removed at the end of the test) that other users may
+// search and read: what a sandbox's mapped ids or an unprivileged test user reach. Not
+// t.TempDir, whose parent is the caller's alone.
+func openTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func copyFile(t testing.TB, src, dst string, mode os.FileMode) {

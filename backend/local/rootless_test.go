@@ -58,14 +58,7 @@ func TestRootless(t *testing.T) {
 		}
 	})
 	// What nobody may read and run: this test binary and the agent, in a dir of their own.
-	work, err := os.MkdirTemp("", "al-rootless-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
-	if err := os.Chmod(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	work := openTempDir(t, "al-rootless-")
 	self := filepath.Join(work, "local.test")
 	copyFile(t, os.Args[0], self, 0o755)
 	agent := filepath.Join(work, "airlock-agent")
