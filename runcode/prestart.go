@@ -246,7 +246,10 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
 		Cwd: workdir, Timeout: deadline,
 		MaxStdout: ps.maxOutput, MaxStderr: ps.maxOutput + int64(len(readyMarker)),
-	}, OpenStdin: true, ExitFirst: true}
+	}, OpenStdin: true,
+		// The sandbox is discarded after the run: the exit is reported without waiting for
+		// what the program left (pythonExitHolder's holder) to be gone.
+		ExitFirst: true}
 	switch l {
 	case Python:
 		base, err := ps.basePythonPath(ctx, ag, sess, workdir)
@@ -673,9 +676,10 @@ def _airlock_fast_gc_at_exit(sys, had, holder):
 // output's end would wait for it): 0, 1 and 2 travel through a unix socket (SCM_RIGHTS) while
 // it is cloned, and come back to the same numbers with the same inheritable flags. Then
 // finalisation goes on as the interpreter's own, exit status included; the agent (ExitFirst)
-// sees the exit as soon as python has exited and sends the holder SIGKILL before it reports,
-// and the sandbox is discarded after the run. The holder never exists while program code can
-// run, so the program cannot see it. x86_64 only (the pause system call); elsewhere, without
+// sees the exit as soon as python has exited and its output has ended, and kills the holder
+// (which holds none of the output) after its report; the sandbox is discarded after the run.
+// The holder never exists while program code can run, so the program cannot see it (a process
+// the program left running could, during python's last ~1.5 ms of finalisation). x86_64 only (the pause system call); elsewhere, without
 // ctypes or libc's clone, or with any other file open, there is no holder and the exit is as
 // before. What stays visible: _ctypes loaded (sys.modules is cleaned of what its import added).
 const pythonExitHolder = `
