@@ -205,7 +205,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		sessions: map[string]*session{},
 		stop:     make(chan struct{}),
 	}
-	if b.agentPath, b.agentArgs, err = resolveAgent(opts.AgentPath, opts.AgentArgs); err != nil {
+	if b.agentPath, b.agentArgs, err = resolveAgent(opts.AgentPath, opts.AgentArgs, asRoot); err != nil {
 		return nil, err
 	}
 	if b.cg, err = newCgroupDriver(opts.CgroupParent); err != nil {
@@ -216,7 +216,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 			return nil, fmt.Errorf("%w: not root: %v", sandbox.ErrUnsupported, err)
 		}
 	}
-	if err := prepareStateDir(opts.StateDir); err != nil {
+	if err := prepareStateDir(opts.StateDir, asRoot); err != nil {
 		return nil, err
 	}
 	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
@@ -280,8 +280,10 @@ func cgroupParentFor(stateDir string) string {
 }
 
 // prepareStateDir creates the state dir 0711: the sandbox's mapped root must traverse it to
-// reach its own session directory, but may not list it. Every parent must be traversable too.
-func prepareStateDir(dir string) error {
+// reach its own session directory, but may not list it. Every parent must be traversable too
+// (by others: a root runtime's sandbox root is an id of its own; a rootless one's is the user,
+// rootless.go, who made the dir).
+func prepareStateDir(dir string, asRoot bool) error {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -294,7 +296,7 @@ func prepareStateDir(dir string) error {
 	if err := os.Mkdir(filepath.Join(dir, rootMountDir), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+	for p := filepath.Dir(dir); asRoot; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return fmt.Errorf("state dir parent: %w", err)
@@ -306,13 +308,14 @@ func prepareStateDir(dir string) error {
 			return nil
 		}
 	}
+	return nil
 }
 
 // resolveAgent finds the agent binary (statedir.ResolveAgent); the sandbox's mapped root runs
-// it, so it must be executable by others.
-func resolveAgent(opt string, args []string) (string, []string, error) {
+// it, so it must be executable by others (rootless, that root is the user itself).
+func resolveAgent(opt string, args []string, asRoot bool) (string, []string, error) {
 	return statedir.ResolveAgent(opt, args, func(abs string, fi fs.FileInfo) error {
-		if fi.Mode().Perm()&0o001 == 0 {
+		if asRoot && fi.Mode().Perm()&0o001 == 0 {
 			return fmt.Errorf("%w: agent binary %s must be a regular file executable by others (mode %v): the sandbox's mapped root runs it", sandbox.ErrInvalid, abs, fi.Mode().Perm())
 		}
 		return nil

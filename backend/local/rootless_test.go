@@ -63,9 +63,11 @@ func TestRootless(t *testing.T) {
 	copyFile(t, os.Args[0], self, 0o755)
 	agent := filepath.Join(work, "airlock-agent")
 	copyFile(t, agentBin, agent, 0o755)
-	state := filepath.Join(work, "state")
+	// Its own 0700 dirs, as XDG_RUNTIME_DIR is: the state dir inside needs no one else's search.
+	run := filepath.Join(work, "run")
+	state := filepath.Join(run, "airlock")
 	cache := filepath.Join(work, "cache")
-	for _, d := range []string{state, cache} {
+	for _, d := range []string{run, cache} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}

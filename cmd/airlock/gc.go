@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,7 +33,9 @@ func newGCCmd(g *cli.Globals) *cobra.Command {
     and it has not changed for --min-age; the airlock-* cgroup itself once it is empty.
 
 A live sandbox is never touched: its processes keep its cgroups (the kernel refuses to
-remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. Needs root.
+remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. As root it looks
+at every airlock-* cgroup; as another user (rootless mode, docs/rootless.md) only at the one
+root delegated to that user, airlock-user-<uid>.
 
 With --spares it also terminates the spares airlock run parked for later runs (docs/spares.md):
 live sandboxes nobody uses yet, which otherwise end by themselves within 11 minutes.`,
@@ -48,7 +51,12 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			if spares {
 				retired, serr = retireSpares(cmd, stateDirs, dryRun)
 			}
-			rep, err := gc.Run(cmd.Context(), gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun})
+			opts := gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun}
+			if uid := os.Geteuid(); uid != 0 {
+				own := local.RootlessCgroupParent(uid)
+				opts.Match, opts.KeepTops = func(name string) bool { return name == own }, true
+			}
+			rep, err := gc.Run(cmd.Context(), opts)
 			err = errors.Join(serr, err)
 			out := cmd.OutOrStdout()
 			if g.Output == cli.OutputJSON {
@@ -82,7 +90,7 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			return err
 		},
 	}
-	cmd.Flags().StringArrayVar(&stateDirs, "state-dir", []string{local.DefaultStateDir}, "a local runtime state dir to reconcile and whose sessions keep their cgroups; repeatable")
+	cmd.Flags().StringArrayVar(&stateDirs, "state-dir", []string{local.DefaultStateDirForUser()}, "a local runtime state dir to reconcile and whose sessions keep their cgroups; repeatable")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be removed; change nothing")
 	cmd.Flags().DurationVar(&minAge, "min-age", time.Minute, "spare cgroup trees changed more recently than this")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also list the airlock-* cgroups kept, and why")

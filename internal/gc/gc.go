@@ -32,6 +32,9 @@ type Options struct {
 	// Match picks the top-level cgroups to look at, by name; nil means "airlock-*". It can
 	// only narrow that: a name without the prefix is never touched.
 	Match func(name string) bool
+	// KeepTops leaves the matched airlock-* cgroups themselves in place, only their children
+	// go: a rootless user's airlock-user-<uid> is root's, delegated (docs/rootless.md).
+	KeepTops bool
 	// MinAge spares a cgroup tree changed more recently than this (a sandbox being created
 	// has an empty cgroup for an instant).
 	MinAge time.Duration
@@ -219,6 +222,8 @@ func reapCgroups(rep *Report, o Options, live func(string) bool) error {
 			}
 		}
 		switch {
+		case o.KeepTops:
+			rep.Kept = append(rep.Kept, n+": kept (delegated)")
 		case topWhy != "":
 			rep.Kept = append(rep.Kept, n+": "+topWhy)
 		case left:

@@ -215,3 +215,31 @@ func noReconcile(t *testing.T) func(context.Context, string) ([]string, error) {
 		return nil, nil
 	}
 }
+
+// TestGCKeepTops: with KeepTops the matched cgroup's empty children go and it stays (a
+// rootless user's delegated cgroup is root's); without, it goes too.
+func TestGCKeepTops(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := os.Stat(filepath.Join(CgroupRoot, "freezer", "cgroup.procs")); err != nil {
+		t.Fatalf("this test needs cgroup v1 hierarchies at %s: %v", CgroupRoot, err)
+	}
+	rnd := make([]byte, 4)
+	rand.Read(rnd)
+	top := "airlock-gctest-" + hex.EncodeToString(rnd)
+	topDirs := cgDirs(top)
+	t.Cleanup(func() { removeTestTree(topDirs) })
+	ours := func(n string) bool { return n == top }
+	for _, keep := range []bool{true, false} {
+		mkdirs(t, cgDirs(filepath.Join(top, "a3f0", "s-00000000000000ac")))
+		rep, err := Run(context.Background(), Options{Match: ours, KeepTops: keep, Reconcile: noReconcile(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := existing(cgDirs(filepath.Join(top, "a3f0"))); len(left) != 0 {
+			t.Errorf("keep %v: children left: %v", keep, left)
+		}
+		if kept := len(existing(topDirs)) == len(topDirs); kept != keep {
+			t.Errorf("keep %v: the top is there: %v (report %+v)", keep, kept, rep)
+		}
+	}
+}
