@@ -233,19 +233,9 @@ del atexit, os
 	for _, tt := range exitCorpus {
 		t.Run(tt.name, func(t *testing.T) {
 			work := t.TempDir()
-			if err := os.WriteFile(filepath.Join(work, "main.py"), []byte(tt.code), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cold := exec.Command(py, "main.py")
-			cold.Dir, cold.Env = work, env
-			var so, se bytes.Buffer
-			cold.Stdout, cold.Stderr = &so, &se
-			want := outcomeOf(t, cold.Run(), so.Bytes(), se.Bytes())
+			want := runCold(t, py, work, env, tt.code, nil)
 			if frozen(t) {
 				t.Fatal("a cold run reports a frozen heap: the probe is broken")
-			}
-			if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
-				t.Fatal(err)
 			}
 			got := runPythonThroughLoader(t, py, work, env, ptr(site), tt.code, nil)
 			if got != want {
@@ -290,22 +280,9 @@ func TestPythonExitHolderHost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			work := t.TempDir()
-			if err := os.WriteFile(filepath.Join(work, "main.py"), []byte(tt.code), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cold := exec.Command(py, "main.py")
-			cold.Dir, cold.Env = work, env
-			if tt.stdin != nil {
-				cold.Stdin = strings.NewReader(*tt.stdin)
-			}
-			var so, se bytes.Buffer
-			cold.Stdout, cold.Stderr = &so, &se
-			want := outcomeOf(t, cold.Run(), so.Bytes(), se.Bytes())
+			want := runCold(t, py, work, env, tt.code, tt.stdin)
 			if tt.stdout != "" && want.stdout != tt.stdout {
 				t.Fatalf("cold run printed %q (stderr %q), want %q: the case is broken", want.stdout, want.stderr, tt.stdout)
-			}
-			if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
-				t.Fatal(err)
 			}
 			got, held := runThroughLoader(t, py, work, env, nil, tt.code, tt.stdin)
 			if got != want {
@@ -399,4 +376,25 @@ func medianF(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// runCold runs code as main.py in work with a cold python, stdin (nil: none), and removes
+// main.py again (the loader's run writes its own).
+func runCold(t *testing.T, py, work string, env []string, code string, stdin *string) pyOutcome {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(work, "main.py"), []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cold := exec.Command(py, "main.py")
+	cold.Dir, cold.Env = work, env
+	if stdin != nil {
+		cold.Stdin = strings.NewReader(*stdin)
+	}
+	var so, se bytes.Buffer
+	cold.Stdout, cold.Stderr = &so, &se
+	want := outcomeOf(t, cold.Run(), so.Bytes(), se.Bytes())
+	if err := os.Remove(filepath.Join(work, "main.py")); err != nil {
+		t.Fatal(err)
+	}
+	return want
 }
