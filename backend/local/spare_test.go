@@ -49,6 +49,17 @@ func fill(t *testing.T, b *Backend, opts SpareOptions) {
 	}
 }
 
+// fillParked fills spares from empty and returns them, failing unless opts.Count are parked.
+func fillParked(t *testing.T, b *Backend, opts SpareOptions) []spareEntry {
+	t.Helper()
+	fill(t, b, opts)
+	parked, err := b.parkedSpares(spareKey(t))
+	if err != nil || len(parked) != opts.Count {
+		t.Fatalf("parked %v %v, want %d", parked, err, opts.Count)
+	}
+	return parked
+}
+
 func TestSpareRefusals(t *testing.T) {
 	b := &Backend{opts: Options{StateDir: t.TempDir()}}
 	withLabel := func(k string) spec.Sandbox {
@@ -125,11 +136,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 	}
 
 	// A spare with less lifetime left than the claim needs is terminated, not handed out.
-	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	parked, _ := b.parkedSpares(key)
-	if len(parked) != 1 {
-		t.Fatalf("parked %v", parked)
-	}
+	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
 	pid := b.sessionInitPID(parked[0].Session)
 	if s, _, err := b2.ClaimSpare(t.Context(), key, time.Hour); s != nil || err != nil {
 		t.Fatalf("a spare with 10 minutes left was handed out for an hour: %v %v", s, err)
@@ -186,11 +193,7 @@ func TestSpareConcurrentClaims(t *testing.T) {
 func TestSpareReconcile(t *testing.T) {
 	b := newTestBackend(t)
 	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 4, MaxAge: time.Minute})
-	parked, err := b.parkedSpares(key)
-	if err != nil || len(parked) != 4 {
-		t.Fatalf("parked %v %v", parked, err)
-	}
+	parked := fillParked(t, b, SpareOptions{Count: 4, MaxAge: time.Minute})
 	claimedDead, neverParked, kept, died := parked[0].Session, parked[1].Session, parked[2].Session, parked[3].Session
 	pids := map[string]int{}
 	for _, e := range parked {
@@ -241,11 +244,7 @@ func TestSpareReconcile(t *testing.T) {
 func TestSpareRetire(t *testing.T) {
 	b := newTestBackend(t)
 	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
-	old, _ := b.parkedSpares(key)
-	if len(old) != 1 {
-		t.Fatalf("parked %v", old)
-	}
+	old := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
 	pid := b.sessionInitPID(old[0].Session)
 	time.Sleep(1100 * time.Millisecond)
 	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
@@ -275,11 +274,7 @@ func TestSpareStaleEtc(t *testing.T) {
 	b := newTestBackend(t)
 	setMotd := fakeHostEtc(t, b, "one\n")
 	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	parked, _ := b.parkedSpares(key)
-	if len(parked) != 1 {
-		t.Fatalf("parked %v", parked)
-	}
+	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
 	pid := b.sessionInitPID(parked[0].Session)
 	setMotd("two\n")
 	if s, _, err := b.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
@@ -307,11 +302,7 @@ func TestSpareStaleEtc(t *testing.T) {
 func TestRetireSpares(t *testing.T) {
 	b := newTestBackend(t)
 	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 2, MaxAge: time.Minute})
-	parked, _ := b.parkedSpares(key)
-	if len(parked) != 2 {
-		t.Fatalf("parked %v", parked)
-	}
+	parked := fillParked(t, b, SpareOptions{Count: 2, MaxAge: time.Minute})
 	ids, err := b.RetireSpares(t.Context(), true)
 	if err != nil || len(ids) != 2 || b.ParkedSpares(key) != 2 {
 		t.Fatalf("dry run: %v %v, %d parked", ids, err, b.ParkedSpares(key))
