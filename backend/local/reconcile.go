@@ -37,6 +37,11 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		// pool.go: a pooled sandbox nobody claimed, whose pool's process is gone, is reaped;
 		// spare.go: so is a spare nobody can claim or use any more.
 		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) {
+			if heldElsewhere(dir, rec.Spec.Labels) {
+				// warm.go: another process's until claimed, and no lookup of this one finds
+				// it; its claimer adopts it (and proves its agent) when it takes it.
+				continue
+			}
 			if _, err := b.adopt(ctx, dir, rec); err == nil {
 				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
 				continue
