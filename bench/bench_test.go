@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -110,6 +111,12 @@ func stateDir(b *testing.B) string {
 	if parent == "" {
 		parent = "/run"
 	}
+	return stateDirIn(b, parent)
+}
+
+// stateDirIn is stateDir under parent.
+func stateDirIn(b *testing.B, parent string) string {
+	b.Helper()
 	dir, err := os.MkdirTemp(parent, "airlock-bench-")
 	if err != nil {
 		b.Fatal(err)
@@ -117,8 +124,13 @@ func stateDir(b *testing.B) string {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "state")
+	state := filepath.Join(dir, "state")
+	b.Cleanup(func() {
+		os.RemoveAll(dir)
+		// The CLI runs' and backends' default parent for this state dir, empty by now.
+		runcodetest.RemoveCgroupParent(b, local.CgroupParentFor(state))
+	})
+	return state
 }
 
 func hostDecl() spec.Sandbox {

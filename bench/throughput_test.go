@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -250,18 +249,11 @@ func BenchmarkCallCPU(b *testing.B) {
 		if !ok {
 			continue
 		}
-		dir := stateDir(b)
-		bin, parent, ok := strings.Cut(bin, "@")
-		if ok {
-			d, err := os.MkdirTemp(parent, "airlock-bench-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { os.RemoveAll(d) })
-			if err := os.Chmod(d, 0o711); err != nil {
-				b.Fatal(err)
-			}
-			dir = filepath.Join(d, "state")
+		dir := ""
+		if bin2, parent, ok := strings.Cut(bin, "@"); ok {
+			bin, dir = bin2, stateDirIn(b, parent)
+		} else {
+			dir = stateDir(b)
 		}
 		abe, err := local.New(ctx, local.Options{StateDir: dir, AgentPath: bin, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

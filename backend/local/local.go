@@ -179,7 +179,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: uidBase %d, uidRanges %d: the host ids %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDRanges, opts.UIDBase, last, uint32(1<<32-2))
 	}
 	if opts.CgroupParent == "" {
-		opts.CgroupParent = cgroupParentFor(opts.StateDir)
+		opts.CgroupParent = CgroupParentFor(opts.StateDir)
 		if !asRoot {
 			// Under the cgroup root delegated to this user: one per state dir below it.
 			opts.CgroupParent = path.Join(RootlessCgroupParent(os.Geteuid()), shortHash(opts.StateDir))
@@ -272,7 +272,9 @@ func (b *Backend) Close() error {
 	return b.closeEgress() // egress.go: the sandboxes' network goes until a later New adopts them
 }
 
-func cgroupParentFor(stateDir string) string {
+// CgroupParentFor is the cgroup parent a root runtime on stateDir uses when Options leave it
+// empty: whoever removes a state dir for good removes that cgroup too (airlock gc does).
+func CgroupParentFor(stateDir string) string {
 	if stateDir == DefaultStateDir {
 		return defaultCgroupParent
 	}

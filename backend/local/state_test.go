@@ -67,10 +67,10 @@ func TestSessionIDs(t *testing.T) {
 }
 
 func TestCgroupParentPerStateDir(t *testing.T) {
-	if got := cgroupParentFor(DefaultStateDir); got != "airlock" {
+	if got := CgroupParentFor(DefaultStateDir); got != "airlock" {
 		t.Errorf("default state dir parent = %q", got)
 	}
-	a, b := cgroupParentFor("/tmp/a"), cgroupParentFor("/tmp/b")
+	a, b := CgroupParentFor("/tmp/a"), CgroupParentFor("/tmp/b")
 	if a == b || !strings.HasPrefix(a, "airlock-") {
 		t.Errorf("parents %q and %q must differ and be prefixed", a, b)
 	}
