@@ -32,9 +32,6 @@ var hostNotBuilt = []string{
 	"the docker runtime is not built yet (issue 5)",
 }
 
-// reasonV2NotWired is why the native runtime makes no sandbox on a cgroup v2 host (Create).
-const reasonV2NotWired = "the native runtime on a cgroup v2 host is not wired yet (the agent's clone3 into exec cgroups conflicts with the seccomp profile)"
-
 // reasonGVisorRootless is why a rootless backend does not run gVisor (rootless.go).
 const reasonGVisorRootless = "runsc is driven as root only; this runtime is rootless"
 
@@ -43,8 +40,8 @@ const reasonGVisorRootless = "runsc is driven as root only; this runtime is root
 const runscOffPath = "runsc not found on PATH"
 
 // combineCapabilities is the published set: host facts and backend enforcement together.
-// cgroupVersion is the backend's cgroup driver's; runscOption is Options.RunscPath.
-func combineCapabilities(host, backend capability.Set, cgroupVersion int, runscOption string) capability.Set {
+// runscOption is Options.RunscPath.
+func combineCapabilities(host, backend capability.Set, runscOption string) capability.Set {
 	out := capability.Set{Platform: capability.Local, Entries: make(map[capability.Name]capability.Status, len(capability.Names))}
 	for _, n := range capability.Names {
 		h, okH := host.Entries[n]
@@ -56,8 +53,6 @@ func combineCapabilities(host, backend capability.Set, cgroupVersion int, runscO
 			h = capability.Status{Reason: "the host probe does not know it"}
 		}
 		switch {
-		case cgroupVersion == 2:
-			out.Entries[n] = capability.Status{Reason: reasonV2NotWired}
 		case h.Supported && b.Supported:
 			out.Entries[n] = capability.Status{Supported: true}
 		case !h.Supported && !slices.Contains(hostNotBuilt, h.Reason) &&
@@ -101,7 +96,7 @@ func (b *Backend) capabilitySet() func() capability.Set {
 				host <- p.Set()
 			}()
 			backend := probeCapabilities(cg, runsc)
-			set := combineCapabilities(<-host, backend, cg.version(), runsc)
+			set := combineCapabilities(<-host, backend, runsc)
 			if rl != nil && set.Entries[capability.GVisor].Supported {
 				set.Entries[capability.GVisor] = capability.Status{Reason: reasonGVisorRootless}
 			}

@@ -45,13 +45,12 @@ func TestCombineCapabilities(t *testing.T) {
 	backend.Bounds.MaxProcesses = idRange
 
 	for _, tc := range []struct {
-		name      string
-		runsc     string
-		want      map[capability.Name]capability.Status
-		maxProcs  int64
-		cgVersion int
+		name     string
+		runsc    string
+		want     map[capability.Name]capability.Status
+		maxProcs int64
 	}{
-		{name: "v1", cgVersion: 1, maxProcs: 1000, want: map[capability.Name]capability.Status{
+		{name: "v1", maxProcs: 1000, want: map[capability.Name]capability.Status{
 			capability.Reconnect:         yes,                                       // both
 			capability.Files:             backend.Entries[capability.Files],         // backend refuses
 			capability.EnforcedLimits:    host.Entries[capability.EnforcedLimits],   // host fact
@@ -63,15 +62,11 @@ func TestCombineCapabilities(t *testing.T) {
 			capability.IdleTimeout:       host.Entries[capability.IdleTimeout],      // both refuse: the host's reason
 			capability.DockerRuntime:     backend.Entries[capability.DockerRuntime], // backend refuses
 		}},
-		{name: "runsc option", cgVersion: 1, runsc: "/opt/runsc", maxProcs: 1000, want: map[capability.Name]capability.Status{
+		{name: "runsc option", runsc: "/opt/runsc", maxProcs: 1000, want: map[capability.Name]capability.Status{
 			capability.GVisor: yes, // the backend found the one Options.RunscPath names
 		}},
-		{name: "v2", cgVersion: 2, maxProcs: 1000, want: map[capability.Name]capability.Status{
-			capability.Reconnect: {Reason: reasonV2NotWired},
-			capability.Files:     {Reason: reasonV2NotWired},
-		}},
 	} {
-		got := combineCapabilities(host, backend, tc.cgVersion, tc.runsc)
+		got := combineCapabilities(host, backend, tc.runsc)
 		for n, want := range tc.want {
 			if got.Entries[n] != want {
 				t.Errorf("%s: %s = %+v, want %+v", tc.name, n, got.Entries[n], want)

@@ -32,8 +32,8 @@ import (
 const cgroupRoot = "/sys/fs/cgroup"
 
 // agentPidsHeadroom is how many more tasks than the declared maxProcesses the sandbox's pids
-// cgroup allows: the agent's own threads. On cgroup v1 code is held to maxProcesses in a child
-// cgroup of its own, so a fork bomb cannot starve the agent.
+// cgroup allows: the agent's own threads. Code is held to maxProcesses in a child cgroup of its
+// own (nsinit.CodePidsName), so a fork bomb cannot starve the agent.
 const agentPidsHeadroom = 32
 
 // limits are a sandbox's resource ceilings, resolved from the declaration.

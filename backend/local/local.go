@@ -475,18 +475,12 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// spare) or reconcile.
-	go func() { _, _ = DefaultSeccomp() }()
+	go func() { _, _ = SeccompFor(b.cg.version()) }()
 	r, err := b.resolve(ctx, decl)
 	if err != nil {
 		return nil, err
 	}
-	if b.cg.version() == 2 && !r.gvisor {
-		// The agent places each exec with clone3(CLONE_INTO_CGROUP) on cgroup v2, and the
-		// seccomp profile answers clone3 with ENOSYS (its flags cannot be inspected): every
-		// exec would fail. Refused until the agent enters exec cgroups another way.
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrUnsupported, reasonV2NotWired)
-	}
-	prog, err := DefaultSeccomp()
+	prog, err := SeccompFor(b.cg.version())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -607,7 +601,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	cg := s.cg
 	cfg := &nsinit.Config{
 		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: rootSrc,
-		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
+		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(), CodeMaxProcesses: r.limits.MaxProcesses,
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{
 			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),

@@ -143,10 +143,10 @@ func shortHash(s string) string {
 
 // probeCapabilities is what this backend enforces here.
 //
-// processLimit: limits.maxProcesses counts the code's processes and threads. On cgroup v1 the
-// code lives in a pids cgroup of its own with exactly that limit; the sandbox's cgroup allows
-// agentPidsHeadroom (32) more for the agent's own threads, so a fork bomb cannot starve the
-// agent. On cgroup v2 the one limit (maxProcesses + 32) covers both.
+// processLimit: limits.maxProcesses counts the code's processes and threads. The code lives in
+// a pids cgroup of its own with exactly that limit (v1: the spawner thread's; v2: the parent of
+// the per-exec cgroups); the sandbox's cgroup allows agentPidsHeadroom (32) more for the
+// agent's own threads, so a fork bomb cannot starve the agent.
 func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	set := capability.Set{Platform: capability.Local, Entries: map[capability.Name]capability.Status{},
 		Bounds: capability.Bounds{MaxProcesses: idRange}}

@@ -53,7 +53,7 @@ type rootless struct {
 func probeRootless(parent string, cgroupVersion int) (*rootless, error) {
 	rl := &rootless{uid: os.Geteuid(), gid: os.Getegid()}
 	if cgroupVersion != 1 {
-		return nil, fmt.Errorf("rootless mode needs cgroup v1 hierarchies delegated to uid %d; this host is cgroup v%d, where the native runtime is not wired yet", rl.uid, cgroupVersion)
+		return nil, fmt.Errorf("rootless mode needs cgroup v1 hierarchies delegated to uid %d; this host is cgroup v%d, where rootless mode (a systemd-delegated cgroup v2 subtree) is not built yet: run as root", rl.uid, cgroupVersion)
 	}
 	var err error
 	if rl.newuidmap, err = exec.LookPath("newuidmap"); err != nil {

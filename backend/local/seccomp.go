@@ -31,12 +31,34 @@ type SeccompProgram struct {
 	Unknown []string
 }
 
-var seccompCache = sync.OnceValues(compileDefaultSeccomp)
+var (
+	seccompCache   = sync.OnceValues(func() (*SeccompProgram, error) { return compileDefaultSeccomp(false) })
+	seccompV2Cache = sync.OnceValues(func() (*SeccompProgram, error) { return compileDefaultSeccomp(true) })
+)
 
 // DefaultSeccomp returns the compiled default filter (cached for the process).
 func DefaultSeccomp() (*SeccompProgram, error) { return seccompCache() }
 
-func compileDefaultSeccomp() (*SeccompProgram, error) {
+// SeccompFor is the filter for sandboxes on a cgroup version's hosts: DefaultSeccomp, plus
+// clone3 on v2 (allowClone3).
+func SeccompFor(cgroupVersion int) (*SeccompProgram, error) {
+	if cgroupVersion == 2 {
+		return seccompV2Cache()
+	}
+	return seccompCache()
+}
+
+// allowClone3: on cgroup v2 the agent starts each command with clone3(CLONE_INTO_CGROUP), the
+// one way to have a process born in its exec cgroup (v2 moves whole processes only, and a
+// move after the fork would let the command run, and fork, outside it first); the filter is
+// on the thread that forks, so the command inherits the allowance. Docker answers clone3 with
+// ENOSYS because a filter cannot read its flags in memory, and the flags it guards are the
+// namespace ones. Here the user namespace's own limit guards them instead, in the kernel and
+// for every path to them: init sets user.max_user_namespaces to 0 in the sandbox's user
+// namespace (nsinit), so no nested user namespace can be made, and without one the code (no
+// capabilities, no_new_privs) can make no other namespace either: clone3 grants nothing clone
+// does not. The v1 filter stays Docker's.
+func compileDefaultSeccomp(allowClone3 bool) (*SeccompProgram, error) {
 	// No capabilities: the includes/excludes keyed on caps resolve as for an unprivileged
 	// container; arches and minimum kernels resolve against this host.
 	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
@@ -48,7 +70,11 @@ func compileDefaultSeccomp() (*SeccompProgram, error) {
 	// in extraDenied) as well: LLM code has no need to trace, and it is the first tool of an
 	// escape. First match wins, so a rule placed first overrides the profile's allowance.
 	deny := specs.LinuxSyscall{Names: extraDenied, Action: specs.ActErrno}
-	prof.Syscalls = append([]specs.LinuxSyscall{deny}, prof.Syscalls...)
+	first := []specs.LinuxSyscall{deny}
+	if allowClone3 {
+		first = append(first, specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow})
+	}
+	prof.Syscalls = append(first, prof.Syscalls...)
 	return compileSeccomp(prof)
 }
 

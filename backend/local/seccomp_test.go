@@ -354,3 +354,36 @@ func TestSeccompSearchTreeLongJumps(t *testing.T) {
 		}
 	}
 }
+
+// TestSeccompV2OnlyAddsClone3: the cgroup v2 filter allows clone3 (the agent's
+// CLONE_INTO_CGROUP) and decides every other call as the v1 one, Docker's, does.
+func TestSeccompV2OnlyAddsClone3(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("amd64 numbers")
+	}
+	v1, err := SeccompFor(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := SeccompFor(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x86 := uint32(arch.X86_64.ID)
+	if got := simulate(t, v1.BPF, x86, unix.SYS_CLONE3); got != retENOSYS {
+		t.Errorf("v1 clone3: got %#x, want ENOSYS", got)
+	}
+	if got := simulate(t, v2.BPF, x86, unix.SYS_CLONE3); got != retAllow {
+		t.Errorf("v2 clone3: got %#x, want allow", got)
+	}
+	for nr := 0; nr < 500; nr++ {
+		if nr == unix.SYS_CLONE3 {
+			continue
+		}
+		for _, a := range []uint64{0, unix.CLONE_NEWUSER, unix.CLONE_NEWNS | uint64(unix.SIGCHLD), unix.AF_INET, ^uint64(0)} {
+			if d1, d2 := simulate(t, v1.BPF, x86, nr, a), simulate(t, v2.BPF, x86, nr, a); d1 != d2 {
+				t.Errorf("syscall %d arg %#x: v1 %#x, v2 %#x", nr, a, d1, d2)
+			}
+		}
+	}
+}

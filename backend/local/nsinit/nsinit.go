@@ -99,6 +99,11 @@ func setup(cfg *Config) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare cgroup namespace: %w", err)
 	}
+	// No user namespace can be made inside, by any path (unshare, clone, clone3, whose flags a
+	// seccomp filter cannot read): the limit is this namespace's and its descendants'.
+	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+		return fmt.Errorf("forbid nested user namespaces: %w", err)
+	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname %q: %w", cfg.Hostname, err)
 	}
@@ -156,7 +161,7 @@ func serve(cfg *Config, status *os.File) error {
 	acfg.DenyPaths = []string{AirlockDir, "/dev", "/proc", "/sys"}
 	acfg.CodeUID, acfg.CodeGID = CodeUID, CodeGID
 	if cfg.CgroupVersion == 2 {
-		acfg.CgroupV2 = UnifiedDir
+		acfg.CgroupV2 = filepath.Join(UnifiedDir, CodePidsName)
 	} else {
 		acfg.CgroupV1Freezer, acfg.CgroupV1Memory = FreezerDir, MemoryDir
 	}

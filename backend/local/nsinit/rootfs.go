@@ -498,6 +498,22 @@ func cgroupViews(cfg *Config, root string) error {
 				return fmt.Errorf("enable controllers %v for exec cgroups: %w", enable, err)
 			}
 		}
+		// Every command is born in a child of code (the agent's per-exec cgroups), so code's
+		// pids.max holds them all to the declared limit and the sandbox's (limit + headroom,
+		// the host's) keeps the rest for the agent. Memory enabled below code gives each exec
+		// its own memory.events: an OOM kill is the exec's, not every running one's.
+		code := filepath.Join(d, CodePidsName)
+		if err := os.Mkdir(code, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(code, "pids.max"), []byte(strconv.FormatInt(cfg.CodeMaxProcesses, 10)), 0); err != nil {
+			return fmt.Errorf("limit the code cgroup's processes: %w", err)
+		}
+		if strings.Contains(" "+string(ctrls)+" ", " memory ") {
+			if err := os.WriteFile(filepath.Join(code, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
+				return fmt.Errorf("enable memory for exec cgroups: %w", err)
+			}
+		}
 		return nil
 	}
 	for dir, ctrl := range map[string]string{FreezerDir: "freezer", MemoryDir: "memory", PidsDir: "pids"} {
