@@ -28,15 +28,15 @@ const (
 
 // Sandbox paths the runtime owns.
 const (
-	AirlockDir   = "/.airlock"
-	RunDir       = "/.airlock/run"
-	AgentSocket  = "/.airlock/run/agent.sock"
-	RWDir        = "/.airlock/rw"
-	CgroupDir    = "/.airlock/cgroup"
-	FreezerDir   = "/.airlock/cgroup/freezer"
-	MemoryDir    = "/.airlock/cgroup/memory"
-	PidsDir      = "/.airlock/cgroup/pids"
-	UnifiedDir   = "/.airlock/cgroup/unified"
+	AirlockDir  = "/.airlock"
+	RunDir      = "/.airlock/run"
+	AgentSocket = "/.airlock/run/agent.sock"
+	RWDir       = "/.airlock/rw"
+	CgroupDir   = "/.airlock/cgroup"
+	FreezerDir  = "/.airlock/cgroup/freezer"
+	MemoryDir   = "/.airlock/cgroup/memory"
+	PidsDir     = "/.airlock/cgroup/pids"
+	UnifiedDir  = "/.airlock/cgroup/unified"
 	// CodePidsName is the cgroup all code lives in, held to the declared maxProcesses so that a
 	// fork bomb leaves the agent its headroom: on v1 a pids child the spawner thread lives in,
 	// on v2 the parent of the agent's per-exec cgroups.
