@@ -66,20 +66,7 @@ func (x *box) alive(t *testing.T) {
 }
 
 func (x *box) cgroupFile(ctrl, name string) string {
-	return filepath.Join(cgroupRoot, ctrl, x.b.opts.CgroupParent, x.sess.ID, name)
-}
-
-func readInt(t *testing.T, p string) int64 {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatalf("%s: %v", p, err)
-	}
-	return n
+	return filepath.Join(sessionCgroupDir(x.b, x.sess.ID, ctrl), name)
 }
 
 func TestAbuseForkBomb(t *testing.T) {
@@ -97,8 +84,9 @@ func TestAbuseForkBomb(t *testing.T) {
 	if !strings.HasPrefix(string(events), "max ") || strings.TrimSpace(string(events)) == "max 0" {
 		t.Errorf("pids.events = %q: the bomb never reached the limit", events)
 	}
-	if max := readInt(t, x.cgroupFile("pids", "code/pids.max")); max != maxProcs+1 {
-		t.Errorf("code pids.max = %d, want %d", max, maxProcs+1)
+	// v1: the spawner thread lives in the code cgroup too.
+	if max, want := readInt64(t, x.cgroupFile("pids", "code/pids.max")), int64(map[int]int{1: maxProcs + 1, 2: maxProcs}[x.b.cg.version()]); max != want {
+		t.Errorf("code pids.max = %d, want %d", max, want)
 	}
 	// The agent kept its headroom: the sandbox answers and can still start processes.
 	x.alive(t)
@@ -117,15 +105,21 @@ func TestAbuseMemoryBomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	v2 := x.b.cg.version() == 2
 	if !res.OOMKilled {
-		oc, _ := os.ReadFile(x.cgroupFile("memory", "memory.oom_control"))
-		t.Fatalf("memory bomb result %+v: want oomKilled\nmemory.oom_control:\n%s", res, oc)
+		events := map[bool]string{false: "memory.oom_control", true: "memory.events"}[v2]
+		oc, _ := os.ReadFile(x.cgroupFile("memory", events))
+		t.Fatalf("memory bomb result %+v: want oomKilled\n%s:\n%s", res, events, oc)
 	}
-	if got := readInt(t, x.cgroupFile("memory", "memory.limit_in_bytes")); got != 64<<20 {
-		t.Errorf("memory.limit_in_bytes = %d", got)
+	limit, swap, wantSwap := "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", int64(64<<20) // memory+swap
+	if v2 {
+		limit, swap, wantSwap = "memory.max", "memory.swap.max", 0 // swap alone
 	}
-	if got := readInt(t, x.cgroupFile("memory", "memory.memsw.limit_in_bytes")); got != 64<<20 {
-		t.Errorf("memory.memsw.limit_in_bytes = %d, want the memory limit (no swap past it)", got)
+	if got := readInt64(t, x.cgroupFile("memory", limit)); got != 64<<20 {
+		t.Errorf("%s = %d", limit, got)
+	}
+	if got := readInt64(t, x.cgroupFile("memory", swap)); got != wantSwap {
+		t.Errorf("%s = %d, want %d (no swap past the memory limit)", swap, got, wantSwap)
 	}
 	x.alive(t)
 }
@@ -163,7 +157,7 @@ func TestAbuseDiskFill(t *testing.T) {
 
 func TestAbuseCPUHog(t *testing.T) {
 	x := newBox(t, func(d *spec.Sandbox) { d.Limits.CPU = "250m" })
-	usage := func() int64 { return readInt(t, x.cgroupFile("cpuacct", "cpuacct.usage")) }
+	usage := func() int64 { return cgroupCPUNanos(t, x.b, x.sess.ID) }
 	u0, w0 := usage(), time.Now()
 	// Two hogs: unconfined they would use both cores (2.0 CPU-seconds per second).
 	x.run(t, `python3 -c 'while True: pass' & python3 -c 'while True: pass' & wait`, 3*time.Second)

@@ -69,8 +69,8 @@ func TestConcurrentTerminate(t *testing.T) {
 func TestReconcileReportsReaped(t *testing.T) {
 	b := newTestBackend(t)
 	const id = "s-00000000000000aa"
-	for _, c := range v1Controllers {
-		if err := os.MkdirAll(filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id), 0o755); err != nil {
+	for _, d := range cgroupParentDirs(b) {
+		if err := os.MkdirAll(filepath.Join(d, id), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,9 +78,9 @@ func TestReconcileReportsReaped(t *testing.T) {
 	if got := b2.Reaped(); !slices.Contains(got, id) {
 		t.Fatalf("reaped %v, want %s", got, id)
 	}
-	for _, c := range v1Controllers {
-		if _, err := os.Stat(filepath.Join(cgroupRoot, c, b.opts.CgroupParent, id)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s cgroup left: %v", c, err)
+	for _, d := range cgroupParentDirs(b) {
+		if _, err := os.Stat(filepath.Join(d, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left: %v", d, err)
 		}
 	}
 	if got := b.Reaped(); len(got) != 0 {

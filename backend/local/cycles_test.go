@@ -46,8 +46,8 @@ func TestThousandCycles(t *testing.T) {
 			t.Errorf("%s left %v", s.id, left)
 		}
 	}
-	for _, c := range v1Controllers {
-		entries, _ := os.ReadDir(filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+	for _, d := range cgroupParentDirs(b) {
+		entries, _ := os.ReadDir(d)
 		if len(entries) > 0 {
 			var names []string
 			for _, e := range entries {
@@ -56,7 +56,7 @@ func TestThousandCycles(t *testing.T) {
 				}
 			}
 			if len(names) > 0 {
-				t.Errorf("%s cgroups left under %s: %v", c, b.opts.CgroupParent, names)
+				t.Errorf("cgroups left under %s: %v", d, names)
 			}
 		}
 	}

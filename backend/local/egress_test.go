@@ -327,8 +327,8 @@ func (w *egressWorld) backend(stateDir string) *Backend {
 		if err := b.Close(); err != nil {
 			t.Errorf("cleanup: close: %v", err)
 		}
-		for _, c := range v1Controllers {
-			_ = os.Remove(filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+		for _, d := range cgroupParentDirs(b) {
+			_ = os.Remove(d)
 		}
 		if left := w.leftovers("", netip.Addr{}); len(left) > 0 {
 			t.Errorf("egress state left in the host namespace: %v", left)

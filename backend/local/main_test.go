@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,9 +103,8 @@ func newTestBackendAt(t testing.TB, stateDir string) *Backend {
 			}
 		}
 		b.Close()
-		_ = os.Remove(filepath.Join("/sys/fs/cgroup/freezer", b.opts.CgroupParent))
-		for _, c := range v1Controllers {
-			_ = os.Remove(filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+		for _, d := range cgroupParentDirs(b) {
+			_ = os.Remove(d)
 		}
 	})
 	return b
@@ -273,4 +274,110 @@ func (b *Backend) sessionRecord(id string) record {
 		return s.rec
 	}
 	return record{}
+}
+
+// cgroupParentDirs are b's parent cgroup's directories: one per hierarchy this runtime uses on
+// v1, the one on v2.
+func cgroupParentDirs(b *Backend) []string {
+	if b.cg.version() == 2 {
+		return []string{filepath.Join(cgroupRoot, b.opts.CgroupParent)}
+	}
+	var out []string
+	for _, c := range v1Controllers {
+		out = append(out, filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+	}
+	return out
+}
+
+// sessionCgroupDir is the session's cgroup directory holding ctrl's files (v1: that
+// controller's hierarchy; v2: the one directory, whatever ctrl).
+func sessionCgroupDir(b *Backend, id, ctrl string) string {
+	if b.cg.version() == 2 {
+		return filepath.Join(cgroupRoot, b.opts.CgroupParent, id)
+	}
+	return filepath.Join(cgroupRoot, ctrl, b.opts.CgroupParent, id)
+}
+
+// cgroupCPUNanos is the CPU time the session's cgroup has used.
+func cgroupCPUNanos(t testing.TB, b *Backend, id string) int64 {
+	t.Helper()
+	if b.cg.version() == 2 {
+		return cgroupKey(t, filepath.Join(sessionCgroupDir(b, id, ""), "cpu.stat"), "usage_usec") * 1000
+	}
+	return readInt64(t, filepath.Join(sessionCgroupDir(b, id, "cpuacct"), "cpuacct.usage"))
+}
+
+// cgroupMemoryBytes is the memory charged to the session's cgroup.
+func cgroupMemoryBytes(t testing.TB, b *Backend, id string) int64 {
+	t.Helper()
+	if b.cg.version() == 2 {
+		return readInt64(t, filepath.Join(sessionCgroupDir(b, id, ""), "memory.current"))
+	}
+	return readInt64(t, filepath.Join(sessionCgroupDir(b, id, "memory"), "memory.usage_in_bytes"))
+}
+
+// cgroupFrozen reports whether the kernel shows the session's cgroup frozen (v1 freezer.state
+// FROZEN; v2 cgroup.events frozen 1).
+func cgroupFrozen(t testing.TB, b *Backend, id string) bool {
+	t.Helper()
+	if b.cg.version() == 2 {
+		return cgroupKey(t, filepath.Join(sessionCgroupDir(b, id, ""), "cgroup.events"), "frozen") == 1
+	}
+	raw, err := os.ReadFile(filepath.Join(sessionCgroupDir(b, id, "freezer"), "freezer.state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw)) == "FROZEN"
+}
+
+// cgroupProcs lists the processes in the session's cgroup and every child, sorted.
+func cgroupProcs(t testing.TB, b *Backend, id string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(sessionCgroupDir(b, id, "freezer"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		out = append(out, strings.Fields(string(raw))...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readInt64(t testing.TB, p string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	return n
+}
+
+// cgroupKey reads "key value" from a flat-keyed cgroup file (cpu.stat, memory.events, ...).
+func cgroupKey(t testing.TB, p, key string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s %q: %v", p, key, v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("%s has no %s:\n%s", p, key, raw)
+	return 0
 }

@@ -28,7 +28,7 @@ func TestTerminateFrozenExecCgroup(t *testing.T) {
 	var execCg string
 	deadline := time.Now().Add(30 * time.Second)
 	for execCg == "" {
-		dirs, _ := filepath.Glob(x.cgroupFile("freezer", "exec-*"))
+		dirs, _ := filepath.Glob(x.cgroupFile("freezer", map[int]string{1: "exec-*", 2: "code/exec-*"}[x.b.cg.version()]))
 		for _, d := range dirs {
 			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && strings.TrimSpace(string(b)) != "" {
 				execCg = d

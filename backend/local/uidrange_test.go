@@ -189,8 +189,8 @@ func newRangesBackend(t *testing.T, stateDir string, ranges int) *Backend {
 			}
 		}
 		b.Close()
-		for _, c := range v1Controllers {
-			_ = os.Remove(filepath.Join(cgroupRoot, c, b.opts.CgroupParent))
+		for _, d := range cgroupParentDirs(b) {
+			_ = os.Remove(d)
 		}
 	})
 	return b
