@@ -40,6 +40,13 @@ func TestRootless(t *testing.T) {
 			t.Fatalf("%s: %v (the uidmap package; .ci/run installs it)", helper, err)
 		}
 	}
+	if cg, err := newCgroupDriver("airlock-test"); err == nil && cg.version() == 2 {
+		// Not built for v2 (docs/rootless.md): refused up front, naming why.
+		if _, err := probeRootless("airlock-test", 2); err == nil || !strings.Contains(err.Error(), "cgroup v2") {
+			t.Fatalf("rootless on a cgroup v2 host: %v, want a refusal naming cgroup v2", err)
+		}
+		return
+	}
 	rnd := make([]byte, 4)
 	_, _ = rand.Read(rnd)
 	top := RootlessCgroupParent(rootlessUID) + "-test-" + hex.EncodeToString(rnd)
