@@ -21,7 +21,11 @@ import (
 // and the pids placement need privileges that no_new_privs, the emptied bounding set and
 // seccomp take away.
 func prepareSpawner(cfg *Config, writable []string) (landlockABI int, err error) {
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+	if cfg.CgroupVersion == 2 {
+		// The spawner stays in the sandbox's cgroup namespace (rooted at the sandbox's
+		// cgroup, init's leaf "init" below it): clone3 places a command only inside the
+		// caller's namespace root (ENOENT otherwise), and the code cgroup is a sibling of init.
+	} else if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return 0, fmt.Errorf("unshare cgroup namespace on the spawner thread: %w", err)
 	}
 	if cfg.CgroupVersion == 1 {
@@ -42,7 +46,7 @@ func prepareSpawner(cfg *Config, writable []string) (landlockABI int, err error)
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
-	abi, err := landlockThread(writable)
+	abi, err := landlockThread(cfg, writable)
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +117,7 @@ const fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFi
 // landlockThread restricts this thread (and what it forks) to reading and executing
 // everywhere and writing only in writable. Best effort by ABI: a kernel without Landlock
 // returns 0 and nothing is restricted by it (seccomp, the mount layout and the uid still are).
-func landlockThread(writable []string) (int, error) {
+func landlockThread(cfg *Config, writable []string) (int, error) {
 	abi, err := ll.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
 		return 0, nil
@@ -132,12 +136,15 @@ func landlockThread(writable []string) (int, error) {
 	if err := addPathRule(fd, "/", read&handled); err != nil {
 		return 0, err
 	}
-	// The spawner thread itself enters each exec's freezer cgroup by writing its thread id
-	// (the agent's design): it must keep writing cgroup files there. Commands inherit this
+	// On v1 the spawner thread itself enters each exec's freezer cgroup by writing its thread
+	// id (the agent's design): it must keep writing cgroup files there. Commands inherit this
 	// rule too, but /.airlock is mode 0700 and owned by the sandbox's root, which commands
-	// never are.
-	if err := addPathRule(fd, FreezerDir, uint64(ll.AccessFSWriteFile|ll.AccessFSReadFile|ll.AccessFSReadDir)&handled); err != nil {
-		return 0, err
+	// never are. On v2 commands are born in their cgroup (clone3 takes a directory fd the
+	// agent opened on another thread): nothing to write.
+	if cfg.CgroupVersion == 1 {
+		if err := addPathRule(fd, FreezerDir, uint64(ll.AccessFSWriteFile|ll.AccessFSReadFile|ll.AccessFSReadDir)&handled); err != nil {
+			return 0, err
+		}
 	}
 	for _, p := range writable {
 		fi, err := os.Stat(p)
