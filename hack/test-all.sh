@@ -29,6 +29,9 @@ go vet ./...
 echo "== go test -race (unit and root suites)"
 go test -race -count=1 -timeout 40m ./...
 
+echo "== cgroup v2: backend/local's suite in a VM booted with cgroup_no_v1=all (hack/v2vm, docs/cgroups.md)"
+./hack/v2vm/test-local.sh
+
 echo "== Kubernetes: a real single-node cluster (built once, cached in /var/cache/airlock-k8s), the cluster suites, then down"
 ./hack/testcluster/ci.sh
 

@@ -518,6 +518,12 @@ func rmdirTree(root string, waitBusy bool) error {
 	var dirs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			// Gone meanwhile (another process terminating the same sandbox, the agent
+			// removing an exec's cgroup): its children went before it. Not the walk's end:
+			// the rest of the tree is still there to remove.
+			if cgroupGone(err) {
+				return nil
+			}
 			return err
 		}
 		if d.IsDir() {
@@ -525,9 +531,6 @@ func rmdirTree(root string, waitBusy bool) error {
 		}
 		return nil
 	})
-	if cgroupGone(err) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,11 @@ func TestTerminateFrozenExecCgroup(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := os.WriteFile(filepath.Join(execCg, "freezer.state"), []byte("FROZEN"), 0); err != nil {
+	file, frozen := "freezer.state", "FROZEN"
+	if x.b.cg.version() == 2 {
+		file, frozen = "cgroup.freeze", "1"
+	}
+	if err := os.WriteFile(filepath.Join(execCg, file), []byte(frozen), 0); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

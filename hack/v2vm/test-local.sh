@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The local runtime's tests on cgroup v2 (docs/cgroups.md): backend/local's whole suite, root
+# tests required (AIRLOCK_REQUIRE_ROOT=1), in the hack/v2vm VM booted with cgroup_no_v1=all.
+# Binaries are built here on the host (the agent static, as shipped) into a dir of this run's;
+# the VM sees them through its read-only view of the host's /. Extra args go to the test
+# binary, e.g. hack/v2vm/test-local.sh -test.run TestAbuse -test.v
+# Cost on this 2-core host (software emulation): ~30 min, ~7 of them TestThousandCycles.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+cache="${V2VM_CACHE:-/var/cache/airlock-v2vm}"
+mkdir -p "$cache"
+bin=$(mktemp -d "$cache/bin.XXXXXX")
+trap 'rm -rf "$bin"' EXIT
+chmod 755 "$bin" # the sandbox's mapped root runs the agent from a copy, but the test binary reads it
+
+CGO_ENABLED=0 go build -o "$bin/selftest" ./hack/v2vm/selftest
+CGO_ENABLED=0 go build -o "$bin/airlock-agent" ./cmd/airlock-agent
+go test -c -o "$bin/local.test" ./backend/local
+
+echo "-- the VM (cgroup2 with cpu/memory/pids, user namespaces, python3, overlay over the shared root)"
+hack/v2vm/run "$bin/selftest"
+echo "-- backend/local on cgroup v2"
+cd backend/local
+AIRLOCK_TEST_AGENT="$bin/airlock-agent" AIRLOCK_REQUIRE_ROOT=1 V2VM_TIMEOUT="${V2VM_TIMEOUT:-3000}" \
+  ../../hack/v2vm/run "$bin/local.test" -test.count=1 -test.timeout 45m "$@"
