@@ -37,16 +37,8 @@ fi
 
 # runsc from the Go module proxy, built without cgo: airlock's gvisor engine (and this
 # benchmark, for the same binary) refuses a dynamically linked runsc. ~8 minutes once; cached.
-runsc_version=v0.0.0-20260905035102-160fafc42237
-runsc=$cache/bin/runsc
 if [[ ${SKIP_RUNSC:-0} != 1 ]]; then
-	if [[ ! -x $runsc || $(cat "$runsc.version" 2>/dev/null) != "$runsc_version" ]] || ! file "$runsc" | grep -q 'statically linked'; then
-		log "building runsc $runsc_version (static)"
-		rm -f "$runsc"
-		CGO_ENABLED=0 GOBIN=$cache/bin go install "gvisor.dev/gvisor/runsc@$runsc_version"
-		file "$runsc" | grep -q 'statically linked' || { log "$runsc is not statically linked: $(file "$runsc")"; exit 1; }
-		echo "$runsc_version" >"$runsc.version"
-	fi
+	./hack/runsc.sh "$cache/bin" >/dev/null
 fi
 # Our runsc first; nothing else of ours is in $cache/bin.
 export PATH="$cache/bin:$PATH"
@@ -110,7 +102,7 @@ rm -f "$AIRLOCK_BENCH_REPORT"
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M UTC') commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (+ uncommitted changes in the tree)')"
 	echo "# $(nproc) cores, $(uname -r), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# python $(/usr/bin/python3 -V 2>&1 | cut -d' ' -f2), bwrap $(bwrap --version | cut -d' ' -f2), runc $(runc --version | sed -n 's/^runc version //p'), crun $(crun --version | sed -n 's/^crun version //p')$([[ ${SKIP_RUNSC:-0} == 1 ]] || echo ", runsc $runsc_version")$([[ ${SKIP_DOCKER:-0} == 1 ]] || echo ", docker $(/usr/bin/docker version -f '{{.Server.Version}}')")"
+	echo "# python $(/usr/bin/python3 -V 2>&1 | cut -d' ' -f2), bwrap $(bwrap --version | cut -d' ' -f2), runc $(runc --version | sed -n 's/^runc version //p'), crun $(crun --version | sed -n 's/^crun version //p')$([[ ${SKIP_RUNSC:-0} == 1 ]] || echo ", runsc $(cat "$cache/bin/runsc.version")")$([[ ${SKIP_DOCKER:-0} == 1 ]] || echo ", docker $(/usr/bin/docker version -f '{{.Server.Version}}')")"
 	echo "# cd bench && go test -run '^\$' -bench '${BENCH:-SideBySide|SandboxesPerSecond|RunCodeThroughput|IdleMemory\$}' -benchtime ${BENCHTIME:-20x} $*"
 } | tee "$out"
 cd "$repo/bench"

@@ -15,11 +15,15 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// runscForTest is $AIRLOCK_RUNSC, else runsc on PATH; the gVisor tests skip when it is not
-// usable (the capability then says why).
+// runscForTest is $AIRLOCK_RUNSC, else runsc on PATH. The gVisor tests skip when none is
+// usable (the capability then says why), but fail when $AIRLOCK_RUNSC names one that is not:
+// CI builds runsc and sets it (.ci/run), so there they never skip.
 func runscForTest(t *testing.T) string {
 	t.Helper()
 	p, err := findRunsc(os.Getenv("AIRLOCK_RUNSC"))
+	if err != nil && os.Getenv("AIRLOCK_RUNSC") != "" {
+		t.Fatalf("gVisor: AIRLOCK_RUNSC=%s: %v", os.Getenv("AIRLOCK_RUNSC"), err)
+	}
 	if err != nil {
 		t.Skipf("gVisor: %v", err)
 	}
