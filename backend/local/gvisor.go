@@ -94,9 +94,6 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	if _, err := b.runscBinary(); err != nil {
 		return nil, err
 	}
-	if b.cg.version() != 1 {
-		return nil, fmt.Errorf("%w: runtime gvisor is only wired for cgroup v1 hosts so far", sandbox.ErrUnsupported)
-	}
 	dir := filepath.Join(b.opts.StateDir, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("session dir: %w", err)
@@ -119,7 +116,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 		dir: dir, key: key, done: make(chan struct{}),
 		rec: record{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
-			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: 1, Runtime: string(spec.RuntimeGVisor),
+			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(), Runtime: string(spec.RuntimeGVisor),
 		},
 	}
 	acfg := agent.Config{

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +134,42 @@ func TestGVisorDirImage(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "workspace")); err == nil {
 		t.Error("runsc created the workdir inside the image directory")
+	}
+}
+
+// TestGVisorLimits: runsc puts the sandbox in a host cgroup of the runtime's naming that holds
+// the declared limits, on cgroup v1 and v2 alike.
+func TestGVisorLimits(t *testing.T) {
+	runsc := runscForTest(t)
+	b := newGVisorBackend(t, runsc)
+	ctx := context.Background()
+	d := hostDecl("gv-limits")
+	d.Runtime = spec.RuntimeGVisor
+	d.Limits.Memory, d.Limits.CPU = "200Mi", "500m"
+	sess, err := b.Create(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Terminate(ctx, sess.ID)
+	read := func(ctrl, name string) string {
+		raw, err := os.ReadFile(filepath.Join(sessionCgroupDir(b, sess.ID, ctrl), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(raw))
+	}
+	want := map[[2]string]string{
+		{"memory", "memory.limit_in_bytes"}: "209715200", {"cpu", "cpu.cfs_quota_us"}: "50000",
+	}
+	if b.cg.version() == 2 {
+		want = map[[2]string]string{{"", "memory.max"}: "209715200", {"", "cpu.max"}: "50000 100000"}
+	}
+	for f, v := range want {
+		if got := read(f[0], f[1]); got != v {
+			t.Errorf("%s = %q, want %q", f[1], got, v)
+		}
+	}
+	if procs := cgroupProcs(t, b, sess.ID); !slices.Contains(procs, strconv.Itoa(b.sessionInitPID(sess.ID))) {
+		t.Errorf("the Sentry %d is not in the sandbox's cgroup (procs %v)", b.sessionInitPID(sess.ID), procs)
 	}
 }

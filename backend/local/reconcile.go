@@ -176,8 +176,8 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
 	if _, err := findRunsc(runsc); err != nil {
 		no(capability.GVisor, err.Error())
-	} else if cg == nil || cg.version() != 1 {
-		no(capability.GVisor, "runtime gvisor is only wired for cgroup v1 hosts so far")
+	} else if cg == nil {
+		no(capability.GVisor, "no usable cgroup hierarchy")
 	} else {
 		yes(capability.GVisor)
 	}
