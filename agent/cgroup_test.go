@@ -436,6 +436,11 @@ func TestExecBornInItsCgroup(t *testing.T) {
 					t.Fatalf("%+v %v", res, err)
 				}
 				want := "/" + filepath.Base(base) + "/exec-" + s.ID
+				if kind == "cgroup-v2" {
+					// Its cgroup namespace is rooted at its exec cgroup (where it is from
+					// outside: below).
+					want = "/"
+				}
 				if !cgroupHas(out.String(), kind, want) {
 					t.Errorf("exec %s ran in\n%s\nwant its %s cgroup ending in %s", s.ID, out.String(), kind, want)
 				}
@@ -448,6 +453,27 @@ func TestExecBornInItsCgroup(t *testing.T) {
 			}
 			if offered > 0 && took == 0 {
 				t.Errorf("no exec of %d took the spare cgroup made for it", offered)
+			}
+			if kind == "cgroup-v2" {
+				// Seen from outside, the running command is in its exec cgroup, which holds it.
+				s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Shell: "echo up; exec sleep 30", Timeout: 20 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev, err := s.Next(); err != nil || ev.Output == nil || string(ev.Output.Data) != "up\n" {
+					t.Fatalf("first event %+v %v", ev, err)
+				}
+				dir := filepath.Join(base, "exec-"+s.ID)
+				procs, err := os.ReadFile(dir + "/cgroup.procs")
+				pids := strings.Fields(string(procs))
+				if err != nil || len(pids) != 1 {
+					t.Fatalf("%s holds %v (%v), want the command", dir, pids, err)
+				}
+				b, err := os.ReadFile("/proc/" + pids[0] + "/cgroup")
+				if err != nil || !cgroupHas(string(b), kind, "/"+filepath.Base(base)+"/exec-"+s.ID) {
+					t.Errorf("the command %s is in\n%s(%v)\nwant %s", pids[0], b, err, dir)
+				}
+				s.Close()
 			}
 			defer func() {
 				// Stopped, the agent leaves no cgroup behind, spare included.

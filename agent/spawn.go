@@ -223,6 +223,9 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 	if g != nil && g.kind == scopeV2 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = g.fd
+		// Born in its exec cgroup, with a cgroup namespace rooted there: the command sees its
+		// cgroup as "/" and nothing of the hierarchy above it.
+		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
 	}
 	if g != nil && g.kind == scopeV1 {
 		if err := writeTID(g.dir + "/tasks"); err != nil {

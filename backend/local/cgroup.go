@@ -68,6 +68,9 @@ type sandboxCgroup interface {
 	removeEmpty() error
 	// dirs are the host directories this cgroup consists of (absent once removed).
 	dirs() []string
+	// execParent opens the directory the agent makes its per-exec cgroups in, handed to init
+	// as nsinit.FDCgroup; nil when the agent mounts a view of its own instead (v1).
+	execParent() (*os.File, error)
 }
 
 // cgroupDriver creates and finds sandbox cgroups under one parent (e.g. "/airlock").
@@ -303,6 +306,8 @@ func parseCgroupFile(r io.Reader) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+func (c *v1Cgroup) execParent() (*os.File, error) { return nil, nil }
 
 func (c *v1Cgroup) delegate(uid, gid int) error {
 	// The freezer directory: the agent makes a child per exec and moves its spawner thread in
@@ -585,8 +590,42 @@ func (d *v2Driver) create(name string, l limits) (sandboxCgroup, error) {
 		_ = rmdirTree(filepath.Join(cgroupRoot, p), true)
 		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
 	}
-	return &v2Cgroup{path: p, m: m}, nil
+	c := &v2Cgroup{path: p, m: m}
+	if err := c.layout(l); err != nil {
+		_ = c.remove()
+		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
+	}
+	return c, nil
 }
+
+// layout makes the sandbox cgroup's children (docs/cgroups.md): v2 allows processes only in
+// leaves once controllers are enabled below, so init is born in "init" and every command in a
+// child of "code", whose pids.max holds code to maxProcesses and leaves the sandbox's headroom
+// to the agent; memory enabled below code gives each exec its own memory.events. Made here
+// before init starts, so nothing ever moves a process (a v2 move takes the global threadgroup
+// lock for writing: an RCU grace period, tens of milliseconds on an idle host).
+func (c *v2Cgroup) layout(l limits) error {
+	dir := c.dirs()[0]
+	for _, child := range []string{v2InitLeaf, nsinit.CodePidsName} {
+		if err := unix.Mkdir(filepath.Join(dir, child), 0o755); err != nil {
+			return err
+		}
+	}
+	code := filepath.Join(dir, nsinit.CodePidsName)
+	for _, w := range []struct{ file, value string }{
+		{filepath.Join(dir, "cgroup.subtree_control"), "+pids +memory"},
+		{filepath.Join(code, "pids.max"), strconv.FormatInt(l.MaxProcesses, 10)},
+		{filepath.Join(code, "cgroup.subtree_control"), "+memory"},
+	} {
+		if err := kernfile.Write(w.file, w.value); err != nil {
+			return fmt.Errorf("write %s: %w", w.file, err)
+		}
+	}
+	return nil
+}
+
+// v2InitLeaf is the child of a v2 sandbox cgroup its init (and agent) lives in.
+const v2InitLeaf = "init"
 
 func (d *v2Driver) load(name string) (sandboxCgroup, error) {
 	c := &v2Cgroup{path: d.path(name)}
@@ -631,7 +670,7 @@ func (c *v2Cgroup) addProc(pid int) error {
 }
 
 func (c *v2Cgroup) start(cmd *exec.Cmd) error {
-	fd, err := unix.Open(c.dirs()[0], unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(filepath.Join(c.dirs()[0], v2InitLeaf), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
@@ -642,13 +681,21 @@ func (c *v2Cgroup) start(cmd *exec.Cmd) error {
 }
 
 func (c *v2Cgroup) delegate(uid, gid int) error {
+	// The agent makes each exec's cgroup in code and places the command there with clone3,
+	// which needs write access to cgroup.procs of the common ancestor of init's cgroup and the
+	// exec's: the sandbox's. The limits (the sandbox's files, code's pids.max) stay root's.
 	dir := c.dirs()[0]
-	for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, "cgroup.threads"), filepath.Join(dir, "cgroup.subtree_control")} {
+	for _, p := range []string{filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, nsinit.CodePidsName)} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			return fmt.Errorf("delegate cgroup: %w", err)
 		}
 	}
 	return nil
+}
+
+// execParent is code: init has no cgroup namespace (nor mount) of its own on v2 (nsinit).
+func (c *v2Cgroup) execParent() (*os.File, error) {
+	return os.OpenFile(filepath.Join(c.dirs()[0], nsinit.CodePidsName), os.O_RDONLY|unix.O_DIRECTORY, 0)
 }
 
 func (c *v2Cgroup) procs() ([]int, error) {

@@ -601,7 +601,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	cg := s.cg
 	cfg := &nsinit.Config{
 		SessionDir: dir, RootMount: filepath.Join(b.opts.StateDir, rootMountDir), Hostname: decl.ID, RootKind: r.rootKind, RootSource: rootSrc,
-		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(), CodeMaxProcesses: r.limits.MaxProcesses,
+		DiskBytes: r.disk, Workdir: r.workdir, CgroupVersion: b.cg.version(),
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{
 			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),
@@ -732,7 +732,7 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		Dir:    "/",
 		Stdout: logf,
 		Stderr: logf,
-		// Order fixes the fd numbers: 3 self, 4 config, 5 status.
+		// Order fixes the fd numbers: 3 self, 4 config, 5 status (6 the exec cgroups' parent).
 		ExtraFiles: []*os.File{self, cfgR, stW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
@@ -744,6 +744,12 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 			Credential: &syscall.Credential{Uid: 0, Gid: 0},
 			Setsid:     true,
 		},
+	}
+	if f, err := cg.execParent(); err != nil {
+		return nil, err
+	} else if f != nil {
+		defer f.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	}
 	if b.rootless != nil {
 		// Maps only newuidmap/newgidmap can write, after the exec (rootless.go).

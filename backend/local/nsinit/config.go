@@ -18,6 +18,9 @@ const (
 	FDConfig = 4
 	// FDStatus is the write end of the status pipe: one JSON Status line, then closed.
 	FDStatus = 5
+	// FDCgroup (cgroup v2) is the directory the agent makes its per-exec cgroups in, the
+	// sandbox cgroup's child "code": the agent's only view of the hierarchy.
+	FDCgroup = 6
 )
 
 // Root kinds.
@@ -36,7 +39,6 @@ const (
 	FreezerDir  = "/.airlock/cgroup/freezer"
 	MemoryDir   = "/.airlock/cgroup/memory"
 	PidsDir     = "/.airlock/cgroup/pids"
-	UnifiedDir  = "/.airlock/cgroup/unified"
 	// CodePidsName is the cgroup all code lives in, held to the declared maxProcesses so that a
 	// fork bomb leaves the agent its headroom: on v1 a pids child the spawner thread lives in,
 	// on v2 the parent of the agent's per-exec cgroups.
@@ -70,9 +72,6 @@ type Config struct {
 	Restore string `json:"restore,omitempty"`
 	// CgroupVersion is 1 or 2: which hierarchies to mount for the agent's per-exec cgroups.
 	CgroupVersion int `json:"cgroupVersion"`
-	// CodeMaxProcesses is pids.max of the v2 code cgroup, which init makes (on v1 the host
-	// makes it, as init is born inside it and cannot be moved out).
-	CodeMaxProcesses int64 `json:"codeMaxProcesses,omitempty"`
 	// Deadline is the end of the sandbox's life: init (PID 1) exits then and the kernel kills
 	// every process in the pid namespace.
 	Deadline time.Time `json:"deadline"`
@@ -118,9 +117,6 @@ func (c *Config) check() error {
 	}
 	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
 		return fmt.Errorf("cgroupVersion %d is not 1 or 2", c.CgroupVersion)
-	}
-	if c.CgroupVersion == 2 && c.CodeMaxProcesses <= 0 {
-		return fmt.Errorf("codeMaxProcesses %d must be positive on cgroup v2", c.CodeMaxProcesses)
 	}
 	if len(c.Seccomp) == 0 || len(c.Seccomp)%8 != 0 {
 		return fmt.Errorf("seccomp program is %d bytes, want a non-empty multiple of 8", len(c.Seccomp))

@@ -94,10 +94,15 @@ func readConfig() (*Config, error) {
 // setup runs in the new namespaces, as the user namespace's root, inside the sandbox's cgroups.
 func setup(cfg *Config) error {
 	unix.Umask(0o022)
-	// After joining the cgroups (the host did that before sending the config): the cgroup
-	// views mounted below are rooted at this sandbox's cgroup.
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return fmt.Errorf("unshare cgroup namespace: %w", err)
+	// v1: after joining the cgroups (the host did that before sending the config), so the
+	// cgroup views mounted below are rooted at this sandbox's cgroup. v2: none; init is born
+	// in the sandbox's leaf "init", and a namespace rooted there would hide the agent's exec
+	// cgroups (clone3 places a child only below the caller's namespace root): the agent sees
+	// them through FDCgroup, and each command gets a namespace rooted at its own cgroup.
+	if cfg.CgroupVersion == 1 {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return fmt.Errorf("unshare cgroup namespace: %w", err)
+		}
 	}
 	// No user namespace can be made inside, by any path (unshare, clone, clone3, whose flags a
 	// seccomp filter cannot read): the limit is this namespace's and its descendants'.
@@ -161,7 +166,7 @@ func serve(cfg *Config, status *os.File) error {
 	acfg.DenyPaths = []string{AirlockDir, "/dev", "/proc", "/sys"}
 	acfg.CodeUID, acfg.CodeGID = CodeUID, CodeGID
 	if cfg.CgroupVersion == 2 {
-		acfg.CgroupV2 = filepath.Join(UnifiedDir, CodePidsName)
+		acfg.CgroupV2 = fmt.Sprintf("/proc/self/fd/%d", FDCgroup)
 	} else {
 		acfg.CgroupV1Freezer, acfg.CgroupV1Memory = FreezerDir, MemoryDir
 	}

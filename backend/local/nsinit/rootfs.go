@@ -469,52 +469,7 @@ func procSys(r *inRoot) error {
 // after the cgroup namespace was unshared, so their root is this sandbox's cgroup.
 func cgroupViews(cfg *Config, root string) error {
 	if cfg.CgroupVersion == 2 {
-		d := filepath.Join(root, UnifiedDir)
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
-		}
-		if err := mount("cgroup2", d, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return err
-		}
-		// cgroup v2 allows processes only in leaves once controllers are enabled below: the
-		// agent moves into a leaf of its own so its per-exec cgroups can be siblings.
-		leaf := filepath.Join(d, "init")
-		if err := os.Mkdir(leaf, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return fmt.Errorf("move init into its cgroup leaf: %w", err)
-		}
-		ctrls, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
-		if err != nil {
-			return err
-		}
-		var enable []string
-		for _, c := range strings.Fields(string(ctrls)) {
-			enable = append(enable, "+"+c)
-		}
-		if len(enable) > 0 {
-			if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0); err != nil {
-				return fmt.Errorf("enable controllers %v for exec cgroups: %w", enable, err)
-			}
-		}
-		// Every command is born in a child of code (the agent's per-exec cgroups), so code's
-		// pids.max holds them all to the declared limit and the sandbox's (limit + headroom,
-		// the host's) keeps the rest for the agent. Memory enabled below code gives each exec
-		// its own memory.events: an OOM kill is the exec's, not every running one's.
-		code := filepath.Join(d, CodePidsName)
-		if err := os.Mkdir(code, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(code, "pids.max"), []byte(strconv.FormatInt(cfg.CodeMaxProcesses, 10)), 0); err != nil {
-			return fmt.Errorf("limit the code cgroup's processes: %w", err)
-		}
-		if strings.Contains(" "+string(ctrls)+" ", " memory ") {
-			if err := os.WriteFile(filepath.Join(code, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
-				return fmt.Errorf("enable memory for exec cgroups: %w", err)
-			}
-		}
-		return nil
+		return nil // the agent's view is FDCgroup
 	}
 	for dir, ctrl := range map[string]string{FreezerDir: "freezer", MemoryDir: "memory", PidsDir: "pids"} {
 		d := filepath.Join(root, dir)

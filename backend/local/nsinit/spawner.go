@@ -22,9 +22,8 @@ import (
 // seccomp take away.
 func prepareSpawner(cfg *Config, writable []string) (landlockABI int, err error) {
 	if cfg.CgroupVersion == 2 {
-		// The spawner stays in the sandbox's cgroup namespace (rooted at the sandbox's
-		// cgroup, init's leaf "init" below it): clone3 places a command only inside the
-		// caller's namespace root (ENOENT otherwise), and the code cgroup is a sibling of init.
+		// No cgroup namespace here (setup): clone3 places a command only below the caller's
+		// namespace root, and the code cgroup is a sibling of init's.
 	} else if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return 0, fmt.Errorf("unshare cgroup namespace on the spawner thread: %w", err)
 	}
