@@ -269,7 +269,8 @@ func TestAbuseHostFiles(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/root/.bash_history", "/root", stateFile, master,
-		"/proc/1/root/etc/shadow", "/proc/1/environ", "/.airlock/run/agent.sock", "/.airlock", "/.airlock/run"} {
+		"/proc/1/root/etc/shadow", "/proc/1/environ", "/proc/1/fd/6", "/proc/1/fd/6/cgroup.procs", // the agent's cgroup fd (v2)
+		"/.airlock/run/agent.sock", "/.airlock", "/.airlock/run"} {
 		out, _, _ := x.run(t, fmt.Sprintf("cat %q >/dev/null 2>&1 && echo READ; ls %q >/dev/null 2>&1 && echo LISTED; true", p, p), 30*time.Second)
 		if out != "" {
 			t.Errorf("%s from inside the sandbox: %s", p, strings.Join(strings.Fields(out), ", "))
