@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -269,7 +271,8 @@ func TestAbuseHostFiles(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/root/.bash_history", "/root", stateFile, master,
-		"/proc/1/root/etc/shadow", "/proc/1/environ", "/proc/1/fd/6", "/proc/1/fd/6/cgroup.procs", // the agent's cgroup fd (v2)
+		// The agent's cgroup fd (v2), as the code sees it; as the sandbox's root: TestAgentFDsConfined.
+		"/proc/1/root/etc/shadow", "/proc/1/environ", "/proc/1/fd/6", "/proc/1/fd/6/cgroup.procs",
 		"/.airlock/run/agent.sock", "/.airlock", "/.airlock/run"} {
 		out, _, _ := x.run(t, fmt.Sprintf("cat %q >/dev/null 2>&1 && echo READ; ls %q >/dev/null 2>&1 && echo LISTED; true", p, p), 30*time.Second)
 		if out != "" {
@@ -425,5 +428,62 @@ func TestHardeningInPlace(t *testing.T) {
 		if strings.Contains(out, "rc=0") {
 			t.Errorf("writing /proc/self/comm succeeded: the Landlock domain is missing")
 		}
+	}
+}
+
+// TestAgentFDsConfined: no directory the host hands init (v2: the exec cgroups' parent, fd 6)
+// leads out of the sandbox by "..": the sandbox's root (what a compromised agent is; entered
+// here with nsenter, full capabilities in its namespaces) walks up from each of init's
+// directory fds and must not reach the host's filesystem, here the test's own state dir.
+func TestAgentFDsConfined(t *testing.T) {
+	x := newBox(t, nil)
+	pid := x.b.sessionInitPID(x.sess.ID)
+	host := x.b.opts.StateDir // on the host, not in the sandbox (its /tmp is its own)
+	up := strings.Repeat("../", 16)
+	script := fmt.Sprintf(`for f in /proc/1/fd/*; do
+  [ -d "$f" ] || continue
+  echo "dir $f"
+  ls "$f/" >/dev/null 2>&1 && echo "listed $f"
+  [ -e "$f/%s%s" ] && echo "ESCAPED $f"
+done; true`, up, strings.TrimPrefix(host, "/"))
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-U", "-m", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+	if strings.Contains(string(out), "ESCAPED") {
+		t.Errorf("from a directory fd of init, the sandbox's root reaches the host's %s:\n%s", host, out)
+	}
+	if x.b.cg.version() == 2 && !strings.Contains(string(out), fmt.Sprintf("listed /proc/1/fd/%d", nsinit.FDCgroup)) {
+		t.Errorf("the cgroup fd %d was not checked:\n%s", nsinit.FDCgroup, out)
+	}
+}
+
+// TestAgentCgroupsBounded (v2): the sandbox's root may make cgroups in code (the agent's exec
+// cgroups) only one level deep and only as many as execs can run at once.
+func TestAgentCgroupsBounded(t *testing.T) {
+	const maxProcs = 8
+	x := newBox(t, func(d *spec.Sandbox) { n := int64(maxProcs); d.Limits.MaxProcesses = &n })
+	if x.b.cg.version() != 2 {
+		t.Log("cgroup v1 has no such limits; the v2 VM runs this (hack/v2vm/test-local.sh)")
+		return
+	}
+	pid := x.b.sessionInitPID(x.sess.ID)
+	script := fmt.Sprintf(`cd /proc/1/fd/%d || exit 1
+mkdir t0 || exit 1
+mkdir t0/deeper 2>/dev/null && echo DEEPER
+n=1; for i in $(seq 1 60); do mkdir t$i 2>/dev/null && n=$((n+1)); done
+echo made $n
+for d in t*; do rmdir $d; done; true`, nsinit.FDCgroup)
+	out, err := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-U", "-m", "--", "/bin/sh", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "DEEPER") {
+		t.Errorf("a cgroup below an exec cgroup was made:\n%s", out)
+	}
+	var made int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "made %d", &made); err != nil || made != maxProcs+codeCgroupSlack {
+		t.Errorf("%q: want exactly %d cgroups made (maxProcesses + slack)", out, maxProcs+codeCgroupSlack)
 	}
 }

@@ -616,6 +616,11 @@ func (c *v2Cgroup) layout(l limits) error {
 		{filepath.Join(dir, "cgroup.subtree_control"), "+pids +memory"},
 		{filepath.Join(code, "pids.max"), strconv.FormatInt(l.MaxProcesses, 10)},
 		{filepath.Join(code, "cgroup.subtree_control"), "+memory"},
+		// code is the agent's to make cgroups in: one level, and no more of them than execs
+		// can run at once (each holds a process until its cgroup goes), so a compromised agent
+		// cannot fill the host with cgroups.
+		{filepath.Join(code, "cgroup.max.depth"), "1"},
+		{filepath.Join(code, "cgroup.max.descendants"), strconv.FormatInt(l.MaxProcesses+codeCgroupSlack, 10)},
 	} {
 		if err := kernfile.Write(w.file, w.value); err != nil {
 			return fmt.Errorf("write %s: %w", w.file, err)
@@ -623,6 +628,10 @@ func (c *v2Cgroup) layout(l limits) error {
 	}
 	return nil
 }
+
+// codeCgroupSlack is how many exec cgroups beyond maxProcesses the agent may hold at once:
+// ones whose processes are gone and that are being removed.
+const codeCgroupSlack = 16
 
 // v2InitLeaf is the child of a v2 sandbox cgroup its init (and agent) lives in.
 const v2InitLeaf = "init"
@@ -683,7 +692,9 @@ func (c *v2Cgroup) start(cmd *exec.Cmd) error {
 func (c *v2Cgroup) delegate(uid, gid int) error {
 	// The agent makes each exec's cgroup in code and places the command there with clone3,
 	// which needs write access to cgroup.procs of the common ancestor of init's cgroup and the
-	// exec's: the sandbox's. The limits (the sandbox's files, code's pids.max) stay root's.
+	// exec's: the sandbox's. The limits (the sandbox's files, code's) stay root's, and file
+	// modes are all that guards them: init is in the host's cgroup namespace, so nsdelegate
+	// draws no boundary around the sandbox. Chown nothing more.
 	dir := c.dirs()[0]
 	for _, p := range []string{filepath.Join(dir, "cgroup.procs"), filepath.Join(dir, nsinit.CodePidsName)} {
 		if err := os.Chown(p, uid, gid); err != nil {
@@ -694,8 +705,23 @@ func (c *v2Cgroup) delegate(uid, gid int) error {
 }
 
 // execParent is code: init has no cgroup namespace (nor mount) of its own on v2 (nsinit).
+// Not an open of the directory, which would sit in the host's mount tree, where ".." climbs
+// from it to the host's / (the sandbox's root could then walk the host's filesystem as its
+// own uid: TestAgentFDsConfined); a detached clone of a mount rooted at code, whose root
+// ".." does not leave.
 func (c *v2Cgroup) execParent() (*os.File, error) {
-	return os.OpenFile(filepath.Join(c.dirs()[0], nsinit.CodePidsName), os.O_RDONLY|unix.O_DIRECTORY, 0)
+	dir := filepath.Join(c.dirs()[0], nsinit.CodePidsName)
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, &os.PathError{Op: "open_tree", Path: dir, Err: err}
+	}
+	tree := os.NewFile(uintptr(fd), dir)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		tree.Close()
+		return nil, &os.PathError{Op: "mount_setattr", Path: dir, Err: err}
+	}
+	return tree, nil
 }
 
 func (c *v2Cgroup) procs() ([]int, error) {

@@ -56,8 +56,10 @@ func SeccompFor(cgroupVersion int) (*SeccompProgram, error) {
 // namespace ones. Here the user namespace's own limit guards them instead, in the kernel and
 // for every path to them: init sets user.max_user_namespaces to 0 in the sandbox's user
 // namespace (nsinit), so no nested user namespace can be made, and without one the code (no
-// capabilities, no_new_privs) can make no other namespace either: clone3 grants nothing clone
-// does not. The v1 filter stays Docker's.
+// capabilities, no_new_privs) can make no other namespace either. That holds while the code
+// runs as a non-root uid without capabilities (nsinit.CodeUID) and holds no handle on a
+// cgroup directory (CLONE_INTO_CGROUP checks its own write access): then clone3 grants
+// nothing clone does not. The v1 filter stays Docker's.
 func compileDefaultSeccomp(allowClone3 bool) (*SeccompProgram, error) {
 	// No capabilities: the includes/excludes keyed on caps resolve as for an unprivileged
 	// container; arches and minimum kernels resolve against this host.

@@ -19,7 +19,7 @@ const (
 	// FDStatus is the write end of the status pipe: one JSON Status line, then closed.
 	FDStatus = 5
 	// FDCgroup (cgroup v2) is the directory the agent makes its per-exec cgroups in, the
-	// sandbox cgroup's child "code": the agent's only view of the hierarchy.
+	// sandbox cgroup's child "code", as a detached mount rooted there ("..": itself).
 	FDCgroup = 6
 )
 

@@ -105,7 +105,8 @@ func setup(cfg *Config) error {
 		}
 	}
 	// No user namespace can be made inside, by any path (unshare, clone, clone3, whose flags a
-	// seccomp filter cannot read): the limit is this namespace's and its descendants'.
+	// seccomp filter cannot read): the limit is this namespace's and its descendants', and
+	// only this namespace's root (CAP_SYS_RESOURCE here) could raise it again; code cannot.
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
 		return fmt.Errorf("forbid nested user namespaces: %w", err)
 	}
