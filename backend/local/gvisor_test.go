@@ -52,18 +52,28 @@ func TestConformanceGVisor(t *testing.T) {
 	})
 }
 
-// TestGVisorKernel: the code talks to gVisor's kernel, not the host's, and the sandbox leaves
-// nothing behind.
-func TestGVisorKernel(t *testing.T) {
-	runsc := runscForTest(t)
-	b := newGVisorBackend(t, runsc)
-	ctx := context.Background()
-	d := hostDecl("gv")
+// newGVisorSession creates a gVisor sandbox of the host image (mutate adjusts the declaration)
+// on a backend of its own.
+func newGVisorSession(t *testing.T, id string, mutate func(*spec.Sandbox)) (*Backend, *sandbox.Session) {
+	t.Helper()
+	b := newGVisorBackend(t, runscForTest(t))
+	d := hostDecl(id)
 	d.Runtime = spec.RuntimeGVisor
-	sess, err := b.Create(ctx, d)
+	if mutate != nil {
+		mutate(&d)
+	}
+	sess, err := b.Create(context.Background(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, sess
+}
+
+// TestGVisorKernel: the code talks to gVisor's kernel, not the host's, and the sandbox leaves
+// nothing behind.
+func TestGVisorKernel(t *testing.T) {
+	b, sess := newGVisorSession(t, "gv", nil)
+	ctx := context.Background()
 	pid := b.sessionInitPID(sess.ID)
 	a, err := b.Connect(ctx, sess.ID)
 	if err != nil {
@@ -87,17 +97,9 @@ func TestGVisorKernel(t *testing.T) {
 // TestGVisorLifetime: a gVisor sandbox ends at its lifetime like a native one (here the
 // backend's timer ends it, gVisor's agent having no deadline of its own) and leaves nothing.
 func TestGVisorLifetime(t *testing.T) {
-	runsc := runscForTest(t)
-	b := newGVisorBackend(t, runsc)
-	ctx := context.Background()
-	d := hostDecl("gv-life")
-	d.Runtime = spec.RuntimeGVisor
 	life := int64(2)
-	d.Session.MaxLifetimeSeconds = &life
-	sess, err := b.Create(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, sess := newGVisorSession(t, "gv-life", func(d *spec.Sandbox) { d.Session.MaxLifetimeSeconds = &life })
+	ctx := context.Background()
 	pid := b.sessionInitPID(sess.ID)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -140,16 +142,8 @@ func TestGVisorDirImage(t *testing.T) {
 // TestGVisorLimits: runsc puts the sandbox in a host cgroup of the runtime's naming that holds
 // the declared limits, on cgroup v1 and v2 alike.
 func TestGVisorLimits(t *testing.T) {
-	runsc := runscForTest(t)
-	b := newGVisorBackend(t, runsc)
+	b, sess := newGVisorSession(t, "gv-limits", func(d *spec.Sandbox) { d.Limits.Memory, d.Limits.CPU = "200Mi", "500m" })
 	ctx := context.Background()
-	d := hostDecl("gv-limits")
-	d.Runtime = spec.RuntimeGVisor
-	d.Limits.Memory, d.Limits.CPU = "200Mi", "500m"
-	sess, err := b.Create(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer b.Terminate(ctx, sess.ID)
 	read := func(ctrl, name string) string {
 		raw, err := os.ReadFile(filepath.Join(sessionCgroupDir(b, sess.ID, ctrl), name))
