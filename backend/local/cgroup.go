@@ -671,11 +671,9 @@ type v2Cgroup struct {
 
 func (c *v2Cgroup) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
 
+// addProc moves pid into the init leaf: the sandbox's cgroup itself holds no process (layout).
 func (c *v2Cgroup) addProc(pid int) error {
-	if c.m == nil {
-		return errors.New("cgroup " + c.path + " is incomplete")
-	}
-	return c.m.AddProc(uint64(pid))
+	return kernfile.Write(filepath.Join(c.dirs()[0], v2InitLeaf, "cgroup.procs"), strconv.Itoa(pid))
 }
 
 func (c *v2Cgroup) start(cmd *exec.Cmd) error {
