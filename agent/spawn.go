@@ -224,7 +224,7 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = g.fd
 		// Born in its exec cgroup, with a cgroup namespace rooted there: the command sees its
-		// cgroup as "/" and nothing of the hierarchy above it.
+		// own cgroup as "/" (others' only relative to it), not the host's path to it.
 		sys.Cloneflags |= syscall.CLONE_NEWCGROUP
 	}
 	if g != nil && g.kind == scopeV1 {
