@@ -110,6 +110,18 @@ func processesIn(t *testing.T, b *local.Backend, id string) (ps string, running 
 	return strings.Join(lines, "\n"), running
 }
 
+// settledProcessesIn is processesIn once nothing is left, or after 10 s: a killed process is a
+// zombie until the agent (PID 1) reaps it, which may come just after the answer.
+func settledProcessesIn(t *testing.T, b *local.Backend, id string) (ps string, running int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ps, running = processesIn(t, b, id)
+		if (ps == "" && running == 0) || time.Now().After(deadline) {
+			return ps, running
+		}
+	}
+}
+
 // TestLocalPrestartTimeoutKillsEverything: at the timeout the interpreter and everything its
 // code started (a child in its own session, a double-forked grandchild) are gone from the
 // sandbox, which is still there to be looked at.
@@ -139,7 +151,7 @@ time.sleep(1000)
 	if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "started\n" {
 		t.Fatalf("want a timeout after 'started':\n%s", res.Text())
 	}
-	ps, running := processesIn(t, b, h.last())
+	ps, running := settledProcessesIn(t, b, h.last())
 	if ps != "" || running != 0 {
 		t.Fatalf("left running after the timeout: ps %q, %d background processes", ps, running)
 	}
@@ -158,7 +170,7 @@ func TestLocalPrestartCancel(t *testing.T) {
 	if err == nil {
 		t.Fatal("a cancelled run reported success")
 	}
-	ps, running := processesIn(t, b, h.last())
+	ps, running := settledProcessesIn(t, b, h.last())
 	if ps != "" || running != 0 {
 		t.Fatalf("left running after the cancel: ps %q, %d background processes", ps, running)
 	}
