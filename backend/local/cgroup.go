@@ -81,6 +81,8 @@ type cgroupDriver interface {
 	load(name string) (sandboxCgroup, error)
 	// list names the parent's children.
 	list() ([]string, error)
+	// ensureParent makes the parent's directories if they are missing.
+	ensureParent() error
 }
 
 func newCgroupDriver(parent string) (cgroupDriver, error) {
@@ -141,6 +143,15 @@ func otherHierarchies() ([]string, error) {
 }
 
 func (d *v1Driver) version() int { return 1 }
+
+func (d *v1Driver) ensureParent() error {
+	for _, c := range v1Controllers {
+		if err := os.MkdirAll(filepath.Join(cgroupRoot, c, d.parent), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (d *v1Driver) path(name string) string { return path.Join("/", d.parent, name) }
 
@@ -568,6 +579,10 @@ func rmdirRetry(p string, waitBusy bool) error {
 type v2Driver struct{ parent string }
 
 func (d *v2Driver) version() int { return 2 }
+
+func (d *v2Driver) ensureParent() error {
+	return os.MkdirAll(filepath.Join(cgroupRoot, d.parent), 0o755)
+}
 
 func (d *v2Driver) path(name string) string { return path.Join("/", d.parent, name) }
 

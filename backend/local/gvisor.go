@@ -94,6 +94,12 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	if _, err := b.runscBinary(); err != nil {
 		return nil, err
 	}
+	// runsc's delete removes every cgroup directory its create made, the parent too when it
+	// made that, and fails (EBUSY) while another sandbox is still in it: made here first,
+	// the parent is never runsc's (seen on cgroup v2 with concurrent creates).
+	if err := b.cg.ensureParent(); err != nil {
+		return nil, fmt.Errorf("cgroup parent: %w", err)
+	}
 	dir := filepath.Join(b.opts.StateDir, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("session dir: %w", err)
