@@ -115,7 +115,9 @@ func newTestBackendAt(t testing.TB, stateDir string) *Backend {
 			}
 		}
 		b.Close()
-		for _, d := range cgroupParentDirs(b) {
+		// Every hierarchy, not only the runtime's: runsc makes the parent in all of them.
+		others, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", b.opts.CgroupParent))
+		for _, d := range append(cgroupParentDirs(b), others...) {
 			_ = os.Remove(d)
 		}
 	})
