@@ -90,7 +90,24 @@ func (b *Backend) capabilitySet() func() capability.Set {
 					// probe looked at this process's own cgroup.
 					for name, c := range p.Cgroup.Controllers {
 						c.Dir, c.Writable, c.WriteError = filepath.Join(cgroupRoot, name, b.opts.CgroupParent), true, ""
+						if cg.version() == 2 {
+							c.Dir = filepath.Join(cgroupRoot, b.opts.CgroupParent)
+						}
 						p.Cgroup.Controllers[name] = c
+					}
+					if cg.version() == 2 {
+						// v2: only what is enabled in the delegated subtree, judged
+						// at the parent New made (probeDelegationV2).
+						parent := filepath.Join(cgroupRoot, b.opts.CgroupParent)
+						have, _ := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+						for name := range p.Cgroup.Controllers {
+							if !slices.Contains(strings.Fields(string(have)), name) {
+								delete(p.Cgroup.Controllers, name)
+							}
+						}
+						p.Cgroup.CPUQuota = fileExists(filepath.Join(parent, "cpu.max"))
+						p.Cgroup.MemorySwap = fileExists(filepath.Join(parent, "memory.swap.max"))
+						p.Cgroup.Freezer = fileExists(filepath.Join(parent, "cgroup.freeze"))
 					}
 				}
 				host <- p.Set()

@@ -576,7 +576,11 @@ func rmdirRetry(p string, waitBusy bool) error {
 
 // --- cgroup v2 ---
 
-type v2Driver struct{ parent string }
+type v2Driver struct {
+	parent string
+	// rootless: init clones the agent's cgroup fd itself (rootless.go, startRootless).
+	rootless bool
+}
 
 func (d *v2Driver) version() int { return 2 }
 
@@ -605,7 +609,7 @@ func (d *v2Driver) create(name string, l limits) (sandboxCgroup, error) {
 		_ = rmdirTree(filepath.Join(cgroupRoot, p), true)
 		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
 	}
-	c := &v2Cgroup{path: p, m: m}
+	c := &v2Cgroup{path: p, m: m, rootless: d.rootless}
 	if err := c.layout(l); err != nil {
 		_ = c.remove()
 		return nil, fmt.Errorf("create cgroup %s: %w", p, err)
@@ -652,7 +656,7 @@ const codeCgroupSlack = 16
 const v2InitLeaf = "init"
 
 func (d *v2Driver) load(name string) (sandboxCgroup, error) {
-	c := &v2Cgroup{path: d.path(name)}
+	c := &v2Cgroup{path: d.path(name), rootless: d.rootless}
 	if _, err := os.Stat(c.dirs()[0]); err != nil {
 		return nil, fs.ErrNotExist
 	}
@@ -680,8 +684,9 @@ func (d *v2Driver) list() ([]string, error) {
 }
 
 type v2Cgroup struct {
-	path string
-	m    *cgroup2.Manager
+	path     string
+	m        *cgroup2.Manager
+	rootless bool
 }
 
 func (c *v2Cgroup) dirs() []string { return []string{filepath.Join(cgroupRoot, c.path)} }
@@ -723,6 +728,9 @@ func (c *v2Cgroup) delegate(uid, gid int) error {
 // own uid: TestAgentFDsConfined); a detached clone of a mount rooted at code, whose root
 // ".." does not leave.
 func (c *v2Cgroup) execParent() (*os.File, error) {
+	if c.rootless {
+		return nil, nil // open_tree needs CAP_SYS_ADMIN here: init clones it (startRootless)
+	}
 	dir := filepath.Join(c.dirs()[0], nsinit.CodePidsName)
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {

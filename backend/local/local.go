@@ -181,8 +181,8 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = CgroupParentFor(opts.StateDir)
 		if !asRoot {
-			// Under the cgroup root delegated to this user: one per state dir below it.
-			opts.CgroupParent = path.Join(RootlessCgroupParent(os.Geteuid()), shortHash(opts.StateDir))
+			// Under the cgroups delegated to this user: one per state dir below them.
+			opts.CgroupParent = rootlessCgroupParentFor(opts.StateDir)
 		}
 	}
 	if strings.Contains(opts.CgroupParent, "..") || path.IsAbs(opts.CgroupParent) {
@@ -212,7 +212,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
 	if !asRoot {
-		if b.rootless, err = probeRootless(opts.CgroupParent, b.cg.version()); err != nil {
+		if b.rootless, err = probeRootless(b.cg, opts.CgroupParent); err != nil {
 			return nil, fmt.Errorf("%w: not root: %v", sandbox.ErrUnsupported, err)
 		}
 	}
@@ -756,7 +756,7 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		a := cmd.SysProcAttr
 		a.UidMappings, a.GidMappings, a.GidMappingsEnableSetgroups, a.Credential = nil, nil, false, nil
 		cfg.Reexec = true
-		err = b.startRootless(s, cg, cmd)
+		err = b.startRootless(s, cg, cmd, cfg)
 	} else {
 		// Born inside its cgroups; it still waits for the config before doing anything.
 		err = cg.start(cmd)

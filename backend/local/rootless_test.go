@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -17,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -30,9 +34,11 @@ const (
 )
 
 // TestRootless: as root, it gives nobody what a rootless runtime needs (subordinate ids in
-// /etc/subuid and /etc/subgid, cgroups delegated in every v1 hierarchy), then runs
-// TestRootlessChild as nobody; afterwards nothing of it is left. Without the subordinate ids
-// New refuses, naming them.
+// /etc/subuid and /etc/subgid; cgroups delegated in every v1 hierarchy, or on v2 a delegated
+// subtree the child runs in, as systemd's Delegate=yes gives user@<uid>.service), then runs
+// TestRootlessChild as nobody; afterwards nothing of it is left. New refuses, naming what is
+// missing: the subordinate ids, and on v2 the delegation, a process in the delegation's root,
+// a controller not delegated, a cgroup parent outside the delegation.
 func TestRootless(t *testing.T) {
 	testutil.RequireRoot(t)
 	for _, helper := range []string{"newuidmap", "newgidmap"} {
@@ -40,30 +46,41 @@ func TestRootless(t *testing.T) {
 			t.Fatalf("%s: %v (the uidmap package; .ci/run installs it)", helper, err)
 		}
 	}
-	if cg, err := newCgroupDriver("airlock-test"); err == nil && cg.version() == 2 {
-		// Not built for v2 (docs/rootless.md): refused up front, naming why.
-		if _, err := probeRootless("airlock-test", 2); err == nil || !strings.Contains(err.Error(), "cgroup v2") {
-			t.Fatalf("rootless on a cgroup v2 host: %v, want a refusal naming cgroup v2", err)
-		}
-		return
+	cg, err := newCgroupDriver("airlock-test")
+	if err != nil {
+		t.Fatal(err)
 	}
+	v2 := cg.version() == 2
 	rnd := make([]byte, 4)
 	_, _ = rand.Read(rnd)
 	top := RootlessCgroupParent(rootlessUID) + "-test-" + hex.EncodeToString(rnd)
-	for _, ctrl := range v1Controllers {
-		d := filepath.Join(cgroupRoot, ctrl, top)
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { // cpu and cpuacct may be one
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, rootlessUID, rootlessGID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
+	// v1: top in every hierarchy, the child's sandboxes in top/sandboxes. v2: top is root's
+	// (as user-<uid>.slice is), deleg in it the user's subtree (user@<uid>.service), the
+	// child born in its leaf deleg/session; its sandboxes go to the default parent.
+	var deleg, leaf string
+	if v2 {
+		x := filepath.Join(cgroupRoot, top)
+		deleg, leaf = filepath.Join(x, "deleg"), filepath.Join(x, "deleg", "session")
+		v2Cgroups(t, x, "+cpu +memory +pids", false)
+		v2Cgroups(t, deleg, "", true)
+		v2Cgroups(t, leaf, "", true)
+		t.Cleanup(func() { removeCgroupTree(t, x) })
+	} else {
 		for _, ctrl := range v1Controllers {
-			removeCgroupTree(t, filepath.Join(cgroupRoot, ctrl, top))
+			d := filepath.Join(cgroupRoot, ctrl, top)
+			if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { // cpu and cpuacct may be one
+				t.Fatal(err)
+			}
+			if err := os.Chown(d, rootlessUID, rootlessGID); err != nil {
+				t.Fatal(err)
+			}
 		}
-	})
+		t.Cleanup(func() {
+			for _, ctrl := range v1Controllers {
+				removeCgroupTree(t, filepath.Join(cgroupRoot, ctrl, top))
+			}
+		})
+	}
 	// What nobody may read and run: this test binary and the agent, in a dir of their own.
 	work := openTempDir(t, "al-rootless-")
 	self := filepath.Join(work, "local.test")
@@ -82,23 +99,37 @@ func TestRootless(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	child := func() (string, error) {
+	// child runs TestRootlessChild as nobody; on v2 born in the cgroup bornIn (clone3), as a
+	// process of the user's is born in its delegated unit.
+	child := func(expect, parent, bornIn string) (string, error) {
 		cmd := exec.Command(self, "-test.run=^TestRootlessChild$", "-test.v", "-test.count=1")
 		cmd.Dir = work
 		cmd.Env = []string{
 			rootlessEnv + "=1", "PATH=" + os.Getenv("PATH"), "HOME=" + work, "XDG_CACHE_HOME=" + cache,
 			"AIRLOCK_ROOTLESS_STATE=" + state, "AIRLOCK_ROOTLESS_AGENT=" + agent,
-			"AIRLOCK_ROOTLESS_CGROUP=" + top + "/sandboxes",
+			"AIRLOCK_ROOTLESS_CGROUP=" + parent, "AIRLOCK_ROOTLESS_EXPECT=" + expect,
+			"AIRLOCK_ROOTLESS_DELEGATION=" + deleg,
 			"AIRLOCK_ROOTLESS_SUB=" + strconv.Itoa(rootlessSub),
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: rootlessUID, Gid: rootlessGID}}
+		if v2 {
+			fd, err := unix.Open(bornIn, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	parent := "" // the default: below the delegation (v2)
+	if !v2 {
+		parent = top + "/sandboxes"
+	}
 
 	// Without subordinate ids: refused, naming them.
-	t.Setenv("AIRLOCK_ROOTLESS_EXPECT", "no-subids")
-	if out, err := child(); err == nil || !strings.Contains(out, "subordinate ids") {
+	if out, err := child("refused", parent, leaf); err == nil || !strings.Contains(out, "subordinate ids") {
 		t.Fatalf("without subordinate ids: %v\n%s", err, out)
 	}
 
@@ -117,20 +148,34 @@ func TestRootless(t *testing.T) {
 			}
 		})
 	}
-	out, err := child()
+	if v2 {
+		testRootlessV2Refusals(t, filepath.Join(cgroupRoot, top), leaf, child)
+	}
+	out, err := child("", parent, leaf)
 	if err != nil || !strings.Contains(out, "--- PASS: TestRootlessChild") {
 		t.Fatalf("rootless child: %v\n%s", err, out)
 	}
 	t.Log(out)
-	// The child terminated its sandboxes: no cgroup below the delegated ones, no session.
-	for _, ctrl := range v1Controllers {
-		ents, err := os.ReadDir(filepath.Join(cgroupRoot, ctrl, top, "sandboxes"))
+	// The child terminated its sandboxes: no cgroup below the parents, no session.
+	var parents []string
+	if v2 {
+		parents, _ = filepath.Glob(filepath.Join(deleg, "airlock-*"))
+		if len(parents) == 0 {
+			t.Errorf("no default cgroup parent airlock-<hash> in %s", deleg)
+		}
+	} else {
+		for _, ctrl := range v1Controllers {
+			parents = append(parents, filepath.Join(cgroupRoot, ctrl, top, "sandboxes"))
+		}
+	}
+	for _, p := range parents {
+		ents, err := os.ReadDir(p)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			t.Fatal(err)
 		}
 		for _, e := range ents {
 			if e.IsDir() {
-				t.Errorf("cgroup %s left in %s", e.Name(), ctrl)
+				t.Errorf("cgroup %s left in %s", e.Name(), p)
 			}
 		}
 	}
@@ -138,6 +183,76 @@ func TestRootless(t *testing.T) {
 	for _, e := range ents {
 		if checkSessionID(e.Name()) == nil {
 			t.Errorf("session %s left in the state dir", e.Name())
+		}
+	}
+}
+
+// testRootlessV2Refusals: each cgroup layout that does not give nobody a usable delegation
+// is refused by New, naming what is missing. x is root's, with cpu, memory and pids enabled
+// for its children; good is a leaf of a proper delegation in it.
+func testRootlessV2Refusals(t *testing.T, x, good string, child func(expect, parent, bornIn string) (string, error)) {
+	for _, tc := range []struct {
+		name   string
+		layout func() string // makes the cgroups, returns where the child is born
+		parent string
+		want   []string
+	}{
+		{"no delegation", func() string {
+			v2Cgroups(t, filepath.Join(x, "plain"), "", false)
+			v2Cgroups(t, filepath.Join(x, "plain", "session"), "", false)
+			return filepath.Join(x, "plain", "session")
+		}, "", []string{"needs a cgroup subtree delegated to uid 65534", "cgroup.procs", "Delegate=yes", "chown"}},
+		{"in the delegation's root", func() string {
+			v2Cgroups(t, filepath.Join(x, "inroot"), "", true)
+			return filepath.Join(x, "inroot")
+		}, "", []string{"the root of the cgroup subtree delegated to uid 65534", "move it to a leaf"}},
+		{"a controller not delegated", func() string {
+			v2Cgroups(t, filepath.Join(x, "nocpu"), "+memory +pids", false)
+			v2Cgroups(t, filepath.Join(x, "nocpu", "deleg"), "", true)
+			v2Cgroups(t, filepath.Join(x, "nocpu", "deleg", "session"), "", true)
+			return filepath.Join(x, "nocpu", "deleg", "session")
+		}, "", []string{"not delegated: cpu.", "Delegate=cpu cpuset io memory pids", "echo '+cpu' > $f"}},
+		{"a parent outside the delegation", func() string { return good },
+			strings.TrimPrefix(x, cgroupRoot+"/") + "/elsewhere", []string{"is not inside", "leave cgroupParent empty"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := child("refused", tc.parent, tc.layout())
+			if err == nil || !strings.Contains(out, "refused as expected") {
+				t.Fatalf("not refused: %v\n%s", err, out)
+			}
+			if i := strings.Index(out, "refused as expected"); i >= 0 {
+				t.Log(strings.SplitN(out[i:], "\n", 2)[0])
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("refusal does not say %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(x, "elsewhere")); err == nil {
+		t.Error("the refused parent outside the delegation was made")
+	}
+}
+
+// v2Cgroups makes a cgroup v2 directory as root, enables ctrls (if any) for its children and,
+// with chown, gives it to nobody the way a delegation does: the directory, and cgroup.procs,
+// cgroup.subtree_control and cgroup.threads.
+func v2Cgroups(t *testing.T, dir, ctrls string, chown bool) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if ctrls != "" {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctrls), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if chown {
+		for _, f := range []string{"", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"} {
+			if err := os.Chown(filepath.Join(dir, f), rootlessUID, rootlessGID); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -171,9 +286,9 @@ func TestRootlessChild(t *testing.T) {
 		CgroupParent: os.Getenv("AIRLOCK_ROOTLESS_CGROUP"),
 	}
 	b, err := New(ctx, opts)
-	if os.Getenv("AIRLOCK_ROOTLESS_EXPECT") == "no-subids" {
+	if os.Getenv("AIRLOCK_ROOTLESS_EXPECT") == "refused" {
 		if err == nil || !errors.Is(err, sandbox.ErrUnsupported) {
-			t.Fatalf("New without subordinate ids: %v", err)
+			t.Fatalf("New was not refused: %v", err)
 		}
 		t.Fatalf("refused as expected: %v", err) // the parent looks for the reason
 	}
@@ -181,11 +296,25 @@ func TestRootlessChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	v2 := b.cg.version() == 2
+	parent := b.opts.CgroupParent
+	if deleg := os.Getenv("AIRLOCK_ROOTLESS_DELEGATION"); v2 && !strings.HasPrefix(filepath.Join(cgroupRoot, parent), deleg+"/airlock-") {
+		t.Fatalf("default cgroup parent %s, want a child airlock-<hash> of the delegation %s", parent, deleg)
+	}
 	d := hostDecl("rootless")
 	d.Limits.MaxProcesses = ptrInt(12)
+	d.Limits.Memory = "96Mi"
 	sess, err := b.Create(ctx, d)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The memory limit, read back from the sandbox's cgroup.
+	memFile := filepath.Join(cgroupRoot, "memory", parent, sess.ID, "memory.limit_in_bytes")
+	if v2 {
+		memFile = filepath.Join(cgroupRoot, parent, sess.ID, "memory.max")
+	}
+	if got, err := os.ReadFile(memFile); err != nil || strings.TrimSpace(string(got)) != strconv.Itoa(96<<20) {
+		t.Errorf("%s: %q %v, want %d", memFile, got, err, 96<<20)
 	}
 	defer func() {
 		if err := b.Terminate(ctx, sess.ID); err != nil {
@@ -215,7 +344,17 @@ func TestRootlessChild(t *testing.T) {
 	}()
 	hostUID := ""
 	for deadline := time.Now().Add(20 * time.Second); hostUID == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		tasks, _ := os.ReadFile(filepath.Join(cgroupRoot, "pids", opts.CgroupParent, sess.ID, "code", "tasks"))
+		var tasks []byte
+		if v2 {
+			// Each command in its exec cgroup below code.
+			execs, _ := filepath.Glob(filepath.Join(cgroupRoot, parent, sess.ID, "code", "*", "cgroup.procs"))
+			for _, f := range execs {
+				p, _ := os.ReadFile(f)
+				tasks = append(append(tasks, p...), '\n')
+			}
+		} else {
+			tasks, _ = os.ReadFile(filepath.Join(cgroupRoot, "pids", parent, sess.ID, "code", "tasks"))
+		}
 		for _, p := range strings.Fields(string(tasks)) {
 			st, err := os.ReadFile("/proc/" + p + "/status")
 			if err != nil || !strings.HasPrefix(string(st), "Name:\tsleep\n") {
@@ -255,6 +394,24 @@ except OSError:
 	}
 	if n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(o.String(), "held at "))); n >= 12 {
 		t.Errorf("fork bomb made %d processes with maxProcesses 12", n)
+	}
+	if v2 {
+		// The agent's cgroup fd, cloned by init (rootless.go, startRootless), leads nowhere
+		// by "..": not to the host's files (as in TestAgentFDsConfined), nor out of code to
+		// the sandbox's own cgroup, whose limit files are the user's here. As the sandbox's
+		// root, which the user may become (it owns the namespace).
+		script := fmt.Sprintf(`for f in /proc/1/fd/*; do
+  [ -d "$f" ] || continue
+  ls "$f/" >/dev/null 2>&1 && echo "listed $f"
+  [ -e "$f/%s%s" ] && echo "ESCAPED $f"
+  [ -d "$f/../%s" ] && echo "CLIMBED $f"
+done; true`, strings.Repeat("../", 16), strings.TrimPrefix(opts.StateDir, "/"), v2InitLeaf)
+		out, err := exec.Command("nsenter", "-t", strconv.Itoa(b.sessionInitPID(sess.ID)), "-U", "-m", "--", "/bin/sh", "-c", script).CombinedOutput()
+		if err != nil || strings.Contains(string(out), "ESCAPED") || strings.Contains(string(out), "CLIMBED") ||
+			!strings.Contains(string(out), fmt.Sprintf("listed /proc/1/fd/%d", nsinit.FDCgroup)) {
+			t.Errorf("the agent's directory fds as the sandbox's root: %v\n%s", err, out)
+		}
+		t.Logf("the agent's directory fds as the sandbox's root:\n%s", out)
 	}
 	// Egress beyond deny needs root: refused at create, naming the capability.
 	d2 := hostDecl("rootless-net")

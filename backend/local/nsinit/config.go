@@ -83,6 +83,11 @@ type Config struct {
 	// newgidmap can), so init runs without capabilities; it execs itself again, as its user
 	// namespace's root now, before anything else (reexec.go).
 	Reexec bool `json:"reexec,omitempty"`
+	// CgroupCodeDir (v2, rootless) is the host path of the code cgroup, which init makes
+	// FDCgroup from (cloneCgroupFD): cloning a mount takes CAP_SYS_ADMIN over the mount
+	// namespace, which a rootless host lacks and init has over its own. Empty: the host
+	// passed FDCgroup ready.
+	CgroupCodeDir string `json:"cgroupCodeDir,omitempty"`
 }
 
 // Status is what init reports on FDStatus: ready, or the error that stopped it.
@@ -117,6 +122,9 @@ func (c *Config) check() error {
 	}
 	if c.CgroupVersion != 1 && c.CgroupVersion != 2 {
 		return fmt.Errorf("cgroupVersion %d is not 1 or 2", c.CgroupVersion)
+	}
+	if c.CgroupCodeDir != "" && (c.CgroupVersion != 2 || c.CgroupCodeDir[0] != '/') {
+		return fmt.Errorf("cgroupCodeDir %q must be an absolute path, on cgroup v2 only", c.CgroupCodeDir)
 	}
 	if len(c.Seccomp) == 0 || len(c.Seccomp)%8 != 0 {
 		return fmt.Errorf("seccomp program is %d bytes, want a non-empty multiple of 8", len(c.Seccomp))

@@ -104,6 +104,11 @@ func setup(cfg *Config) error {
 			return fmt.Errorf("unshare cgroup namespace: %w", err)
 		}
 	}
+	if cfg.CgroupCodeDir != "" {
+		if err := cloneCgroupFD(cfg.CgroupCodeDir); err != nil {
+			return err
+		}
+	}
 	// No user namespace can be made inside, by any path (unshare, clone, clone3, whose flags a
 	// seccomp filter cannot read): the limit is this namespace's and its descendants', and
 	// only this namespace's root (CAP_SYS_RESOURCE here) could raise it again; code cannot.
@@ -124,6 +129,25 @@ func setup(cfg *Config) error {
 		return err
 	}
 	return pivot(root)
+}
+
+// cloneCgroupFD makes FDCgroup (a placeholder until now) a detached clone of a mount rooted at
+// dir, the code cgroup, as a root host hands it over (local's v2Cgroup.execParent): ".." from
+// its root stays there. Done in init's own mount namespace, where it may (Config.CgroupCodeDir).
+func cloneCgroupFD(dir string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone the code cgroup %s: open_tree: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("clone the code cgroup %s: mount_setattr: %w", dir, err)
+	}
+	if err := unix.Dup3(fd, FDCgroup, unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("clone the code cgroup %s: dup3: %w", dir, err)
+	}
+	return nil
 }
 
 // loopbackUp brings lo up: the only interface of the sandbox's network namespace.

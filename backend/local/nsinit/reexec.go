@@ -43,6 +43,13 @@ func reexec(cfg *Config) error {
 	if _, err := unix.FcntlInt(FDStatus, unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("re-exec: status fd: %w", err)
 	}
+	// So must the cgroup fd's placeholder (Config.CgroupCodeDir): its number stays taken
+	// until setup puts the clone there, never given to another file meanwhile.
+	if cfg.CgroupCodeDir != "" {
+		if _, err := unix.FcntlInt(FDCgroup, unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("re-exec: cgroup fd: %w", err)
+		}
+	}
 	env := append(os.Environ(), envConfigFD+"="+strconv.Itoa(fd))
 	err = unix.Exec("/proc/self/exe", os.Args, env)
 	return fmt.Errorf("re-exec /proc/self/exe: %w", err)
