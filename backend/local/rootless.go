@@ -28,9 +28,11 @@ import (
 //     user's subordinate ids from /etc/subuid and /etc/subgid, mapped by the setuid helpers
 //     newuidmap and newgidmap (shadow's uidmap package). The code runs as id 1000, a
 //     subordinate id: not the user, so it cannot touch the user's files or processes.
-//   - cgroups: a parent cgroup per v1 hierarchy that root created and gave to the user
-//     (Options.CgroupParent; the refusal prints the commands). Without one no limit could be
-//     enforced, and every declaration has limits.
+//   - cgroups: on v1 a parent cgroup per hierarchy that root created and gave to the user
+//     (Options.CgroupParent); on v2 a delegated subtree this process runs in (below). The
+//     refusal prints the commands. Without them no limit could be enforced, and every
+//     declaration has limits. The limits hold the code (a subordinate id), not the sandbox's
+//     root: that is the user, who owns the cgroup files anyway.
 //
 // What stays root's: egress other than deny (a veth and nftables in the host's namespace:
 // the capability set says so), gVisor, per-sandbox id ranges (every sandbox of the user maps
