@@ -127,6 +127,7 @@ type session struct {
 
 	mu        sync.Mutex // serialises destroy
 	gone      bool
+	killed    bool   // by Kill: its remains are another process's to remove, not the watcher's
 	stopTimer func() // stops the lifetime timer of a gVisor session
 
 	// warm is the client Create's health check used, its connection to the agent still
@@ -891,7 +892,7 @@ func (b *Backend) watchAdopted(s *session, pidfd int) {
 
 func (b *Backend) reapExited(s *session) {
 	s.mu.Lock()
-	gone := s.gone
+	gone := s.gone || s.killed
 	s.mu.Unlock()
 	if gone {
 		return
@@ -1047,6 +1048,50 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 	s := b.sessions[sessionID]
 	b.mu.Unlock()
 	return b.destroy(ctx, sessionID, s)
+}
+
+// Kill ends every process of an adopted sandbox and returns once its init is gone, leaving its
+// cgroups and state dir to a later Terminate, by any process: the part of a terminate its
+// caller must wait for, when another process can do the rest off its path (airlock run hands
+// a used spare to the filler it starts). Until then the remains are a broken sandbox, which a
+// reconcile reaps once this process is gone. A sandbox this process cannot kill through its
+// init's pidfd (its own child, gVisor's) is terminated whole.
+func (b *Backend) Kill(ctx context.Context, sessionID string) error {
+	if err := checkSessionID(sessionID); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	s := b.sessions[sessionID]
+	b.mu.Unlock()
+	if s == nil || s.pidfd <= 0 {
+		return b.Terminate(ctx, sessionID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone || s.killed {
+		return nil
+	}
+	s.dropWarm()
+	// PID 1 of the sandbox's pid namespace: the kernel kills every other process there and
+	// has reaped them all by the time init exits and its pidfd turns readable.
+	if err := unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("%w: kill %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
+	}
+	if cg, err := b.cg.load(sessionID); err == nil {
+		_ = cg.thaw() // a paused sandbox cannot die frozen
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: kill %s: init %d still alive: %v", sandbox.ErrOutcomeUnknown, sessionID, s.rec.InitPID, ctx.Err())
+	}
+	s.killed = true
+	b.mu.Lock()
+	if b.sessions[sessionID] == s {
+		delete(b.sessions, sessionID)
+	}
+	b.mu.Unlock()
+	return nil
 }
 
 // destroy kills the sandbox's cgroup, waits for init to be gone, removes the cgroups and the

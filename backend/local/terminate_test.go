@@ -5,10 +5,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -56,5 +59,64 @@ func TestTerminateFrozenExecCgroup(t *testing.T) {
 	case <-execDone:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the exec call did not end with its sandbox")
+	}
+}
+
+// TestKill: Kill ends every process of an adopted sandbox and leaves its remains, untouched by
+// its own watcher, to the next process (airlock run hands them to its filler); a sandbox it
+// made itself, or one it does not know, it terminates whole.
+func TestKill(t *testing.T) {
+	testutil.RequireRoot(t)
+	stateDir := testStateDir(t)
+	made := createInHelper(t, stateDir, 2) // their maker is gone, as a spare's filler is
+	b := newTestBackendAt(t, stateDir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.Pause(ctx, made[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range made {
+		procs := cgroupProcs(t, b, h.ID)
+		if len(procs) == 0 {
+			t.Fatalf("sandbox %d: no process in its cgroup", i)
+		}
+		if err := b.Kill(ctx, h.ID); err != nil {
+			t.Fatalf("kill sandbox %d (paused: %v): %v", i, i == 1, err)
+		}
+		for _, p := range procs {
+			pid, _ := strconv.Atoi(p)
+			if st, err := procState(pid); err == nil && st != 'Z' {
+				t.Errorf("sandbox %d: process %d is still running (state %c) after Kill", i, pid, st)
+			}
+		}
+	}
+	b.Close() // its watchers are done: whatever they were to remove is removed
+	for _, h := range made {
+		if _, err := os.Stat(filepath.Join(stateDir, h.ID)); err != nil {
+			t.Errorf("sandbox %s: its state dir went with Kill (%v); it is the next process's to remove", h.ID, err)
+		}
+	}
+	next := newTestBackendAt(t, stateDir) // reaps them as broken sandboxes
+	for _, h := range made {
+		if !slices.Contains(next.reaped, h.ID) {
+			t.Errorf("sandbox %s not reaped by the next New (reaped %v)", h.ID, next.reaped)
+		}
+		assertGone(t, next, h.ID, h.PID)
+	}
+
+	own, err := next.Create(ctx, hostDecl("kill-own"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := next.sessionInitPID(own.ID)
+	if err := next.Kill(ctx, own.ID); err != nil {
+		t.Fatalf("kill a sandbox of its own: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, own.ID)); !os.IsNotExist(err) {
+		t.Errorf("a sandbox of its own is terminated whole by Kill; its state dir: %v", err)
+	}
+	assertGone(t, next, own.ID, pid)
+	if err := next.Kill(ctx, "s-0123456789abcdef"); err != nil {
+		t.Errorf("kill an absent session: %v", err)
 	}
 }

@@ -132,7 +132,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
-		spares.fill = func() error { return startFiller(&f.backend, img, f.spares) }
+		spares.fill = func(terminate []string) error { return startFiller(&f.backend, img, f.spares, terminate) }
 		opts.Pool = spares
 	}
 	res, term, err := runcode.RunDetached(ctx, b, req, opts)

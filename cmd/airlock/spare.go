@@ -65,7 +65,8 @@ func spareTemplate(img spec.Image) spec.Sandbox {
 }
 
 // spareRun is the runcode.RunPool of one airlock run: a claim takes a parked spare (nil when
-// none is parked: the run creates its own); Discard terminates it, which wait confirms.
+// none is parked: the run creates its own); Discard kills it; wait confirms every process of
+// it is gone and starts the filler, which removes what is left of it and parks the next.
 type spareRun struct {
 	b       *local.Backend
 	tmpl    spec.Sandbox
@@ -73,13 +74,15 @@ type spareRun struct {
 	minLeft time.Duration
 	log     *slog.Logger
 
-	// fill starts the filler; ClaimForRun calls it once the claim is settled, in the
-	// background: its fork and exec overlap the run instead of following it.
-	fill func() error
+	// fill starts the filler, which first terminates the sandboxes named (killed by Discard);
+	// nil: Discard terminates them itself.
+	fill func(terminate []string) error
 
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	claimed bool     // a claim was made: the next run wants a spare, hit or miss
+	killed  []string // discarded, their processes gone, their remains for the filler
+	errs    []error
 }
 
 func newSpareRun(b *local.Backend, img spec.Image, timeout time.Duration, log *slog.Logger) (*spareRun, error) {
@@ -108,17 +111,9 @@ func (p *spareRun) Claim(ctx context.Context) (*sandbox.Session, error) {
 
 func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
 	sess, state, err := p.b.ClaimSpare(ctx, p.key, p.minLeft)
-	// Started after the claim: a filler started before it would count this run's spare as
-	// parked and leave. Hit or miss, the next run wants one.
-	if p.fill != nil {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			if err := p.fill(); err != nil {
-				p.log.Warn("spares: starting the filler failed", "err", err)
-			}
-		}()
-	}
+	p.mu.Lock()
+	p.claimed = true
+	p.mu.Unlock()
 	if err != nil {
 		// The spares are a speed-up: a run never fails for want of one.
 		p.log.Warn("spares: claiming a spare failed; creating the sandbox", "err", err)
@@ -143,33 +138,59 @@ func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, erro
 	return sess, pre, nil
 }
 
+// Discard kills the sandbox, every process of it: the run waits for that (nothing of the code
+// outlives airlock run), while removing its cgroups and state dir (a few ms: rmdir in every
+// hierarchy, the state files) is left to the filler wait starts, off the run's path.
 func (p *spareRun) Discard(id string) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := p.b.Terminate(ctx, id); err != nil {
-			p.mu.Lock()
+		var err error
+		if p.fill != nil {
+			err = p.b.Kill(ctx, id)
+		} else {
+			err = p.b.Terminate(ctx, id)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil {
 			p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
-			p.mu.Unlock()
+		} else if p.fill != nil {
+			p.killed = append(p.killed, id)
 		}
 	}()
 }
 
-// wait returns once the filler is started and every discarded sandbox is confirmed gone, with
-// what failed.
+// wait returns once every discarded sandbox's processes are confirmed gone and, after a claim,
+// the filler is started (after the claim: one started before it would count this run's spare
+// as parked and leave), with what failed. A killed sandbox the filler cannot be started for
+// is terminated here.
 func (p *spareRun) wait() error {
 	p.wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.claimed && p.fill != nil {
+		if err := p.fill(p.killed); err != nil {
+			p.log.Warn("spares: starting the filler failed", "err", err)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, id := range p.killed {
+				if err := p.b.Terminate(ctx, id); err != nil {
+					p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
+				}
+			}
+		}
+		p.claimed, p.killed = false, nil
+	}
 	return errors.Join(p.errs...)
 }
 
 // startFiller starts a detached airlock spares-fill for img's spares: its own session, no
 // terminal, standard streams on /dev/null (a caller reading this process's output to its end
 // must not wait for it). It outlives this process.
-func startFiller(b *cli.BackendFlags, img spec.Image, count int) error {
+func startFiller(b *cli.BackendFlags, img spec.Image, count int, terminate []string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -182,6 +203,9 @@ func startFiller(b *cli.BackendFlags, img spec.Image, count int) error {
 	if b.CgroupParent != "" {
 		args = append(args, "--cgroup-parent", b.CgroupParent)
 	}
+	for _, id := range terminate {
+		args = append(args, "--terminate", id)
+	}
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -193,13 +217,14 @@ func startFiller(b *cli.BackendFlags, img spec.Image, count int) error {
 type sparesFillFlags struct {
 	imageJSON string
 	count     int
+	terminate []string
 	backend   cli.BackendFlags
 }
 
 func newSparesFillCmd(g *cli.Globals) *cobra.Command {
 	f := &sparesFillFlags{}
 	cmd := &cobra.Command{
-		Use:    "__spares-fill --image-json JSON [--count N]",
+		Use:    "__spares-fill --image-json JSON [--count N] [--terminate SESSION]...",
 		Short:  "Park spare sandboxes for airlock run (started by airlock run itself)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
@@ -207,6 +232,7 @@ func newSparesFillCmd(g *cli.Globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
+	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used spare airlock run killed, to terminate first; repeatable")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -235,6 +261,13 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		return err
 	}
 	defer b.Close()
+	// First the remains of the run that started this filler (its New may have reaped them
+	// already: then they are absent, which Terminate accepts).
+	for _, id := range f.terminate {
+		if err := b.Terminate(ctx, id); err != nil {
+			log.Error("spares: terminating a used spare failed", "session", id, "err", err)
+		}
+	}
 	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: spareOutputCap, Logger: log})
 	if err != nil {
 		return err

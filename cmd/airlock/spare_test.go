@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -57,7 +59,7 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			break
 		}
 		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
-			if err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1); err != nil {
+			if err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1, nil); err != nil {
 				t.Fatal(err)
 			}
 			started = true
@@ -172,6 +174,126 @@ func TestSpareRunClaim(t *testing.T) {
 		p.Discard(s.ID)
 	}
 	if err := p.wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunSpareKilledAtExit: a run that took a spare exits only once every process of it is
+// gone (a detached child of the code too), and the filler it starts removes the rest.
+func TestRunSpareKilledAtExit(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	id := env.waitSpare(t)
+	raw, err := os.ReadFile(filepath.Join(env.stateDir, id, "session.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		InitPID int `json:"initPid"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.InitPID <= 0 {
+		t.Fatalf("the spare's record: %v %s", err, raw)
+	}
+	const marker = "987.654321" // the detached child's argument: findable on the host
+	code := `import subprocess
+subprocess.Popen(["sleep", "` + marker + `"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("started")`
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-c", code}, env.flags()...)...).Output()
+	// First, before the filler it started can end them: the spare's init is PID 1 of its pid
+	// namespace, so with it gone so is every process that was in the sandbox.
+	initStat, initErr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.InitPID))
+	if err != nil || string(out) != "started\n" {
+		t.Fatalf("run: %q %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); !os.IsNotExist(err) {
+		t.Fatalf("the run did not take the parked spare %s: %v", id, err)
+	}
+	if initErr == nil && !strings.Contains(string(initStat), ") Z ") {
+		t.Errorf("the spare's init %d outlived airlock run: %s", rec.InitPID, initStat)
+	}
+	if pids := processesWithArg(marker); len(pids) > 0 {
+		t.Errorf("the code's detached child outlived airlock run: pids %v", pids)
+	}
+
+	waitFor(t, "the used spare's state dir to be removed", func() bool {
+		_, err := os.Stat(filepath.Join(env.stateDir, id))
+		return os.IsNotExist(err)
+	})
+	for _, ctrl := range []string{"pids", "memory", "freezer", ""} { // v1 hierarchies, v2's root
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, env.parent, id)); !os.IsNotExist(err) {
+			t.Errorf("the used spare's cgroup %s is left: %v", filepath.Join(ctrl, env.parent, id), err)
+		}
+	}
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	log, _ := os.ReadFile(filepath.Join(local.SparesDir(env.stateDir), fillLog))
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, id) && strings.Contains(l, "failed") {
+			t.Errorf("the filler failed on the used spare: %s", l)
+		}
+	}
+}
+
+// processesWithArg lists the host's processes with arg among their arguments (zombies have
+// none: they hold nothing).
+func processesWithArg(arg string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), "\x00"+arg+"\x00") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestSpareRunDiscardKills: a used spare is killed by the run itself (every process of it gone
+// when wait returns) and its remains handed to the filler, which wait starts with its id.
+func TestSpareRunDiscardKills(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	parked := env.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	b := env.open(t)
+	defer b.Close()
+	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handed []string
+	p.fill = func(terminate []string) error { handed = terminate; return nil }
+	s, err := p.Claim(t.Context())
+	if err != nil || s == nil || s.ID != parked {
+		t.Fatalf("claim: %v %v, want the parked %s", s, err, parked)
+	}
+	raw, err := os.ReadFile(filepath.Join(env.stateDir, s.ID, "session.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		InitPID int `json:"initPid"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.InitPID <= 0 {
+		t.Fatalf("the spare's record: %v %s", err, raw)
+	}
+	p.Discard(s.ID)
+	if err := p.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.InitPID)); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Errorf("the spare's init %d is alive after wait: %s", rec.InitPID, st)
+	}
+	if len(handed) != 1 || handed[0] != s.ID {
+		t.Errorf("the filler was handed %v, want [%s]", handed, s.ID)
+	}
+	if _, err := os.Stat(filepath.Join(env.stateDir, s.ID)); err != nil {
+		t.Errorf("the remains are the filler's to remove, but the state dir is gone: %v", err)
+	}
+	if err := b.Terminate(t.Context(), s.ID); err != nil { // what the filler does first
 		t.Fatal(err)
 	}
 }
