@@ -257,20 +257,22 @@ func (b *Backend) adoptedPaused(s *session) {
 
 // checkAgent is adopt's proof of life: the agent answers for the right sandbox. A paused
 // sandbox's agent cannot answer; its init is alive (the caller holds its pidfd) and that is
-// enough: it answers once resumed.
+// enough: it answers once resumed. The client that asked is kept as the session's warm one
+// (its connection open): a lookup adopts on the way to a Connect, which takes it.
 func (b *Backend) checkAgent(ctx context.Context, s *session) error {
 	if s.paused() {
 		return nil
 	}
 	c := b.client(s)
-	defer c.Close()
 	h, err := c.Health(ctx)
+	if err == nil && h.SandboxID != s.rec.SandboxID {
+		err = fmt.Errorf("agent answered for sandbox %q, want %q", h.SandboxID, s.rec.SandboxID)
+	}
 	if err != nil {
+		c.Close()
 		return err
 	}
-	if h.SandboxID != s.rec.SandboxID {
-		return fmt.Errorf("agent answered for sandbox %q, want %q", h.SandboxID, s.rec.SandboxID)
-	}
+	s.warm.Store(c)
 	return nil
 }
 

@@ -42,7 +42,8 @@ func (b *Backend) reconcile(ctx context.Context) error {
 				// it; its claimer adopts it (and proves its agent) when it takes it.
 				continue
 			}
-			if _, err := b.adopt(ctx, dir, rec); err == nil {
+			if s, err := b.adopt(ctx, dir, rec); err == nil {
+				s.dropWarm() // no Connect is on its way: no connection held open for one
 				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
 				continue
 			} else {
@@ -121,6 +122,7 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	b.mu.Lock()
 	if prev := b.sessions[rec.ID]; prev != nil {
 		b.mu.Unlock()
+		s.dropWarm()
 		unix.Close(pidfd)
 		return prev, nil
 	}
