@@ -185,16 +185,7 @@ func TestRunSpareKilledAtExit(t *testing.T) {
 	env := newRuntimeEnv(t)
 	env.useSpares(t)
 	id := env.waitSpare(t)
-	raw, err := os.ReadFile(filepath.Join(env.stateDir, id, "session.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec struct {
-		InitPID int `json:"initPid"`
-	}
-	if err := json.Unmarshal(raw, &rec); err != nil || rec.InitPID <= 0 {
-		t.Fatalf("the spare's record: %v %s", err, raw)
-	}
+	initPID := env.initPID(t, id)
 	const marker = "987.654321" // the detached child's argument: findable on the host
 	code := `import subprocess
 subprocess.Popen(["sleep", "` + marker + `"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -204,7 +195,7 @@ print("started")`
 	out, err := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-c", code}, env.flags()...)...).Output()
 	// First, before the filler it started can end them: the spare's init is PID 1 of its pid
 	// namespace, so with it gone so is every process that was in the sandbox.
-	initStat, initErr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.InitPID))
+	initStat, initErr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID))
 	if err != nil || string(out) != "started\n" {
 		t.Fatalf("run: %q %v", out, err)
 	}
@@ -212,7 +203,7 @@ print("started")`
 		t.Fatalf("the run did not take the parked spare %s: %v", id, err)
 	}
 	if initErr == nil && !strings.Contains(string(initStat), ") Z ") {
-		t.Errorf("the spare's init %d outlived airlock run: %s", rec.InitPID, initStat)
+		t.Errorf("the spare's init %d outlived airlock run: %s", initPID, initStat)
 	}
 	if pids := processesWithArg(marker); len(pids) > 0 {
 		t.Errorf("the code's detached child outlived airlock run: pids %v", pids)
@@ -234,6 +225,22 @@ print("started")`
 			t.Errorf("the filler failed on the used spare: %s", l)
 		}
 	}
+}
+
+// initPID reads the host pid of a sandbox's init from its record.
+func (e runtimeEnv) initPID(t *testing.T, id string) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(e.stateDir, id, "session.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		InitPID int `json:"initPid"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.InitPID <= 0 {
+		t.Fatalf("the record of %s: %v %s", id, err, raw)
+	}
+	return rec.InitPID
 }
 
 // processesWithArg lists the host's processes with arg among their arguments (zombies have
@@ -270,22 +277,13 @@ func TestSpareRunDiscardKills(t *testing.T) {
 	if err != nil || s == nil || s.ID != parked {
 		t.Fatalf("claim: %v %v, want the parked %s", s, err, parked)
 	}
-	raw, err := os.ReadFile(filepath.Join(env.stateDir, s.ID, "session.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec struct {
-		InitPID int `json:"initPid"`
-	}
-	if err := json.Unmarshal(raw, &rec); err != nil || rec.InitPID <= 0 {
-		t.Fatalf("the spare's record: %v %s", err, raw)
-	}
+	initPID := env.initPID(t, s.ID)
 	p.Discard(s.ID)
 	if err := p.wait(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.InitPID)); err == nil && !strings.Contains(string(st), ") Z ") {
-		t.Errorf("the spare's init %d is alive after wait: %s", rec.InitPID, st)
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID)); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Errorf("the spare's init %d is alive after wait: %s", initPID, st)
 	}
 	if len(handed) != 1 || handed[0] != s.ID {
 		t.Errorf("the filler was handed %v, want [%s]", handed, s.ID)
