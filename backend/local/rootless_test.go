@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -301,6 +303,22 @@ func TestRootlessChild(t *testing.T) {
 	if deleg := os.Getenv("AIRLOCK_ROOTLESS_DELEGATION"); v2 && !strings.HasPrefix(filepath.Join(cgroupRoot, parent), deleg+"/airlock-") {
 		t.Fatalf("default cgroup parent %s, want a child airlock-<hash> of the delegation %s", parent, deleg)
 	}
+	// The published set: what the delegation enforces is true, what needs root false.
+	caps := b.Capabilities(ctx)
+	for n, want := range map[capability.Name]bool{
+		capability.EnforcedLimits: true, capability.ProcessLimit: true, capability.SuspendResume: true,
+		capability.EgressDeny: true, capability.PublicOnlyEgress: false, capability.DomainEgressRules: false,
+		capability.GVisor: false,
+	} {
+		if st := caps.Entries[n]; st.Supported != want {
+			t.Errorf("capability %s: %+v, want supported %v", n, st, want)
+		}
+	}
+	for _, n := range capability.Names {
+		if st := caps.Entries[n]; !st.Supported {
+			t.Logf("not supported: %s: %s", n, st.Reason)
+		}
+	}
 	d := hostDecl("rootless")
 	d.Limits.MaxProcesses = ptrInt(12)
 	d.Limits.Memory = "96Mi"
@@ -412,6 +430,28 @@ done; true`, strings.Repeat("../", 16), strings.TrimPrefix(opts.StateDir, "/"), 
 			t.Errorf("the agent's directory fds as the sandbox's root: %v\n%s", err, out)
 		}
 		t.Logf("the agent's directory fds as the sandbox's root:\n%s", out)
+	}
+	// A cgroup the user's runtime made and left (its process died before writing a session):
+	// the next New reaps it, as root's does (reconcile), and adopts the live sandbox.
+	orphan, _ := newSessionID()
+	ocg, err := b.cg.create(orphan, limits{CPUMillis: 100, MemoryBytes: 64 << 20, MaxProcesses: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(b2.Reaped(), orphan) {
+		t.Errorf("orphan cgroup %s not reaped: %v", orphan, b2.Reaped())
+	}
+	for _, dir := range ocg.dirs() {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("orphan cgroup %s left: %v", dir, err)
+		}
+	}
+	if err := b2.Close(); err != nil {
+		t.Error(err)
 	}
 	// Egress beyond deny needs root: refused at create, naming the capability.
 	d2 := hostDecl("rootless-net")
