@@ -216,6 +216,32 @@ func testRootlessV2Refusals(t *testing.T, x, good string, child func(expect, par
 		}, "", []string{"not delegated: cpu.", "Delegate=cpu cpuset io memory pids", "echo '+cpu' > $f"}},
 		{"a parent outside the delegation", func() string { return good },
 			strings.TrimPrefix(x, cgroupRoot+"/") + "/elsewhere", []string{"is not inside", "leave cgroupParent empty"}},
+		{"the parent is the process's own cgroup", func() string { return good },
+			strings.TrimPrefix(good, cgroupRoot+"/"), []string{"is this process's own cgroup", "name a cgroup beside it"}},
+		{"a common ancestor not the user's", func() string {
+			// Delegated at the top, but the cgroup between it and the process is root's.
+			v2Cgroups(t, filepath.Join(x, "gap"), "", true)
+			v2Cgroups(t, filepath.Join(x, "gap", "mid"), "", false)
+			v2Cgroups(t, filepath.Join(x, "gap", "mid", "session"), "", true)
+			return filepath.Join(x, "gap", "mid", "session")
+		}, strings.TrimPrefix(x, cgroupRoot+"/") + "/gap/mid/sandboxes", []string{"of the common ancestor", "gap/mid/cgroup.procs"}},
+		{"another process in the delegation's root", func() string {
+			d := filepath.Join(x, "busy")
+			v2Cgroups(t, d, "", true)
+			v2Cgroups(t, filepath.Join(d, "session"), "", true)
+			fd, err := unix.Open(d, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			sleeper := exec.Command("sleep", "600")
+			sleeper.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+			if err := sleeper.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+			return filepath.Join(d, "session")
+		}, "", []string{"it holds processes", "move them to a leaf"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := child("refused", tc.parent, tc.layout())
