@@ -34,8 +34,9 @@ func newGCCmd(g *cli.Globals) *cobra.Command {
 
 A live sandbox is never touched: its processes keep its cgroups (the kernel refuses to
 remove a cgroup with tasks). Cgroups not named airlock-* are never looked at. As root it looks
-at every airlock-* cgroup; as another user (rootless mode, docs/rootless.md) only at the one
-root delegated to that user, airlock-user-<uid>.
+at every airlock-* cgroup; as another user (rootless mode, docs/rootless.md) only at what is
+delegated to that user: on cgroup v2 the airlock-* children of the subtree it runs in (e.g.
+under user@<uid>.service), else airlock-user-<uid>, which stays (root's).
 
 With --spares it also terminates the spares airlock run parked for later runs (docs/spares.md):
 live sandboxes nobody uses yet, which otherwise end by themselves within 11 minutes.`,
@@ -53,8 +54,12 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			}
 			opts := gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun}
 			if uid := os.Geteuid(); uid != 0 {
-				own := local.RootlessCgroupParent(uid)
-				opts.Match, opts.KeepTops = func(name string) bool { return name == own }, true
+				if tree, ok := local.RootlessCgroupTree(); ok {
+					opts.CgroupRoot = tree // v2: the airlock-* children of the user's delegation
+				} else {
+					own := local.RootlessCgroupParent(uid)
+					opts.Match, opts.KeepTops = func(name string) bool { return name == own }, true
+				}
 			}
 			rep, err := gc.Run(cmd.Context(), opts)
 			err = errors.Join(serr, err)
