@@ -146,20 +146,28 @@ func TestGCSpares(t *testing.T) {
 	}
 }
 
+// spareRunWithParked turns spares on, waits for one parked (its filler gone), and returns this
+// process's spareRun on the state dir with the parked spare's id.
+func (e runtimeEnv) spareRunWithParked(t *testing.T) (*spareRun, string) {
+	t.Helper()
+	e.useSpares(t)
+	parked := e.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
+	b := e.open(t)
+	t.Cleanup(func() { b.Close() })
+	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, parked
+}
+
 // TestSpareRunClaim: the pool airlock run hands runcode claims a parked spare, and creates a
 // sandbox of the template when none is parked (runcode.Pool's contract).
 func TestSpareRunClaim(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	parked := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	b := env.open(t)
-	defer b.Close()
-	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, parked := env.spareRunWithParked(t)
 	for i, want := range []string{parked, ""} {
 		s, err := p.Claim(t.Context())
 		if err != nil || s == nil {
@@ -262,15 +270,7 @@ func processesWithArg(arg string) []string {
 func TestSpareRunDiscardKills(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	parked := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	b := env.open(t)
-	defer b.Close()
-	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, parked := env.spareRunWithParked(t)
 	var handed []string
 	p.fill = func(terminate []string) error { handed = terminate; return nil }
 	s, err := p.Claim(t.Context())
@@ -291,7 +291,7 @@ func TestSpareRunDiscardKills(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(env.stateDir, s.ID)); err != nil {
 		t.Errorf("the remains are the filler's to remove, but the state dir is gone: %v", err)
 	}
-	if err := b.Terminate(t.Context(), s.ID); err != nil { // what the filler does first
+	if err := p.b.Terminate(t.Context(), s.ID); err != nil { // what the filler does first
 		t.Fatal(err)
 	}
 }
