@@ -936,10 +936,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*session, error) {
 	if err := checkSessionID(id); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	s := b.sessions[id]
-	b.mu.Unlock()
-	if s != nil {
+	if s := b.known(id); s != nil {
 		if s.exited() {
 			return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, id)
 		}
@@ -956,7 +953,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*session, error) {
 	if heldElsewhere(dir, rec.Spec.Labels) {
 		return nil, errHeldElsewhere(id)
 	}
-	s, err = b.adopt(ctx, dir, rec)
+	s, err := b.adopt(ctx, dir, rec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: session %s: %v", sandbox.ErrNotFound, id, err)
 	}
@@ -1044,10 +1041,14 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 	if err := checkSessionID(sessionID); err != nil {
 		return err
 	}
+	return b.destroy(ctx, sessionID, b.known(sessionID))
+}
+
+// known is the session this process holds for id, nil when it holds none.
+func (b *Backend) known(id string) *session {
 	b.mu.Lock()
-	s := b.sessions[sessionID]
-	b.mu.Unlock()
-	return b.destroy(ctx, sessionID, s)
+	defer b.mu.Unlock()
+	return b.sessions[id]
 }
 
 // Kill ends every process of an adopted sandbox and returns once its init is gone, leaving its
@@ -1060,9 +1061,7 @@ func (b *Backend) Kill(ctx context.Context, sessionID string) error {
 	if err := checkSessionID(sessionID); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	s := b.sessions[sessionID]
-	b.mu.Unlock()
+	s := b.known(sessionID)
 	if s == nil || s.pidfd <= 0 {
 		return b.Terminate(ctx, sessionID)
 	}
