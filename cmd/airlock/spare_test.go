@@ -187,7 +187,9 @@ func TestSpareRunClaim(t *testing.T) {
 }
 
 // TestRunSpareKilledAtExit: a run that took a spare exits only once every process of it is
-// gone (a detached child of the code too), and the filler it starts removes the rest.
+// gone (a detached child of the code too), and the filler it starts removes the rest. End to
+// end, the init check would also pass were the filler quick enough to kill it first:
+// TestSpareRunDiscardKills is the one that pins the run's own kill.
 func TestRunSpareKilledAtExit(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
