@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/token"
 )
 
@@ -102,27 +102,10 @@ type harness struct {
 	key    ed25519.PrivateKey
 	cl     *client.Client
 	proc   *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	exited chan struct{}
 	// cloneflags start the agent in new namespaces (CLONE_NEWPID: the agent is PID 1).
 	cloneflags uintptr
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func randHex(n int) string {
@@ -186,7 +169,7 @@ func (h *harness) start() *harness {
 	cmd.Env = append(os.Environ(), envConfig+"="+cfgFile, "GORACE=atexit_sleep_ms=0 halt_on_error=1")
 	// If the test binary dies (a timeout panic), its agent must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: h.cloneflags}
-	h.stderr = &syncBuffer{}
+	h.stderr = &testutil.SyncBuffer{}
 	cmd.Stderr = h.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"path/filepath"
@@ -54,7 +53,7 @@ func TestMCPCommandStdio(t *testing.T) {
 	cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 	cmd.SetIn(inR)
 	cmd.SetOut(outW)
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	cmd.SetErr(&stderr)
 	done := make(chan error, 1)
 	go func() {
@@ -93,7 +92,7 @@ func TestMCPCommandPool(t *testing.T) {
 	cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 	cmd.SetIn(inR)
 	cmd.SetOut(outW)
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	cmd.SetErr(&stderr)
 	done := make(chan error, 1)
 	go func() {
@@ -189,26 +188,9 @@ func textOf(r *sdk.CallToolResult) string {
 	return b.String()
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 // urlWaiter is a stderr that reports the URL airlock mcp --http announces.
 type urlWaiter struct {
-	syncBuffer
+	testutil.SyncBuffer
 	found chan string
 	once  sync.Once
 }
@@ -216,7 +198,7 @@ type urlWaiter struct {
 var servingRE = regexp.MustCompile(`serving streamable HTTP on (http://\S+)`)
 
 func (u *urlWaiter) Write(p []byte) (int, error) {
-	n, err := u.syncBuffer.Write(p)
+	n, err := u.SyncBuffer.Write(p)
 	if m := servingRE.FindStringSubmatch(u.String()); m != nil {
 		u.once.Do(func() { u.found <- m[1] })
 	}

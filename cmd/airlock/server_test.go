@@ -145,7 +145,7 @@ func TestServerDaemonsThroughCLI(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "a.sock")
 	serve := exec.Command(bin, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn"}, env.flags()...)...)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
