@@ -195,10 +195,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	// Create derives an Ed25519 key per sandbox (token.DeriveKey). A process's first fixed-base
-	// multiplication builds the curve's base point table (1.4-1.9 ms here, 20 us after): built
-	// meanwhile too, so that a one-shot process (airlock run) does not wait for it in Create.
-	go func() { _ = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) }()
+	WarmSigning()
 	b := &Backend{
 		opts:     opts,
 		etc:      newEtcCache(opts.StateDir),
@@ -246,6 +243,15 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		b.log.Warn("removing unused /etc copies", "err", err)
 	}
 	return b, nil
+}
+
+// WarmSigning builds, in the background, what this process's first Ed25519 key or signature
+// needs: the curve's base point table (1.4-3 ms here, once per process). Create derives a key
+// per sandbox and every request to an agent carries a signed token (token.DeriveKey, Connect),
+// so a one-shot process (airlock run) would otherwise wait for it on its way to the sandbox.
+// New calls it; such a process can call it sooner.
+func WarmSigning() {
+	go func() { _ = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) }()
 }
 
 // Close stops watching sessions; it does not terminate them (a later New adopts them).
@@ -1232,7 +1238,7 @@ func waitGone(ctx context.Context, pid int, start uint64) error {
 	for delay := 100 * time.Microsecond; alive(pid, start); {
 		// A zombie whose parent is gone is reaped by init soon; one whose parent lives is
 		// that parent's to reap, and counts as dead for the sandbox (it holds nothing).
-		if st, err := procState(pid); err == nil && st == 'Z' {
+		if st, err := readStat(pid); err == nil && st.state == 'Z' {
 			return nil
 		}
 		select {
@@ -1245,17 +1251,4 @@ func waitGone(ctx context.Context, pid int, start uint64) error {
 		}
 	}
 	return nil
-}
-
-// procState returns the state letter of /proc/<pid>/stat.
-func procState(pid int) (byte, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, errors.New("malformed stat")
-	}
-	return b[i+2], nil
 }

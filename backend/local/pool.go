@@ -661,7 +661,8 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	return true
 }
 
-// ownerAlive parses "<pid>-<start>" and reports whether that process still runs.
+// ownerAlive parses "<pid>-<start>" and reports whether that process still runs: one exiting
+// or a zombie (running) claims, fills and uses nothing more, so what it owns is up for reaping.
 func ownerAlive(owner string) bool {
 	pidS, startS, ok := strings.Cut(owner, "-")
 	if !ok {
@@ -669,5 +670,5 @@ func ownerAlive(owner string) bool {
 	}
 	pid, err1 := strconv.Atoi(pidS)
 	start, err2 := strconv.ParseUint(startS, 10, 64)
-	return err1 == nil && err2 == nil && alive(pid, start)
+	return err1 == nil && err2 == nil && running(pid, start)
 }

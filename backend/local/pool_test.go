@@ -105,6 +105,40 @@ func TestOwnerAlive(t *testing.T) {
 	}
 }
 
+// TestOwnerAliveZombie: an owner that has exited but is not yet reaped owns nothing more (a
+// run's filler reconciles as soon as the run's files are closed, before its parent reaps it).
+func TestOwnerAliveZombie(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	pid := cmd.Process.Pid
+	start, err := startTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		st, err := readStat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.exiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/bin/true (%d) did not exit", pid)
+		}
+	}
+	owner := fmt.Sprintf("%d-%d", pid, start)
+	if ownerAlive(owner) {
+		t.Errorf("ownerAlive(%q) of an exited, unreaped process = true", owner)
+	}
+	if !alive(pid, start) {
+		t.Errorf("alive(%d) = false before the zombie is reaped: its pid is not reusable yet", pid)
+	}
+}
+
 func TestPoolRefusals(t *testing.T) {
 	b := newTestBackend(t)
 	short := poolTemplate()

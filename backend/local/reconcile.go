@@ -34,9 +34,11 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		dir := filepath.Join(b.opts.StateDir, id)
-		// pool.go: a pooled sandbox nobody claimed, whose pool's process is gone, is reaped;
-		// spare.go: so is a spare nobody can claim or use any more.
-		if rec, err := readRecord(dir); err == nil && alive(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) {
+		// A sandbox whose init is exiting or a zombie is dead (a run's spare it killed, say):
+		// reaped, not asked for its agent. pool.go: a pooled sandbox nobody claimed, whose
+		// pool's process is gone, is reaped; spare.go: so is a spare nobody can claim or use
+		// any more.
+		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) {
 			if heldElsewhere(dir, rec.Spec.Labels) {
 				// warm.go: another process's until claimed, and no lookup of this one finds
 				// it; its claimer adopts it (and proves its agent) when it takes it.

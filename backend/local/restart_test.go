@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,19 @@ type helperSession struct {
 // createInHelper runs the test binary as another process that creates n sandboxes in
 // stateDir, then SIGKILLs it mid-session and returns what it had created.
 func createInHelper(t *testing.T, stateDir string, n int) []helperSession {
+	t.Helper()
+	cmd, got := startHelper(t, stateDir, n)
+	// The creating process dies without any chance to clean up.
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return got
+}
+
+// startHelper runs the test binary as another process that creates n sandboxes in stateDir
+// and waits; it returns the process (the caller kills and waits for it) and what it created.
+func startHelper(t *testing.T, stateDir string, n int) (*exec.Cmd, []helperSession) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_HELPER_STATE="+stateDir,
@@ -53,15 +67,55 @@ func createInHelper(t *testing.T, stateDir string, n int) []helperSession {
 		}
 		got = append(got, hs)
 	}
-	// The creating process dies without any chance to clean up.
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 	if len(got) != n {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		t.Fatalf("helper created %d sandboxes, want %d", len(got), n)
 	}
-	return got
+	return cmd, got
+}
+
+// TestReconcileExitedInit: a sandbox whose init has exited but is not yet reaped (what a run's
+// filler finds right after the run killed its spare) is reaped as broken, not asked for an
+// agent that is gone and reported as one that "does not answer".
+func TestReconcileExitedInit(t *testing.T) {
+	testutil.RequireRoot(t)
+	stateDir := testStateDir(t)
+	cmd, hs := startHelper(t, stateDir, 1)
+	dead := hs[0]
+	// The creator, stopped, cannot reap its init: killed, init stays a zombie.
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	if err := unix.Kill(dead.PID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st, err := readStat(dead.PID); err != nil || st.state == 'Z' {
+			if err != nil {
+				t.Fatalf("init %d was reaped: the test needs it a zombie (%v)", dead.PID, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init %d did not exit", dead.PID)
+		}
+	}
+	var logs testutil.SyncBuffer
+	b, err := New(context.Background(), Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images"),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if strings.Contains(logs.String(), "does not answer") || !strings.Contains(logs.String(), "reaped broken sandbox") {
+		t.Errorf("the dead sandbox was not reaped as broken:\n%s", logs.String())
+	}
+	assertGone(t, b, dead.ID, dead.PID)
 }
 
 // nsInode is the inode of a process's namespace link (net, mnt, ...).

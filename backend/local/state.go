@@ -85,34 +85,70 @@ func readRecord(dir string) (*record, error) {
 	return &r, nil
 }
 
-// parseStartTime returns field 22 (starttime) of a /proc/<pid>/stat line. The command name
-// (field 2) is in parentheses and may itself hold spaces and parentheses: fields are counted
-// after its last ')'.
-func parseStartTime(r io.Reader) (uint64, error) {
+// procStat is what liveness checks read of /proc/<pid>/stat.
+type procStat struct {
+	state byte   // field 3: R, S, D, Z, ...
+	start uint64 // field 22, starttime: with the pid, the process's identity
+	// exiting: the process is a zombie (state Z or X) or being torn down by the kernel
+	// (flags, field 9, has PF_EXITING): it never runs its own code again.
+	exiting bool
+}
+
+// pfExiting is PF_EXITING (include/linux/sched.h), set at the start of do_exit.
+const pfExiting = 0x4
+
+// parseStat reads a /proc/<pid>/stat line. The command name (field 2) is in parentheses and
+// may itself hold spaces and parentheses: fields are counted after its last ')'.
+func parseStat(r io.Reader) (procStat, error) {
 	line, err := bufio.NewReader(r).ReadString('\n')
 	if err != nil && err != io.EOF {
-		return 0, err
+		return procStat{}, err
 	}
 	i := strings.LastIndexByte(line, ')')
 	if i < 0 {
-		return 0, errors.New("stat: no ')' after the command name")
+		return procStat{}, errors.New("stat: no ')' after the command name")
 	}
 	fields := strings.Fields(line[i+1:])
-	// fields[0] is field 3 (state): starttime, field 22, is fields[19].
+	// fields[0] is field 3 (state), fields[6] field 9 (flags), fields[19] field 22.
 	if len(fields) < 20 {
-		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 20", len(fields))
+		return procStat{}, fmt.Errorf("stat: %d fields after the command name, want at least 20", len(fields))
 	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	start, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return procStat{}, err
+	}
+	flags, err := strconv.ParseUint(fields[6], 10, 64)
+	if err != nil {
+		return procStat{}, err
+	}
+	exiting := fields[0] == "Z" || fields[0] == "X" || flags&pfExiting != 0
+	return procStat{state: fields[0][0], start: start, exiting: exiting}, nil
+}
+
+func readStat(pid int) (procStat, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	defer f.Close()
+	return parseStat(f)
 }
 
 // startTime reads pid's start time; fs.ErrNotExist when the process is gone.
 func startTime(pid int) (uint64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
+	st, err := readStat(pid)
+	return st.start, err
+}
+
+// running reports whether pid is still the process that started at start and not on its way
+// out (procStat.exiting): what an owner must be to still act on what it owns. alive counts
+// such a process until it is reaped.
+func running(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
 	}
-	defer f.Close()
-	return parseStartTime(f)
+	st, err := readStat(pid)
+	return err == nil && st.start == start && !st.exiting
 }
 
 // alive reports whether pid is still the process that started at start. A zombie still

@@ -5,24 +5,32 @@ import (
 	"testing"
 )
 
-func TestParseStartTime(t *testing.T) {
-	// Fields after the command name: state(3) ... starttime(22).
-	rest := " S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21\n"
+func TestParseStat(t *testing.T) {
+	// Fields after the command name: state(3) ppid ... flags(9) ... starttime(22).
+	stat := func(state, flags string) string {
+		return " " + state + " 1 2 3 4 5 " + flags + " 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21\n"
+	}
+	rest := stat("S", "4194560")
 	cases := []struct {
 		name, line string
-		want       uint64
+		want       procStat
 		ok         bool
 	}{
-		{"plain", "123 (sleep)" + rest, 424242, true},
-		{"spaces and parens in comm", "123 (a) b (c d))" + rest, 424242, true},
-		{"no comm", "123 sleep S 1 2", 0, false},
-		{"short", "123 (x) S 1 2 3", 0, false},
-		{"not a number", "123 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 notanumber", 0, false},
+		{"plain", "123 (sleep)" + rest, procStat{state: 'S', start: 424242}, true},
+		{"spaces and parens in comm", "123 (a) b (c d))" + rest, procStat{state: 'S', start: 424242}, true},
+		{"running", "123 (x)" + stat("R", "4194304"), procStat{state: 'R', start: 424242}, true},
+		{"zombie", "123 (x)" + stat("Z", "4227084"), procStat{state: 'Z', start: 424242, exiting: true}, true},
+		{"dead", "123 (x)" + stat("X", "4227084"), procStat{state: 'X', start: 424242, exiting: true}, true},
+		{"tearing down (PF_EXITING)", "123 (x)" + stat("D", "4194308"), procStat{state: 'D', start: 424242, exiting: true}, true},
+		{"no comm", "123 sleep S 1 2", procStat{}, false},
+		{"short", "123 (x) S 1 2 3", procStat{}, false},
+		{"not a number", "123 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 notanumber", procStat{}, false},
+		{"flags not a number", "123 (x)" + stat("S", "x"), procStat{}, false},
 	}
 	for _, c := range cases {
-		got, err := parseStartTime(strings.NewReader(c.line))
+		got, err := parseStat(strings.NewReader(c.line))
 		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("%s: got %d, %v; want %d ok=%v", c.name, got, err, c.want, c.ok)
+			t.Errorf("%s: got %+v, %v; want %+v ok=%v", c.name, got, err, c.want, c.ok)
 		}
 	}
 }

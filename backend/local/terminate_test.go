@@ -85,8 +85,8 @@ func TestKill(t *testing.T) {
 		}
 		for _, p := range procs {
 			pid, _ := strconv.Atoi(p)
-			if st, err := procState(pid); err == nil && st != 'Z' {
-				t.Errorf("sandbox %d: process %d is still running (state %c) after Kill", i, pid, st)
+			if st, err := readStat(pid); err == nil && st.state != 'Z' {
+				t.Errorf("sandbox %d: process %d is still running (state %c) after Kill", i, pid, st.state)
 			}
 		}
 	}
