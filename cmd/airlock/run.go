@@ -91,6 +91,7 @@ error); 2 for usage errors.`,
 }
 
 func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) error {
+	local.WarmSigning() // built while the flags are checked and the backend opens
 	req, stdin, err := f.request(cmd, args)
 	if err != nil {
 		return err
@@ -132,7 +133,9 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
-		spares.fill = func(terminate []string) error { return startFiller(&f.backend, img, f.spares, terminate) }
+		spares.fill = func(terminate []string) (io.Closer, error) {
+			return startFiller(&f.backend, img, f.spares, terminate, true)
+		}
 		opts.Pool = spares
 	}
 	res, term, err := runcode.RunDetached(ctx, b, req, opts)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -65,8 +66,9 @@ func spareTemplate(img spec.Image) spec.Sandbox {
 }
 
 // spareRun is the runcode.RunPool of one airlock run: a claim takes a parked spare (nil when
-// none is parked: the run creates its own); Discard kills it; wait confirms every process of
-// it is gone and starts the filler, which removes what is left of it and parks the next.
+// none is parked: the run creates its own); Discard kills it; wait starts the filler, which
+// removes what is left of it and parks the next once the kill is confirmed, and confirms every
+// process of the spare is gone.
 type spareRun struct {
 	b       *local.Backend
 	tmpl    spec.Sandbox
@@ -74,15 +76,15 @@ type spareRun struct {
 	minLeft time.Duration
 	log     *slog.Logger
 
-	// fill starts the filler, which first terminates the sandboxes named (killed by Discard);
-	// nil: Discard terminates them itself.
-	fill func(terminate []string) error
+	// fill starts the filler, which first terminates the sandboxes named (killed by Discard),
+	// and returns its gate (startFiller); nil: Discard terminates them itself.
+	fill func(terminate []string) (gate io.Closer, err error)
 
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	claimed bool     // a claim was made: the next run wants a spare, hit or miss
-	killed  []string // discarded, their processes gone, their remains for the filler
-	errs    []error
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	claimed   bool     // a claim was made: the next run wants a spare, hit or miss
+	discarded []string // being killed or killed: their remains are the filler's
+	errs      []error
 }
 
 func newSpareRun(b *local.Backend, img spec.Image, timeout time.Duration, log *slog.Logger) (*spareRun, error) {
@@ -142,6 +144,11 @@ func (p *spareRun) ClaimForRun(ctx context.Context) (*sandbox.Session, any, erro
 // outlives airlock run), while removing its cgroups and state dir (a few ms: rmdir in every
 // hierarchy, the state files) is left to the filler wait starts, off the run's path.
 func (p *spareRun) Discard(id string) {
+	p.mu.Lock()
+	if p.fill != nil {
+		p.discarded = append(p.discarded, id)
+	}
+	p.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -153,51 +160,65 @@ func (p *spareRun) Discard(id string) {
 		} else {
 			err = p.b.Terminate(ctx, id)
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		if err != nil {
+			p.mu.Lock()
 			p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
-		} else if p.fill != nil {
-			p.killed = append(p.killed, id)
+			p.mu.Unlock()
 		}
 	}()
 }
 
-// wait returns once every discarded sandbox's processes are confirmed gone and, after a claim,
-// the filler is started (after the claim: one started before it would count this run's spare
-// as parked and leave), with what failed. A killed sandbox the filler cannot be started for
-// is terminated here.
+// wait starts the filler after a claim (after it: one started before would count this run's
+// spare as parked and leave) and returns once every discarded sandbox's processes are
+// confirmed gone, with what failed. The filler is started while the kills are still under way,
+// its process start overlapping them, and held at its gate until they are over: it never sees
+// the run's sandbox alive. A discarded sandbox the filler cannot be started for is terminated
+// here.
 func (p *spareRun) wait() error {
+	p.mu.Lock()
+	claimed, discarded := p.claimed, p.discarded
+	p.claimed, p.discarded = false, nil
+	p.mu.Unlock()
+	var (
+		gate    io.Closer
+		fillErr error
+	)
+	if claimed && p.fill != nil {
+		if gate, fillErr = p.fill(discarded); fillErr != nil {
+			p.log.Warn("spares: starting the filler failed", "err", fillErr)
+		}
+	}
 	p.wg.Wait()
+	if gate != nil {
+		_ = gate.Close()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.claimed && p.fill != nil {
-		if err := p.fill(p.killed); err != nil {
-			p.log.Warn("spares: starting the filler failed", "err", err)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			for _, id := range p.killed {
-				if err := p.b.Terminate(ctx, id); err != nil {
-					p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
-				}
+	if fillErr != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, id := range discarded {
+			if err := p.b.Terminate(ctx, id); err != nil {
+				p.errs = append(p.errs, fmt.Errorf("terminating sandbox %s: %w", id, err))
 			}
 		}
-		p.claimed, p.killed = false, nil
 	}
 	return errors.Join(p.errs...)
 }
 
 // startFiller starts a detached airlock spares-fill for img's spares: its own session, no
 // terminal, standard streams on /dev/null (a caller reading this process's output to its end
-// must not wait for it). It outlives this process.
-func startFiller(b *cli.BackendFlags, img spec.Image, count int, terminate []string) error {
+// must not wait for it). It outlives this process. With gated, it does nothing until the
+// returned gate is closed (or this process exits, which closes it): the write end of a pipe
+// whose read end is the filler's fd 3.
+func startFiller(b *cli.BackendFlags, img spec.Image, count int, terminate []string, gated bool) (gate io.Closer, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	imgJSON, err := json.Marshal(img)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	args := []string{"__spares-fill", "--state-dir", b.StateDir, "--image-json", string(imgJSON), "--count", strconv.Itoa(count)}
 	if b.CgroupParent != "" {
@@ -208,16 +229,34 @@ func startFiller(b *cli.BackendFlags, img spec.Image, count int, terminate []str
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return err
+	var w *os.File
+	if gated {
+		r, pw, err := os.Pipe() // close-on-exec: no other child inherits the write end
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		w = pw
+		cmd.ExtraFiles = []*os.File{r}
+		cmd.Args = append(cmd.Args, "--gate-fd", "3")
 	}
-	return cmd.Process.Release()
+	if err := cmd.Start(); err != nil {
+		if w != nil {
+			w.Close()
+		}
+		return nil, err
+	}
+	if w == nil {
+		return nil, cmd.Process.Release()
+	}
+	return w, cmd.Process.Release()
 }
 
 type sparesFillFlags struct {
 	imageJSON string
 	count     int
 	terminate []string
+	gateFD    int
 	backend   cli.BackendFlags
 }
 
@@ -233,6 +272,7 @@ func newSparesFillCmd(g *cli.Globals) *cobra.Command {
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
 	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used spare airlock run killed, to terminate first; repeatable")
+	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -255,6 +295,12 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 	// filler would leave at once.
 	ctx, cancel := context.WithTimeout(cmd.Context(), fillTimeout)
 	defer cancel()
+	if f.gateFD >= 0 {
+		if err := awaitGate(ctx, f.gateFD); err != nil {
+			log.Error("spares: waiting for the run failed", "err", err)
+			return err
+		}
+	}
 	b, err := local.New(ctx, local.Options{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent, Logger: log})
 	if err != nil {
 		log.Error("spares: starting the local runtime failed", "err", err)
@@ -285,6 +331,27 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		return err
 	}
 	return nil
+}
+
+// awaitGate returns once the pipe on fd reads EOF: the run that started this filler closed
+// its write end, or exited.
+func awaitGate(ctx context.Context, fd int) error {
+	f := os.NewFile(uintptr(fd), "gate")
+	if f == nil {
+		return fmt.Errorf("--gate-fd %d: not an open file", fd)
+	}
+	defer f.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, f)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("the run that started this filler did not open its gate: %w", context.Cause(ctx))
+	}
 }
 
 // openFillLog opens the filler's log for appending, starting it over past fillLogSize.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			break
 		}
 		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
-			if err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1, nil); err != nil {
+			if _, err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1, nil, false); err != nil {
 				t.Fatal(err)
 			}
 			started = true
@@ -274,7 +275,7 @@ func TestSpareRunDiscardKills(t *testing.T) {
 	env := newRuntimeEnv(t)
 	p, parked := env.spareRunWithParked(t)
 	var handed []string
-	p.fill = func(terminate []string) error { handed = terminate; return nil }
+	p.fill = func(terminate []string) (io.Closer, error) { handed = terminate; return nil, nil }
 	s, err := p.Claim(t.Context())
 	if err != nil || s == nil || s.ID != parked {
 		t.Fatalf("claim: %v %v, want the parked %s", s, err, parked)
@@ -296,4 +297,29 @@ func TestSpareRunDiscardKills(t *testing.T) {
 	if err := p.b.Terminate(t.Context(), s.ID); err != nil { // what the filler does first
 		t.Fatal(err)
 	}
+}
+
+// TestFillerWaitsForItsGate: a filler started gated (as airlock run starts it, while it kills
+// its spare) does nothing with the state dir until its gate closes: not even the local runtime's
+// start, which makes the state dir's master key.
+func TestFillerWaitsForItsGate(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	gate, err := startFiller(&cli.BackendFlags{StateDir: env.stateDir, CgroupParent: env.parent}, spec.Image{Host: true}, 1, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the filler to start", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 1 })
+	key := filepath.Join(env.stateDir, "master.key")
+	for range 50 { // ungated, the runtime's start makes the key within a few ms of the filler's
+		time.Sleep(10 * time.Millisecond)
+		if _, err := os.Stat(key); err == nil {
+			t.Fatal("the filler opened the runtime before its gate closed")
+		}
+	}
+	if err := gate.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env.waitSpare(t) // parked once the gate is closed
 }
