@@ -83,6 +83,12 @@ type Options struct {
 	RunscPath string
 	// Egress configures the gateway of sandboxes whose egress is not deny (egress.go).
 	Egress EgressOptions
+	// DeferReconcile leaves out New's reconcile (adopting the live sandboxes, reaping the
+	// broken ones, orphan cgroups, id ranges and /etc copies) once the state dir has its
+	// master secret, for a one-shot process that starts a process that reconciles right after
+	// it (airlock run's spare filler): neither the reconcile nor the creates in flight that it
+	// waits for are on the one-shot's path. Sessions are still adopted one by one as looked up.
+	DeferReconcile bool
 }
 
 // Backend is the local runtime.
@@ -219,6 +225,15 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
+	}
+	if opts.DeferReconcile {
+		// An existing secret is only read: no lock needed. Otherwise (a state dir's first
+		// start, or a secret being written) it is made or read under the lock, and this New
+		// reconciles too.
+		if b.master, err = readMaster(opts.StateDir); err == nil {
+			b.caps = b.capabilitySet()
+			return b, nil
+		}
 	}
 	release, err := flock(opts.StateDir, unix.LOCK_EX)
 	if err != nil {

@@ -236,3 +236,54 @@ func TestReconcileOrphanCgroup(t *testing.T) {
 		t.Errorf("a test state dir must not share the default cgroup parent, got %q", b2.opts.CgroupParent)
 	}
 }
+
+// TestDeferReconcile: a New that defers its reconcile (airlock run with spares: its filler
+// reconciles right after it) reaps nothing and adopts nothing up front, yet finds a live
+// sandbox by id; the next plain New reaps what was broken. On a state dir with no master
+// secret yet it makes one, under the lock, and reconciles as usual.
+func TestDeferReconcile(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := context.Background()
+	stateDir := testStateDir(t)
+	hs := createInHelper(t, stateDir, 2)
+	live, broken := hs[0], hs[1]
+	if err := unix.Kill(broken.PID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images"), DeferReconcile: true}
+	d, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Reaped()) != 0 {
+		t.Errorf("the deferring New reaped %v", d.Reaped())
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, broken.ID)); err != nil {
+		t.Errorf("the broken sandbox's state is gone after the deferring New: %v", err)
+	}
+	if d.known(live.ID) != nil {
+		t.Errorf("the deferring New adopted %s up front", live.ID)
+	}
+	if _, err := d.Get(ctx, live.ID); err != nil {
+		t.Errorf("Get of the live sandbox through the deferring New: %v", err)
+	}
+	d.Close()
+
+	b := newTestBackendAt(t, stateDir) // reconciles: reaps the broken one, adopts the live one
+	assertGone(t, b, broken.ID, broken.PID)
+	if err := b.Terminate(ctx, live.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, b, live.ID, live.PID)
+
+	fresh := testStateDir(t)
+	opts.StateDir, opts.ImageCacheDir = fresh, filepath.Join(fresh, "images")
+	f, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := os.Stat(filepath.Join(fresh, masterFile)); err != nil {
+		t.Errorf("a deferring New on a new state dir made no master secret: %v", err)
+	}
+}

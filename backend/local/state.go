@@ -58,6 +58,7 @@ var (
 	newSessionID   = statedir.NewSessionID
 	checkSessionID = statedir.CheckSessionID
 	loadMaster     = statedir.LoadMaster
+	readMaster     = statedir.ReadMaster
 	flock          = statedir.Lock
 )
 

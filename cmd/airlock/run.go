@@ -116,20 +116,23 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput, Logger: log}
+	if g.Output == cli.OutputText {
+		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	}
+	// spare.go: with spares, the run takes a parked sandbox when one fits, and starts a filler
+	// that parks the next (a run refused before its claim fills nothing). The filler reconciles
+	// the state dir first thing, so the run leaves that out.
+	useSpares := f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img))
+	f.backend.DeferReconcile = useSpares
 	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
 	if err != nil {
 		return &cli.ExitError{Code: exitRunFailed, Err: err}
 	}
 	defer b.Close()
 
-	opts := runcode.Options{Image: img, Stdin: stdin, MaxOutputBytes: f.maxOutput, Logger: log}
-	if g.Output == cli.OutputText {
-		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-	}
-	// spare.go: with spares, the run takes a parked sandbox when one fits, and starts a filler
-	// that parks the next (a run refused before its claim fills nothing).
 	var spares *spareRun
-	if f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img)) {
+	if useSpares {
 		if spares, err = newSpareRun(b, img, f.timeout, log); err != nil {
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}

@@ -177,6 +177,9 @@ func Run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 type BackendFlags struct {
 	StateDir     string
 	CgroupParent string
+	// DeferReconcile is local.Options': set by a command that starts a reconciling process
+	// after itself (airlock run with spares), not a flag.
+	DeferReconcile bool
 }
 
 // Add declares the flags on cmd.
@@ -189,7 +192,7 @@ func (b *BackendFlags) Add(cmd *cobra.Command) {
 
 // Open starts the local runtime, explaining what to do when this host cannot run it.
 func (b *BackendFlags) Open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
-	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log}
+	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log, DeferReconcile: b.DeferReconcile}
 	if isTerminal(progress) {
 		opts.ImageProgress = progressBar(progress)
 	}

@@ -75,6 +75,12 @@ func LoadMaster(stateDir string) ([]byte, error) {
 	if !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("master secret %s: %w", p, err)
 	}
+	return ReadMaster(stateDir)
+}
+
+// ReadMaster reads the state dir's master secret; fs.ErrNotExist when it has none yet.
+func ReadMaster(stateDir string) ([]byte, error) {
+	p := filepath.Join(stateDir, MasterFile)
 	fi, err := os.Stat(p)
 	if err != nil {
 		return nil, err

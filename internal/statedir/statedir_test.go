@@ -3,6 +3,7 @@ package statedir
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,6 +44,9 @@ func TestCheckSessionID(t *testing.T) {
 
 func TestLoadMaster(t *testing.T) {
 	dir := t.TempDir()
+	if _, err := ReadMaster(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadMaster before any secret: %v, want not exist", err)
+	}
 	a, err := LoadMaster(dir)
 	if err != nil || len(a) != 32 {
 		t.Fatalf("first load: %d bytes, %v", len(a), err)
@@ -50,6 +54,9 @@ func TestLoadMaster(t *testing.T) {
 	b, err := LoadMaster(dir)
 	if err != nil || !bytes.Equal(a, b) {
 		t.Fatalf("second load differs or fails: %v", err)
+	}
+	if r, err := ReadMaster(dir); err != nil || !bytes.Equal(a, r) {
+		t.Fatalf("ReadMaster differs or fails: %v", err)
 	}
 	p := filepath.Join(dir, MasterFile)
 	if err := os.Chmod(p, 0o640); err != nil {
