@@ -359,11 +359,22 @@ func writeFileMode(p string, b []byte, perm fs.FileMode) error {
 // etcCurrent refuses a host-image sandbox made ahead (pooled, a spare) whose /etc copy is no
 // longer the host's: a sandbox created now would get a new copy, and one handed out must not
 // show older files than that.
-func (b *Backend) etcCurrent(s *session) error {
-	if s.rec.EtcDir == "" {
+func (b *Backend) etcCurrent(s *session) error { return b.etcCurrentRec(&s.rec) }
+
+// etcCurrentAt is etcCurrent for the sandbox whose state dir is dir, read from its record.
+func (b *Backend) etcCurrentAt(dir string) error {
+	rec, err := readRecord(dir)
+	if err != nil {
+		return err
+	}
+	return b.etcCurrentRec(rec)
+}
+
+func (b *Backend) etcCurrentRec(rec *record) error {
+	if rec.EtcDir == "" {
 		return nil
 	}
-	workdir := s.rec.Spec.Workdir
+	workdir := rec.Spec.Workdir
 	if workdir == "" {
 		workdir = spec.DefaultWorkdir
 	}
@@ -371,8 +382,8 @@ func (b *Backend) etcCurrent(s *session) error {
 	if err != nil {
 		return err
 	}
-	if filepath.Base(cur) != s.rec.EtcDir {
-		return fmt.Errorf("its /etc copy %s is stale (now %s)", s.rec.EtcDir, filepath.Base(cur))
+	if filepath.Base(cur) != rec.EtcDir {
+		return fmt.Errorf("its /etc copy %s is stale (now %s)", rec.EtcDir, filepath.Base(cur))
 	}
 	return nil
 }

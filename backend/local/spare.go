@@ -267,12 +267,17 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 		if !b.takeSpare(key, e.Session, owner) {
 			continue // another claimer won it
 		}
+		// The /etc check (stat calls and a manifest, ~0.5 ms here) overlaps the adoption's
+		// wait for the spare's agent.
+		etc := make(chan error, 1)
+		go func() { etc <- b.etcCurrentAt(filepath.Join(b.opts.StateDir, e.Session)) }()
 		s, err := b.lookup(ctx, e.Session)
+		etcErr := <-etc
 		if err == nil && !s.rec.ExpiresAt.IsZero() && time.Until(s.rec.ExpiresAt) < minLeft {
 			err = fmt.Errorf("%v of lifetime left, %v needed", time.Until(s.rec.ExpiresAt).Round(time.Second), minLeft)
 		}
 		if err == nil {
-			err = b.etcCurrent(s)
+			err = etcErr
 		}
 		if err != nil {
 			b.log.Debug("spares: discarding a spare", "session", e.Session, "err", err)
