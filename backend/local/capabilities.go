@@ -78,8 +78,12 @@ func (b *Backend) capabilitySet() func() capability.Set {
 	stateDir, cg, runsc, rl := b.opts.StateDir, b.cg, b.opts.RunscPath, b.rootless
 	key := currentHostKey()
 	key.CgroupVersion, key.RunscOption = cg.version(), runsc
+	maxAge := hostProbeTTL
+	if b.opts.OneShot {
+		maxAge = oneShotProbeMaxAge
+	}
 	go func() {
-		probed <- cachedHostSet(stateDir, time.Now(), key, func() capability.Set {
+		probed <- cachedHostSet(stateDir, time.Now(), key, maxAge, func() capability.Set {
 			// The two probes are independent: side by side.
 			host := make(chan capability.Set, 1)
 			go func() {
@@ -130,10 +134,14 @@ func (b *Backend) capabilitySet() func() capability.Set {
 // hostProbeTTL and reused by processes of the same user, boot, PATH, cgroup version and runsc
 // option. A fact that changes within that window shows late: one gained (runsc installed, a
 // module loaded) is refused a little longer, one lost fails at create (the backend cannot make a
-// sandbox without the mechanism), never silently.
+// sandbox without the mechanism), never silently. A one-shot process followed by one that
+// probes anew past hostProbeTTL (Options.OneShot: airlock run and its filler) takes a probe up
+// to oneShotProbeMaxAge old: a run after a pause of minutes does not probe (~10 ms of a one-shot
+// run here), its filler does, and a changed fact shows one run later.
 const (
-	hostProbeFile = "host-probe.json"
-	hostProbeTTL  = 30 * time.Second
+	hostProbeFile      = "host-probe.json"
+	hostProbeTTL       = 30 * time.Second
+	oneShotProbeMaxAge = 10 * time.Minute
 )
 
 // hostKey is what a cached probe must have been made under.
@@ -159,14 +167,14 @@ type cachedProbe struct {
 
 const cachedProbeFormat = "airlock-capabilities-1"
 
-// cachedHostSet returns the probed set, from the state dir when a fresh one made under key is
-// there, else probed now and written back.
-func cachedHostSet(stateDir string, now time.Time, key hostKey, probe func() capability.Set) capability.Set {
+// cachedHostSet returns the probed set, from the state dir when one made under key at most
+// maxAge ago is there, else probed now and written back.
+func cachedHostSet(stateDir string, now time.Time, key hostKey, maxAge time.Duration, probe func() capability.Set) capability.Set {
 	p := filepath.Join(stateDir, hostProbeFile)
 	if b, err := os.ReadFile(p); err == nil && key.BootID != "" {
 		var c cachedProbe
 		if json.Unmarshal(b, &c) == nil && c.Owner == cachedProbeFormat && c.Key == key &&
-			!c.At.After(now) && now.Sub(c.At) < hostProbeTTL && len(c.Set.Entries) > 0 {
+			!c.At.After(now) && now.Sub(c.At) < maxAge && len(c.Set.Entries) > 0 {
 			return c.Set
 		}
 	}

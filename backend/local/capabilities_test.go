@@ -143,7 +143,7 @@ func TestCachedHostSet(t *testing.T) {
 			return setOf(capability.Status{Reason: reason}, nil)
 		}
 	}
-	got := cachedHostSet(dir, now, key, probe("first"))
+	got := cachedHostSet(dir, now, key, hostProbeTTL, probe("first"))
 	if probes != 1 || got.Entries[capability.Files].Reason != "first" {
 		t.Fatalf("first call: %d probes, %+v", probes, got.Entries[capability.Files])
 	}
@@ -151,22 +151,32 @@ func TestCachedHostSet(t *testing.T) {
 		name   string
 		at     time.Time
 		key    hostKey
-		probes int    // total after this call
-		reason string // of the set returned
+		maxAge time.Duration // 0: hostProbeTTL
+		probes int           // total after this call
+		reason string        // of the set returned
 	}{
-		{"fresh, same key", now.Add(hostProbeTTL - time.Second), key, 1, "first"},
-		{"expired", now.Add(hostProbeTTL), key, 2, "second"},
-		{"fresh again after the rewrite", now.Add(hostProbeTTL + time.Second), key, 2, "second"},
-		{"another boot", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/usr/bin"}, 3, "third"},
-		{"another PATH", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/opt/bin:/usr/bin"}, 4, "fourth"},
-		{"another user", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 5, "fifth"},
-		{"written in the future", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 6, "sixth"},
-		{"another cgroup version", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2}, 7, "seventh"},
-		{"another runsc option", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2, RunscOption: "/x/runsc"}, 8, "eighth"},
-		{"no boot id: never cached", now, hostKey{}, 9, "ninth"},
-		{"no boot id again", now, hostKey{}, 10, "tenth"},
+		{"fresh, same key", now.Add(hostProbeTTL - time.Second), key, 0, 1, "first"},
+		{"expired", now.Add(hostProbeTTL), key, 0, 2, "second"},
+		{"fresh again after the rewrite", now.Add(hostProbeTTL + time.Second), key, 0, 2, "second"},
+		{"another boot", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/usr/bin"}, 0, 3, "third"},
+		{"another PATH", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", Path: "/opt/bin:/usr/bin"}, 0, 4, "fourth"},
+		{"another user", now.Add(hostProbeTTL + time.Second), hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 0, 5, "fifth"},
+		{"written in the future", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin"}, 0, 6, "sixth"},
+		{"another cgroup version", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2}, 0, 7, "seventh"},
+		{"another runsc option", now, hostKey{BootID: "boot-2", UID: 1000, Path: "/opt/bin:/usr/bin", CgroupVersion: 2, RunscOption: "/x/runsc"}, 0, 8, "eighth"},
+		{"no boot id: never cached", now, hostKey{}, 0, 9, "ninth"},
+		{"no boot id again", now, hostKey{}, 0, 10, "tenth"},
+		// A one-shot process takes an older one (its follower probes anew past the TTL).
+		{"a new key", now, key, 0, 11, "eleventh"},
+		{"expired, for a one-shot", now.Add(oneShotProbeMaxAge - time.Second), key, oneShotProbeMaxAge, 11, "eleventh"},
+		{"expired, for its follower", now.Add(oneShotProbeMaxAge - time.Second), key, 0, 12, "twelfth"},
+		{"too old even for a one-shot", now.Add(2*oneShotProbeMaxAge - time.Second), key, oneShotProbeMaxAge, 13, "thirteenth"},
 	} {
-		got := cachedHostSet(dir, tc.at, tc.key, probe([]string{"", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"}[probes+1]))
+		maxAge := tc.maxAge
+		if maxAge == 0 {
+			maxAge = hostProbeTTL
+		}
+		got := cachedHostSet(dir, tc.at, tc.key, maxAge, probe([]string{"", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth", "thirteenth"}[probes+1]))
 		if probes != tc.probes || got.Entries[capability.Files].Reason != tc.reason {
 			t.Errorf("%s: %d probes and %q, want %d and %q", tc.name, probes, got.Entries[capability.Files].Reason, tc.probes, tc.reason)
 		}
@@ -174,7 +184,7 @@ func TestCachedHostSet(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, hostProbeFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := cachedHostSet(dir, now, key, probe("after corruption")); probes != 11 || got.Entries[capability.Files].Reason != "after corruption" {
+	if got := cachedHostSet(dir, now, key, hostProbeTTL, probe("after corruption")); probes != 14 || got.Entries[capability.Files].Reason != "after corruption" {
 		t.Errorf("a corrupt cache was used: %d probes, %q", probes, got.Entries[capability.Files].Reason)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {

@@ -83,12 +83,15 @@ type Options struct {
 	RunscPath string
 	// Egress configures the gateway of sandboxes whose egress is not deny (egress.go).
 	Egress EgressOptions
-	// DeferReconcile leaves out New's reconcile (adopting the live sandboxes, reaping the
-	// broken ones, orphan cgroups, id ranges and /etc copies) once the state dir has its
-	// master secret, for a one-shot process that starts a process that reconciles right after
-	// it (airlock run's spare filler): neither the reconcile nor the creates in flight that it
-	// waits for are on the one-shot's path. Sessions are still adopted one by one as looked up.
-	DeferReconcile bool
+	// OneShot is for a one-shot process that starts, as it ends, a process that opens this
+	// state dir without it (airlock run and its spare filler) and so does the upkeep this one
+	// leaves out: New skips its reconcile (adopting the live sandboxes, reaping the broken
+	// ones, orphan cgroups, id ranges and /etc copies) once the state dir has its master
+	// secret, so that neither it nor the creates in flight it waits for are on the one-shot's
+	// path (sessions are still adopted one by one as looked up); and it takes a cached
+	// capability probe up to oneShotProbeMaxAge old, which the follower probes anew past
+	// hostProbeTTL (capabilities.go).
+	OneShot bool
 }
 
 // Backend is the local runtime.
@@ -226,7 +229,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
-	if opts.DeferReconcile {
+	if opts.OneShot {
 		// An existing secret is only read: no lock needed. Otherwise (a state dir's first
 		// start, or a secret being written) it is made or read under the lock, and this New
 		// reconciles too.

@@ -237,11 +237,11 @@ func TestReconcileOrphanCgroup(t *testing.T) {
 	}
 }
 
-// TestDeferReconcile: a New that defers its reconcile (airlock run with spares: its filler
-// reconciles right after it) reaps nothing and adopts nothing up front, yet finds a live
-// sandbox by id; the next plain New reaps what was broken. On a state dir with no master
-// secret yet it makes one, under the lock, and reconciles as usual.
-func TestDeferReconcile(t *testing.T) {
+// TestOneShotDefersReconcile: a one-shot New (airlock run with spares: its filler reconciles
+// right after it) reaps nothing and adopts nothing up front, yet finds a live sandbox by id;
+// the next plain New reaps what was broken. On a state dir with no master secret yet it makes
+// one, under the lock, and reconciles as usual.
+func TestOneShotDefersReconcile(t *testing.T) {
 	testutil.RequireRoot(t)
 	ctx := context.Background()
 	stateDir := testStateDir(t)
@@ -250,22 +250,22 @@ func TestDeferReconcile(t *testing.T) {
 	if err := unix.Kill(broken.PID, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images"), DeferReconcile: true}
+	opts := Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images"), OneShot: true}
 	d, err := New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(d.Reaped()) != 0 {
-		t.Errorf("the deferring New reaped %v", d.Reaped())
+		t.Errorf("the one-shot New reaped %v", d.Reaped())
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, broken.ID)); err != nil {
 		t.Errorf("the broken sandbox's state is gone after the deferring New: %v", err)
 	}
 	if d.known(live.ID) != nil {
-		t.Errorf("the deferring New adopted %s up front", live.ID)
+		t.Errorf("the one-shot New adopted %s up front", live.ID)
 	}
 	if _, err := d.Get(ctx, live.ID); err != nil {
-		t.Errorf("Get of the live sandbox through the deferring New: %v", err)
+		t.Errorf("Get of the live sandbox through the one-shot New: %v", err)
 	}
 	d.Close()
 
@@ -284,6 +284,6 @@ func TestDeferReconcile(t *testing.T) {
 	}
 	defer f.Close()
 	if _, err := os.Stat(filepath.Join(fresh, masterFile)); err != nil {
-		t.Errorf("a deferring New on a new state dir made no master secret: %v", err)
+		t.Errorf("a one-shot New on a new state dir made no master secret: %v", err)
 	}
 }

@@ -121,10 +121,10 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
 	// spare.go: with spares, the run takes a parked sandbox when one fits, and starts a filler
-	// that parks the next (a run refused before its claim fills nothing). The filler reconciles
-	// the state dir first thing, so the run leaves that out.
+	// that parks the next (a run refused before its claim fills nothing). The filler does the
+	// state dir's upkeep (local.Options.OneShot): reconcile, capability probe.
 	useSpares := f.spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img))
-	f.backend.DeferReconcile = useSpares
+	f.backend.OneShot = useSpares
 	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
 	if err != nil {
 		return &cli.ExitError{Code: exitRunFailed, Err: err}

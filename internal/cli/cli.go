@@ -177,9 +177,9 @@ func Run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 type BackendFlags struct {
 	StateDir     string
 	CgroupParent string
-	// DeferReconcile is local.Options': set by a command that starts a reconciling process
-	// after itself (airlock run with spares), not a flag.
-	DeferReconcile bool
+	// OneShot is local.Options': set by a command that starts, as it ends, a process that does
+	// the state dir's upkeep (airlock run with spares), not a flag.
+	OneShot bool
 }
 
 // Add declares the flags on cmd.
@@ -192,7 +192,7 @@ func (b *BackendFlags) Add(cmd *cobra.Command) {
 
 // Open starts the local runtime, explaining what to do when this host cannot run it.
 func (b *BackendFlags) Open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
-	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log, DeferReconcile: b.DeferReconcile}
+	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log, OneShot: b.OneShot}
 	if isTerminal(progress) {
 		opts.ImageProgress = progressBar(progress)
 	}
