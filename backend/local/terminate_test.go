@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -72,13 +73,27 @@ func TestKill(t *testing.T) {
 	b := newTestBackendAt(t, stateDir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Besides init, a process that only init's death kills (the kernel, when a pid
+	// namespace's init exits): Kill must wait for that too.
+	for _, h := range made {
+		a, err := b.Connect(ctx, h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.(processStarter).StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
+			Argv: []string{"sleep", "1000"}, Timeout: 5 * time.Minute,
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+	}
 	if err := b.Pause(ctx, made[1].ID); err != nil {
 		t.Fatal(err)
 	}
 	for i, h := range made {
 		procs := cgroupProcs(t, b, h.ID)
-		if len(procs) == 0 {
-			t.Fatalf("sandbox %d: no process in its cgroup", i)
+		if len(procs) < 2 {
+			t.Fatalf("sandbox %d: %v in its cgroup, want init and sleep", i, procs)
 		}
 		if err := b.Kill(ctx, h.ID); err != nil {
 			t.Fatalf("kill sandbox %d (paused: %v): %v", i, i == 1, err)
