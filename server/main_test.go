@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -16,7 +15,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,24 +57,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// logBuffer collects JSON log lines from every goroutine of the server.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 const testAPIKey = "test-api-key-0123456789"
 
 // harness is a real daemon: the local backend behind a server on a unix socket and on TLS
@@ -89,8 +69,8 @@ type harness struct {
 	tlsConf *tls.Config // trusts the server's certificate
 	key     ed25519.PrivateKey
 	reg     *prometheus.Registry
-	logs    *logBuffer
-	c       *client.Client // the socket's caller: full rights
+	logs    *testutil.SyncBuffer // JSON log lines from every goroutine of the server
+	c       *client.Client       // the socket's caller: full rights
 }
 
 func newHarness(t *testing.T, templates map[string]spec.Sandbox) *harness {
@@ -113,7 +93,7 @@ func newHarnessWith(t *testing.T, cfg harnessConfig) *harness {
 	stateDir := runcodetest.StateDir(t)
 	parent := runcodetest.CgroupParent(t)
 	dir := t.TempDir()
-	h := &harness{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	h := &harness{logs: &testutil.SyncBuffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
 	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, AgentPath: agentBin, CgroupParent: parent, Logger: log, Egress: cfg.egress})
