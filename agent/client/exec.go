@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
@@ -83,7 +84,24 @@ func (c *Client) ExecStream(ctx context.Context, req sbtypes.ExecRequest, opts .
 }
 
 func newStream(resp *http.Response) *Stream {
-	return &Stream{ID: resp.Header.Get("X-Airlock-Exec-Id"), body: resp.Body, r: bufio.NewReaderSize(resp.Body, 64<<10)}
+	r := streamReaders.Get().(*bufio.Reader)
+	r.Reset(resp.Body)
+	return &Stream{ID: resp.Header.Get("X-Airlock-Exec-Id"), body: resp.Body, r: r}
+}
+
+// streamReaders holds the streams' frame readers: 64 KiB each, made per call they were most of
+// a short exec's garbage on the caller's side.
+var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
+// release hands the frame reader back once Next has read the stream's last frame (the frame's
+// payload is in s.buf, not in the reader). Only Next calls it: Close may run while another
+// goroutine's Next is still reading, so it leaves the reader to the garbage collector.
+func (s *Stream) release() {
+	if s.r != nil {
+		s.r.Reset(nil)
+		streamReaders.Put(s.r)
+		s.r = nil
+	}
 }
 
 // Next returns the next event. After the terminal event it returns io.EOF. A stream that ends
@@ -96,6 +114,7 @@ func (s *Stream) Next() (Event, error) {
 	s.buf = buf
 	if err != nil {
 		s.done = true
+		s.release()
 		s.body.Close()
 		if err == io.EOF {
 			return Event{}, fmt.Errorf("%w: exec %s: output stream ended without a terminal frame", sbtypes.ErrOutcomeUnknown, s.ID)
@@ -106,6 +125,7 @@ func (s *Stream) Next() (Event, error) {
 	case wire.FrameStdout, wire.FrameStderr:
 		if f.Seq <= s.last {
 			s.done = true
+			s.release()
 			s.body.Close()
 			return Event{}, fmt.Errorf("%w: exec %s: sequence %d after %d", sbtypes.ErrOutcomeUnknown, s.ID, f.Seq, s.last)
 		}
@@ -117,6 +137,7 @@ func (s *Stream) Next() (Event, error) {
 		return Event{Output: &sbtypes.OutputFrame{Seq: f.Seq, Stream: st, Data: slices.Clone(f.Payload)}}, nil
 	case wire.FrameExit:
 		s.done = true
+		s.release()
 		defer s.body.Close()
 		var ex wire.Exit
 		if err := json.Unmarshal(f.Payload, &ex); err != nil {
@@ -126,6 +147,7 @@ func (s *Stream) Next() (Event, error) {
 		return Event{Result: &r}, nil
 	default: // wire.FrameError
 		s.done = true
+		s.release()
 		defer s.body.Close()
 		var we wire.Error
 		if err := json.Unmarshal(f.Payload, &we); err != nil || we.Code == "" {
