@@ -47,6 +47,12 @@ type cgroups struct {
 	filling bool
 	closed  bool
 	fills   sync.WaitGroup
+
+	// oom is the sandbox-wide OOM-kill counter file, opened at its first read and kept open:
+	// each exec reads it twice, on its path, and an open of a cgroup file costs more than the
+	// read (see counterFile).
+	oomMu sync.Mutex
+	oom   *counterFile
 }
 
 func newCgroups(cfg *Config) (*cgroups, error) {
@@ -99,8 +105,12 @@ type execGroup struct {
 	kind string
 	dir  string // the exec cgroup
 	fd   int    // v2: the cgroup directory, for CLONE_INTO_CGROUP
-	pgid int    // process-group: set once the leader is spawned
-	c    *cgroups
+	// tasks is the v1 cgroup's tasks file, opened with the cgroup (off the exec's path) and
+	// kept through its renames and recycling, for the spawner thread to enter it with one
+	// write (-1: none; the spawner then opens it by name).
+	tasks int
+	pgid  int // process-group: set once the leader is spawned
+	c     *cgroups
 	// left is closed once the spawner thread, which enters a v1 exec cgroup to fork into it,
 	// is out again (nil: it never entered). Set by the spawner before its reply.
 	left chan struct{}
@@ -108,6 +118,7 @@ type execGroup struct {
 	killed bool // kill was called: the cgroup may have been left frozen, never recycle it
 
 	oomFile   string // the OOM-kill counter covering this exec ("" when none does)
+	oomShared bool   // oomFile is the sandbox-wide one, read through cgroups.oom
 	oomStart  uint64 // its value before the exec started
 	oomKilled bool   // it went up while the exec ran (read once the exec's cgroup is empty)
 }
@@ -183,13 +194,21 @@ func (c *cgroups) close() error {
 }
 
 func (c *cgroups) create(prefix, id string) (*execGroup, error) {
-	g := &execGroup{id: id, kind: c.kind, fd: -1, c: c}
+	g := &execGroup{id: id, kind: c.kind, fd: -1, tasks: -1, c: c}
 	if c.kind == scopePgrp {
 		return g, nil
 	}
 	g.dir = c.base + "/" + prefix + id
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create exec cgroup: %w", err)
+	}
+	if c.kind == scopeV1 {
+		fd, err := kernfile.Open(g.dir+"/tasks", unix.O_WRONLY)
+		if err != nil {
+			_ = os.Remove(g.dir)
+			return nil, fmt.Errorf("open exec cgroup: %w", err)
+		}
+		g.tasks = fd
 	}
 	if c.kind == scopeV2 {
 		fd, err := unix.Open(g.dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -212,22 +231,32 @@ func (g *execGroup) startOOM() {
 	case scopeV1:
 		if g.c.memoryV1 != "" {
 			g.oomFile = g.c.memoryV1 + "/memory.oom_control"
+			g.oomShared = true
 		}
 	case scopeV2:
 		g.oomFile = g.dir + "/memory.events"
 		if _, err := os.Stat(g.oomFile); err != nil {
 			g.oomFile = g.c.base + "/memory.events"
+			g.oomShared = true
 		}
 	}
 	if g.oomFile == "" {
 		return
 	}
-	n, ok := readCounter(g.oomFile, "oom_kill")
+	n, ok := g.readOOM()
 	if !ok {
 		g.oomFile = ""
 		return
 	}
 	g.oomStart = n
+}
+
+// readOOM reads the exec's OOM-kill counter.
+func (g *execGroup) readOOM() (uint64, bool) {
+	if g.oomShared {
+		return g.c.readSandboxCounter(g.oomFile, "oom_kill")
+	}
+	return readCounter(g.oomFile, "oom_kill")
 }
 
 // endOOM records whether the counter went up during the exec. Called with the exec's cgroup
@@ -237,7 +266,7 @@ func (g *execGroup) endOOM() {
 	if g.oomFile == "" || g.oomKilled {
 		return
 	}
-	if n, ok := readCounter(g.oomFile, "oom_kill"); ok && n > g.oomStart {
+	if n, ok := g.readOOM(); ok && n > g.oomStart {
 		g.oomKilled = true
 	}
 }
@@ -249,6 +278,57 @@ func readCounter(name, key string) (uint64, bool) {
 	}
 	n, ok, err := parseCounter(bytes.NewReader(b), key)
 	return n, ok && err == nil
+}
+
+// counterFile is a small cgroup file kept open and read with one pread from offset 0: a cgroup
+// file's contents are made anew by every read that starts at 0 (seq_file), so the descriptor
+// never goes stale, and a read costs one system call instead of an open, two reads and a close.
+// Not for v1 tasks and cgroup.procs: their pid list is cached per descriptor for a while.
+type counterFile struct {
+	name string
+	fd   int
+	buf  [4096]byte
+}
+
+// readSandboxCounter reads key from the sandbox-wide counter file name through c.oom, which it
+// opens at the first call (and again should name ever differ).
+func (c *cgroups) readSandboxCounter(name, key string) (uint64, bool) {
+	c.oomMu.Lock()
+	defer c.oomMu.Unlock()
+	if c.oom == nil || c.oom.name != name {
+		if c.oom != nil {
+			unix.Close(c.oom.fd)
+			c.oom = nil
+		}
+		fd, err := kernfile.Open(name, unix.O_RDONLY)
+		if err != nil {
+			return 0, false
+		}
+		c.oom = &counterFile{name: name, fd: fd}
+	}
+	f := c.oom
+	for {
+		n, err := unix.Pread(f.fd, f.buf[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == len(f.buf) {
+			// Gone, or more than one read holds (never for these files): the slow way.
+			return readCounter(name, key)
+		}
+		v, ok, err := parseCounter(bytes.NewReader(f.buf[:n]), key)
+		return v, ok && err == nil
+	}
+}
+
+// closeFiles closes the files c keeps open; call it once no exec runs any more.
+func (c *cgroups) closeFiles() {
+	c.oomMu.Lock()
+	defer c.oomMu.Unlock()
+	if c.oom != nil {
+		unix.Close(c.oom.fd)
+		c.oom = nil
+	}
 }
 
 // kill kills every process in the group and, for cgroups, returns only once the cgroup is
@@ -282,8 +362,7 @@ func (g *execGroup) finish() error {
 		if g.left != nil {
 			<-g.left
 		}
-		if g.c.recycle(g.dir) {
-			g.dir = ""
+		if g.c.recycle(g) {
 			g.endOOM()
 			return nil
 		}
@@ -307,8 +386,7 @@ func (g *execGroup) release(holds func(pid int) bool) (rest func() error, err er
 		if g.left != nil {
 			<-g.left
 		}
-		if g.kind == scopeV1 && !g.killed && g.c.recycle(g.dir) {
-			g.dir = ""
+		if g.kind == scopeV1 && !g.killed && g.c.recycle(g) {
 			g.endOOM()
 			return nil, nil
 		}
@@ -332,22 +410,27 @@ func (g *execGroup) release(holds func(pid int) bool) (rest func() error, err er
 // with none, nothing can fork into it again), and only while no spare is there or being made.
 // The caller makes sure nothing was ever killed in it: a kill freezes, and a failed thaw would
 // hand the next exec a frozen cgroup.
-func (c *cgroups) recycle(dir string) bool {
+//
+// On success g's directory (and its open tasks file) belong to the spare: g.dir is "".
+func (c *cgroups) recycle(g *execGroup) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.spare != nil || c.filling {
 		return false
 	}
-	b, err := kernfile.Read(dir + "/tasks")
+	// Opened anew, not read through g.tasks: a v1 tasks file's pid list is cached per open
+	// file for a while (cgroup_pidlist_start), so a second read of a descriptor can be stale.
+	b, err := kernfile.Read(g.dir + "/tasks")
 	if err != nil || len(bytes.TrimSpace(b)) != 0 {
 		return false
 	}
 	id := newID()
 	spare := c.base + "/spare-" + id
-	if unix.Rename(dir, spare) != nil {
+	if unix.Rename(g.dir, spare) != nil {
 		return false
 	}
-	c.spare = &execGroup{id: id, kind: c.kind, dir: spare, fd: -1, c: c}
+	c.spare = &execGroup{id: id, kind: c.kind, dir: spare, fd: -1, tasks: g.tasks, c: c}
+	g.dir, g.tasks = "", -1
 	return true
 }
 
@@ -356,6 +439,11 @@ func (g *execGroup) destroy() error {
 	if g.kind == scopeV1 && g.dir != "" {
 		if g.left != nil {
 			<-g.left
+		}
+		// The spawner is out and done with this group: its tasks file is not written again.
+		if g.tasks >= 0 {
+			unix.Close(g.tasks)
+			g.tasks = -1
 		}
 		// Usually everything is gone with the main process: then the rmdir alone confirms
 		// the cgroup empty (the kernel refuses a populated one with EBUSY), and the kill's

@@ -131,10 +131,11 @@ func TestOOMCounterChoice(t *testing.T) {
 				write(t, exec+"/memory.events", 0)
 			}
 			c := &cgroups{kind: tc.kind, base: base}
+			t.Cleanup(c.closeFiles)
 			if tc.sandboxV1 {
 				c.memoryV1 = mem
 			}
-			g := &execGroup{kind: tc.kind, dir: exec, fd: -1, c: c}
+			g := &execGroup{kind: tc.kind, dir: exec, fd: -1, tasks: -1, c: c}
 			g.startOOM()
 			want := map[string]string{"exec": exec + "/memory.events", "base": base + "/memory.events", "v1": mem + "/memory.oom_control", "": ""}[tc.wantFile]
 			if g.oomFile != want {

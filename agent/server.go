@@ -54,6 +54,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", sbtypes.ErrInvalid, err)
 	}
+	defer cg.closeFiles()
 	// The spawner thread (a new OS thread, its cgroup, PrepareSpawnThread's filters) gets ready
 	// while this goroutine opens the files root and the socket; serving waits for it.
 	sp := newSpawner(&cfg)
