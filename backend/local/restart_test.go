@@ -140,17 +140,24 @@ func nsHolders(ns, link string) []string {
 	return holders
 }
 
-func TestRestartAdopts(t *testing.T) {
+// liveAndBroken has another process create two sandboxes in a new state dir and die; then the
+// second one breaks while no process watches it: its init dies.
+func liveAndBroken(t *testing.T) (stateDir string, live, broken helperSession) {
+	t.Helper()
 	testutil.RequireRoot(t)
-	ctx := context.Background()
-	stateDir := testStateDir(t)
+	stateDir = testStateDir(t)
 	hs := createInHelper(t, stateDir, 2)
-	live, broken := hs[0], hs[1]
-	netns, mntns := nsInode(t, live.PID, "net"), nsInode(t, live.PID, "mnt")
-	// One sandbox breaks while no process watches it: its init dies.
+	live, broken = hs[0], hs[1]
 	if err := unix.Kill(broken.PID, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	return stateDir, live, broken
+}
+
+func TestRestartAdopts(t *testing.T) {
+	ctx := context.Background()
+	stateDir, live, broken := liveAndBroken(t)
+	netns, mntns := nsInode(t, live.PID, "net"), nsInode(t, live.PID, "mnt")
 
 	b := newTestBackendAt(t, stateDir)
 	if _, err := b.Get(ctx, broken.ID); !errors.Is(err, sandbox.ErrNotFound) {
@@ -242,14 +249,8 @@ func TestReconcileOrphanCgroup(t *testing.T) {
 // the next plain New reaps what was broken. On a state dir with no master secret yet it makes
 // one, under the lock, and reconciles as usual.
 func TestOneShotDefersReconcile(t *testing.T) {
-	testutil.RequireRoot(t)
 	ctx := context.Background()
-	stateDir := testStateDir(t)
-	hs := createInHelper(t, stateDir, 2)
-	live, broken := hs[0], hs[1]
-	if err := unix.Kill(broken.PID, unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	stateDir, live, broken := liveAndBroken(t)
 	opts := Options{StateDir: stateDir, AgentPath: agentBin, ImageCacheDir: filepath.Join(stateDir, "images"), OneShot: true}
 	d, err := New(ctx, opts)
 	if err != nil {
