@@ -440,14 +440,5 @@ func enterCgroup(fd int, tasks string) error {
 	if fd < 0 {
 		return writeTID(tasks)
 	}
-	for {
-		_, err := unix.Write(fd, []byte("0"))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "write", Path: tasks, Err: err}
-		}
-		return nil
-	}
+	return kernfile.WriteFD(fd, tasks, "0")
 }

@@ -44,20 +44,29 @@ func Write(name, s string) error {
 	if err != nil {
 		return err
 	}
-	for {
-		_, err = unix.Write(fd, []byte(s))
-		if err != unix.EINTR {
-			break
-		}
-	}
+	err = WriteFD(fd, name, s)
 	cerr := unix.Close(fd)
 	if err != nil {
-		return &os.PathError{Op: "write", Path: name, Err: err}
+		return err
 	}
 	if cerr != nil {
 		return &os.PathError{Op: "close", Path: name, Err: cerr}
 	}
 	return nil
+}
+
+// WriteFD writes s in one write to fd, a kernel file kept open (name is for errors).
+func WriteFD(fd int, name, s string) error {
+	for {
+		_, err := unix.Write(fd, []byte(s))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "write", Path: name, Err: err}
+		}
+		return nil
+	}
 }
 
 // Open opens name (O_CLOEXEC added) and returns the raw descriptor, retrying on EINTR.
