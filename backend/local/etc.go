@@ -361,15 +361,6 @@ func writeFileMode(p string, b []byte, perm fs.FileMode) error {
 // show older files than that.
 func (b *Backend) etcCurrent(s *session) error { return b.etcCurrentRec(&s.rec) }
 
-// etcCurrentAt is etcCurrent for the sandbox whose state dir is dir, read from its record.
-func (b *Backend) etcCurrentAt(dir string) error {
-	rec, err := readRecord(dir)
-	if err != nil {
-		return err
-	}
-	return b.etcCurrentRec(rec)
-}
-
 func (b *Backend) etcCurrentRec(rec *record) error {
 	if rec.EtcDir == "" {
 		return nil

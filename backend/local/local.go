@@ -961,18 +961,32 @@ func (b *Backend) lookup(ctx context.Context, id string) (*session, error) {
 		return nil, err
 	}
 	if s := b.known(id); s != nil {
-		if s.exited() {
-			return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, id)
-		}
-		if heldElsewhere(s.dir, s.rec.Spec.Labels) { // warm.go
-			return nil, errHeldElsewhere(id)
-		}
-		return s, nil
+		return knownLive(s)
 	}
 	dir := filepath.Join(b.opts.StateDir, id)
 	rec, err := readRecord(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: session %s", sandbox.ErrNotFound, id)
+	}
+	return b.lookupRecord(ctx, dir, rec)
+}
+
+// knownLive is lookup's answer for a session this process holds.
+func knownLive(s *session) (*session, error) {
+	if s.exited() {
+		return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, s.rec.ID)
+	}
+	if heldElsewhere(s.dir, s.rec.Spec.Labels) { // warm.go
+		return nil, errHeldElsewhere(s.rec.ID)
+	}
+	return s, nil
+}
+
+// lookupRecord is lookup for a session whose record (in dir) the caller has read.
+func (b *Backend) lookupRecord(ctx context.Context, dir string, rec *record) (*session, error) {
+	id := rec.ID
+	if s := b.known(id); s != nil {
+		return knownLive(s)
 	}
 	if heldElsewhere(dir, rec.Spec.Labels) {
 		return nil, errHeldElsewhere(id)

@@ -267,11 +267,19 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 		if !b.takeSpare(key, e.Session, owner) {
 			continue // another claimer won it
 		}
-		// The /etc check (stat calls and a manifest, ~0.5 ms here) overlaps the adoption's
-		// wait for the spare's agent.
+		// Its record is read once, for both: the /etc check (stat calls and a manifest, ~0.5
+		// ms here) overlaps the adoption's wait for the spare's agent. A claimed spare is no
+		// session this process holds yet.
+		dir := filepath.Join(b.opts.StateDir, e.Session)
+		rec, err := readRecord(dir)
+		if err != nil || rec.ID != e.Session {
+			b.log.Debug("spares: discarding a spare", "session", e.Session, "err", err)
+			b.discardSpare(ctx, e.Session)
+			continue
+		}
 		etc := make(chan error, 1)
-		go func() { etc <- b.etcCurrentAt(filepath.Join(b.opts.StateDir, e.Session)) }()
-		s, err := b.lookup(ctx, e.Session)
+		go func() { etc <- b.etcCurrentRec(rec) }()
+		s, err := b.lookupRecord(ctx, dir, rec)
 		etcErr := <-etc
 		if err == nil && !s.rec.ExpiresAt.IsZero() && time.Until(s.rec.ExpiresAt) < minLeft {
 			err = fmt.Errorf("%v of lifetime left, %v needed", time.Until(s.rec.ExpiresAt).Round(time.Second), minLeft)
