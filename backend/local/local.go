@@ -229,12 +229,12 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
+	b.caps = b.capabilitySet() // probed (or read from the state dir) in the background
 	if opts.OneShot {
 		// An existing secret is only read: no lock needed. Otherwise (a state dir's first
 		// start, or a secret being written) it is made or read under the lock, and this New
 		// reconciles too.
 		if b.master, err = readMaster(opts.StateDir); err == nil {
-			b.caps = b.capabilitySet()
 			return b, nil
 		}
 	}
@@ -246,7 +246,6 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.master, err = loadMaster(opts.StateDir); err != nil {
 		return nil, err
 	}
-	b.caps = b.capabilitySet()
 	if err := b.reconcile(ctx); err != nil {
 		b.Close()
 		return nil, &ReconcileError{Reaped: b.reaped, Err: err}
