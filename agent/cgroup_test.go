@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
@@ -104,6 +105,68 @@ func requireAllDead(t *testing.T, pids []int) {
 		if alive(pid) {
 			eventually(t, fmt.Sprintf("pid %d gone", pid), func() bool { return !alive(pid) })
 		}
+	}
+}
+
+// TestCgroupKillV1Rounds: a v1 kill empties the exec cgroup from its listing alone when what is
+// left stops forking once killed (no freeze: each costs the host a global freezer mutex and a
+// static key patch), and falls back to freezing it each round, which also empties it.
+func TestCgroupKillV1Rounds(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := os.Stat("/sys/fs/cgroup/freezer/tasks"); err != nil {
+		t.Skip("no cgroup v1 freezer on this host")
+	}
+	// The fork loop starts a background sleep as fast as it can; each kill round catches some
+	// sleeps forked before the loop's own SIGKILL arrived.
+	forkLoop := func(dir string) string {
+		return fmt.Sprintf(`cd %s; echo $$ > p1; sleep 1000 >/dev/null 2>&1 & echo $! > p2; sleep 1000 >/dev/null 2>&1 & echo $! > p3; echo ready; while :; do sleep 1000 >/dev/null 2>&1 & done`, dir)
+	}
+	for _, tc := range []struct {
+		name   string
+		script func(dir string) string
+		rounds int
+		frozen string // "never", "always", or "either" (a fork loop may outrun the listing rounds)
+	}{
+		{"tree, listing", treeScript, agent.V1UnfrozenRounds, "never"},
+		{"tree, freezer", treeScript, 0, "always"},
+		{"fork loop, listing first", forkLoop, agent.V1UnfrozenRounds, "either"},
+		{"fork loop, freezer", forkLoop, 0, "always"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.env = []string{fmt.Sprintf("%s=%d", envUnfrozenRounds, tc.rounds)}
+			base := testCgroup(t, "/sys/fs/cgroup/freezer")
+			h.cfg.CgroupV1Freezer = base
+			h.start()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: tc.script(dir), Timeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			res, err := s.Wait(&out, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(out.String(), "ready\n") {
+				t.Fatalf("the processes were not all started before the deadline (slow host?): stdout %q", out.String())
+			}
+			if !res.TimedOut || res.Signal != "SIGKILL" {
+				t.Errorf("result %+v, want timedOut SIGKILL", res)
+			}
+			requireAllDead(t, treePids(t, dir))
+			if left := execCgroups(t, base); len(left) > 0 {
+				t.Errorf("exec cgroups left: %v", left)
+			}
+			n := strings.Count(h.stderr.String(), "freeze "+base+"/")
+			if tc.frozen == "never" && n > 0 || tc.frozen == "always" && n == 0 {
+				t.Errorf("%d freezes, want %s", n, tc.frozen)
+			} else {
+				t.Logf("%d freezes", n)
+			}
+		})
 	}
 }
 

@@ -17,3 +17,14 @@ func SetMkdirHook(hook func(parent *os.Root, name string)) (restore func()) {
 	testHookMkdir = hook
 	return func() { testHookMkdir = old }
 }
+
+// SetFreezeHook sets a function run before each freeze of an exec cgroup and sets the number of
+// rounds a v1 kill makes without freezing (v1UnfrozenRounds); it returns the restore function.
+func SetFreezeHook(hook func(dir string), unfrozenRounds int) (restore func()) {
+	oldHook, oldRounds := testHookFreeze, v1UnfrozenRounds
+	testHookFreeze, v1UnfrozenRounds = hook, unfrozenRounds
+	return func() { testHookFreeze, v1UnfrozenRounds = oldHook, oldRounds }
+}
+
+// V1UnfrozenRounds is the default number of rounds a v1 kill makes without freezing.
+const V1UnfrozenRounds = v1UnfrozenRoundsDefault

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +37,10 @@ import (
 // envConfig set runs agent.Serve exactly as "airlock-agent serve --config" does (the command
 // itself is exercised in internal/agentcmd). Built with -race, the agent is race-checked too.
 const envConfig = "AIRLOCK_AGENT_TEST_CONFIG"
+
+// envUnfrozenRounds, set for a test agent, is its v1 kill's rounds without freezing; the agent
+// then writes "freeze <dir>" to its stderr before each freeze of an exec cgroup.
+const envUnfrozenRounds = "AIRLOCK_AGENT_TEST_UNFROZEN_ROUNDS"
 
 // exitIdle is the test agent's exit status when Serve returned agent.ErrIdle.
 const exitIdle = 3
@@ -80,6 +85,14 @@ func agentMain(cfgFile string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	if v := os.Getenv(envUnfrozenRounds); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer agent.SetFreezeHook(func(dir string) { fmt.Fprintln(os.Stderr, "freeze", dir) }, n)()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	err = agent.Serve(ctx, cfg, agent.Hooks{Ready: func(string) { fmt.Println("ready") }})
@@ -103,6 +116,7 @@ type harness struct {
 	cl     *client.Client
 	proc   *exec.Cmd
 	stderr *testutil.SyncBuffer
+	env    []string // added to the agent's environment
 	exited chan struct{}
 	// cloneflags start the agent in new namespaces (CLONE_NEWPID: the agent is PID 1).
 	cloneflags uintptr
@@ -167,6 +181,7 @@ func (h *harness) start() *harness {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// atexit_sleep_ms: the race runtime otherwise sleeps a second at every agent exit.
 	cmd.Env = append(os.Environ(), envConfig+"="+cfgFile, "GORACE=atexit_sleep_ms=0 halt_on_error=1")
+	cmd.Env = append(cmd.Env, h.env...)
 	// If the test binary dies (a timeout panic), its agent must not outlive it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Cloneflags: h.cloneflags}
 	h.stderr = &testutil.SyncBuffer{}
