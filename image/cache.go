@@ -89,6 +89,20 @@ func Resolve(ctx context.Context, src spec.Image, cacheDir string, progress func
 // a temporary directory and renamed into place when complete, under a per-image lock, so a crash
 // never leaves a partial entry and concurrent resolvers unpack once.
 func ResolveWith(ctx context.Context, src spec.Image, cacheDir string, opts ResolveOptions) (string, error) {
+	base, err := rootfsBase(cacheDir, opts)
+	if err != nil {
+		return "", err
+	}
+	s, err := load(ctx, src)
+	if err != nil {
+		return "", err
+	}
+	return resolve(ctx, s, base, opts)
+}
+
+// rootfsBase checks opts and cacheDir before any image is read, and returns the absolute
+// directory that holds the cache's root filesystems.
+func rootfsBase(cacheDir string, opts ResolveOptions) (string, error) {
 	if err := opts.validate(); err != nil {
 		return "", err
 	}
@@ -99,16 +113,17 @@ func ResolveWith(ctx context.Context, src spec.Image, cacheDir string, opts Reso
 	if err != nil {
 		return "", err
 	}
-	s, err := load(ctx, src)
-	if err != nil {
-		return "", err
-	}
+	return filepath.Join(cacheDir, "rootfs"), nil
+}
+
+// resolve returns the cache entry of s under base (from rootfsBase), unpacking it on a miss
+// under the key's lock: ResolveWith and ResolveImage share it.
+func resolve(ctx context.Context, s *source, base string, opts ResolveOptions) (string, error) {
 	cfgName, err := s.img.ConfigName()
 	if err != nil {
 		return "", s.fail(err, "config digest")
 	}
 	key := opts.key(cfgName)
-	base := filepath.Join(cacheDir, "rootfs")
 	dir := filepath.Join(base, key)
 	if isDir(dir) {
 		return dir, nil

@@ -811,46 +811,9 @@ func (s *SnapshotStore) OpenLayer(snap Snapshot) (io.ReadCloser, error) {
 // ResolveImage is ResolveWith for an image already loaded (desc names it for humans): the same
 // content-addressed cache entry, unpacked on a miss.
 func ResolveImage(ctx context.Context, img v1.Image, desc, cacheDir string, opts ResolveOptions) (string, error) {
-	if err := opts.validate(); err != nil {
-		return "", err
-	}
-	if cacheDir == "" {
-		return "", fmt.Errorf("%w: image cache directory is empty", sandbox.ErrInvalid)
-	}
-	cacheDir, err := filepath.Abs(cacheDir)
+	base, err := rootfsBase(cacheDir, opts)
 	if err != nil {
 		return "", err
 	}
-	s := &source{img: img, desc: desc, classify: unclassified}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		return "", s.fail(err, "config digest")
-	}
-	key := opts.key(cfgName)
-	base := filepath.Join(cacheDir, "rootfs")
-	dir := filepath.Join(base, key)
-	if isDir(dir) {
-		return dir, nil
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", fmt.Errorf("image cache: %w", err)
-	}
-	unlock, err := lockKey(ctx, base, key, true)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if isDir(dir) {
-		return dir, nil
-	}
-	if err := checkPlatform(s); err != nil {
-		return "", err
-	}
-	if opts.onUnpack != nil {
-		opts.onUnpack(key)
-	}
-	if err := unpack(ctx, s, cfgName, base, key, opts); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return resolve(ctx, &source{img: img, desc: desc, classify: unclassified}, base, opts)
 }
