@@ -68,30 +68,20 @@ func matchOif(ifname string) []expr.Any {
 	}
 }
 
-func matchIPv4Daddr(a netip.Addr) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
-	}
-}
+func matchIPv4Daddr(a netip.Addr) []expr.Any { return matchIPv4Addr(16, expr.CmpOpEq, a) }
 
-func matchIPv4Saddr(a netip.Addr) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.AsSlice()},
-	}
-}
+func matchIPv4Saddr(a netip.Addr) []expr.Any { return matchIPv4Addr(12, expr.CmpOpEq, a) }
 
-func matchIPv4SaddrNot(a netip.Addr) []expr.Any {
+func matchIPv4SaddrNot(a netip.Addr) []expr.Any { return matchIPv4Addr(12, expr.CmpOpNeq, a) }
+
+// matchIPv4Addr matches IPv4 packets whose address at offset in the IPv4 header (12 source,
+// 16 destination) compares to a by op.
+func matchIPv4Addr(offset uint32, op expr.CmpOp, a netip.Addr) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: a.AsSlice()},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Cmp{Op: op, Register: 1, Data: a.AsSlice()},
 	}
 }
 
