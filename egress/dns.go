@@ -398,15 +398,8 @@ func (n *network) serveDNSUDP() {
 
 func (n *network) serveDNSTCP() {
 	for {
-		c, err := n.dnsTCP.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || n.ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		if !n.track(c) {
-			c.Close()
+		c, ok := n.accept(n.dnsTCP)
+		if !ok {
 			return
 		}
 		n.wg.Add(1)

@@ -195,6 +195,25 @@ func (n *network) track(c net.Conn) bool {
 	return true
 }
 
+// accept returns the next connection on ln, tracked; false means the listener is closed or
+// teardown has begun.
+func (n *network) accept(ln net.Listener) (net.Conn, bool) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || n.ctx.Err() != nil {
+				return nil, false
+			}
+			continue
+		}
+		if !n.track(c) {
+			c.Close()
+			return nil, false
+		}
+		return c, true
+	}
+}
+
 func (n *network) untrack(c net.Conn) {
 	n.connMu.Lock()
 	delete(n.conns, c)

@@ -59,15 +59,8 @@ func (a *Attachment) refuse(proto, name string, dst netip.AddrPort, r Reason) {
 
 func (n *network) serveProxy() {
 	for {
-		c, err := n.proxyLn.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || n.ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		if !n.track(c) {
-			c.Close()
+		c, ok := n.accept(n.proxyLn)
+		if !ok {
 			return
 		}
 		if n.active.Add(1) > int64(n.a.g.opts.MaxConns) {
