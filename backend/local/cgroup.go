@@ -339,32 +339,39 @@ func (c *v1Cgroup) delegate(uid, gid int) error {
 func (c *v1Cgroup) procs() ([]int, error) {
 	var pids []int
 	for _, ctrl := range v1Controllers {
-		err := filepath.WalkDir(c.dir(ctrl), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if cgroupGone(err) {
-					return nil
-				}
-				return err
-			}
-			if !d.IsDir() {
-				return nil
-			}
-			got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
-			if err != nil && !cgroupGone(err) {
-				return err
-			}
-			for _, pid := range got {
-				if !slices.Contains(pids, pid) {
-					pids = append(pids, pid)
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		var err error
+		if pids, err = appendTreeProcs(pids, c.dir(ctrl)); err != nil {
 			return nil, err
 		}
 	}
 	return pids, nil
+}
+
+// appendTreeProcs appends to pids, once each, the processes of the cgroup at root and of all
+// its children; a cgroup removed meanwhile counts as empty.
+func appendTreeProcs(pids []int, root string) ([]int, error) {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if cgroupGone(err) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil && !cgroupGone(err) {
+			return err
+		}
+		for _, pid := range got {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids, err
 }
 
 func readPidFile(p string) ([]int, error) {
@@ -746,25 +753,7 @@ func (c *v2Cgroup) execParent() (*os.File, error) {
 }
 
 func (c *v2Cgroup) procs() ([]int, error) {
-	var pids []int
-	err := filepath.WalkDir(c.dirs()[0], func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if cgroupGone(err) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		got, err := readPidFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil && !cgroupGone(err) {
-			return err
-		}
-		pids = append(pids, got...)
-		return nil
-	})
-	return pids, err
+	return appendTreeProcs(nil, c.dirs()[0])
 }
 
 func (c *v2Cgroup) thaw() error {
