@@ -1122,12 +1122,17 @@ func (b *Backend) Kill(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("%w: kill %s: init %d still alive: %v", sandbox.ErrOutcomeUnknown, sessionID, s.rec.InitPID, ctx.Err())
 	}
 	s.killed = true
-	b.mu.Lock()
-	if b.sessions[sessionID] == s {
-		delete(b.sessions, sessionID)
-	}
-	b.mu.Unlock()
+	b.forget(sessionID, s)
 	return nil
+}
+
+// forget drops s from this process's sessions, unless id now names another session.
+func (b *Backend) forget(id string, s *session) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions[id] == s {
+		delete(b.sessions, id)
+	}
 }
 
 // destroy kills the sandbox's cgroup, waits for init to be gone, removes the cgroups and the
@@ -1255,11 +1260,7 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	}
 	if s != nil {
 		s.gone = true
-		b.mu.Lock()
-		if b.sessions[id] == s {
-			delete(b.sessions, id)
-		}
-		b.mu.Unlock()
+		b.forget(id, s)
 	}
 	return nil
 }
