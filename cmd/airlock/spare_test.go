@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -311,6 +312,16 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the filler to start", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 1 })
+	// Until its gate opens, every thread of the filler runs at the lowest priority.
+	filler, err := strconv.Atoi(testutil.SpareFillers(env.stateDir)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tid, nice := range threadNices(t, filler) {
+		if nice != gatedNice {
+			t.Errorf("filler thread %d at nice %d before its gate opened, want %d", tid, nice, gatedNice)
+		}
+	}
 	key := filepath.Join(env.stateDir, "master.key")
 	for range 50 { // ungated, the runtime's start makes the key within a few ms of the filler's
 		time.Sleep(10 * time.Millisecond)
@@ -321,5 +332,73 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	if err := gate.Close(); err != nil {
 		t.Fatal(err)
 	}
-	env.waitSpare(t) // parked once the gate is closed
+	id := env.waitSpare(t) // parked once the gate is closed
+	// The spare it made runs at nice 0: its init, agent and pre-started python (the code's
+	// process to be), every thread.
+	procs := append([]int{env.initPID(t, id)}, descendants(env.initPID(t, id))...)
+	if len(procs) < 2 {
+		t.Fatalf("the spare's processes: %v, want init and the pre-started python at least", procs)
+	}
+	for _, pid := range procs {
+		for tid, nice := range threadNices(t, pid) {
+			if nice != 0 {
+				t.Errorf("spare process %d thread %d at nice %d, want 0", pid, tid, nice)
+			}
+		}
+	}
+}
+
+// threadNices reads the nice value of every thread of process pid (field 19 of its stat).
+func threadNices(t *testing.T, pid int) map[int]int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int{}
+	for _, e := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// The fields after the command's closing parenthesis: state is the first, nice the 17th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		nice, err := strconv.Atoi(f[16])
+		if err != nil {
+			t.Fatalf("stat of %d/%s: %v", pid, e.Name(), err)
+		}
+		tid, _ := strconv.Atoi(e.Name())
+		out[tid] = nice
+	}
+	return out
+}
+
+// descendants lists the processes below pid (children, their children, ...).
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for a, depth := parent[p], 0; a > 1 && depth < 64; a, depth = parent[a], depth+1 {
+			if a == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
