@@ -89,6 +89,33 @@ echo ready
 sleep 1003`, dir)
 }
 
+// killedAtDeadline runs script (it records its processes' pids in dir as p1, p2, p3, prints
+// "ready" once they are up, then waits) with a deadline, and checks that the deadline killed
+// every one of them and removed its exec cgroup below base.
+func killedAtDeadline(ctx context.Context, t *testing.T, cl *client.Client, script func(dir string) string, timeout time.Duration, base string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: script(dir), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	res, err := s.Wait(&out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "ready\n" {
+		t.Fatalf("the processes were not all started before the deadline (slow host?): stdout %q", out.String())
+	}
+	if !res.TimedOut || res.Signal != "SIGKILL" {
+		t.Errorf("result %+v, want timedOut SIGKILL", res)
+	}
+	requireAllDead(t, treePids(t, dir))
+	if left := execCgroups(t, base); len(left) > 0 {
+		t.Errorf("exec cgroups left: %v", left)
+	}
+}
+
 func treePids(t *testing.T, dir string) []int {
 	var pids []int
 	for _, f := range []string{"p1", "p2", "p3"} {
@@ -140,26 +167,7 @@ func TestCgroupKillV1Rounds(t *testing.T) {
 			h.start()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			dir := t.TempDir()
-			s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: tc.script(dir), Timeout: 2 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
-			res, err := s.Wait(&out, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !strings.HasPrefix(out.String(), "ready\n") {
-				t.Fatalf("the processes were not all started before the deadline (slow host?): stdout %q", out.String())
-			}
-			if !res.TimedOut || res.Signal != "SIGKILL" {
-				t.Errorf("result %+v, want timedOut SIGKILL", res)
-			}
-			requireAllDead(t, treePids(t, dir))
-			if left := execCgroups(t, base); len(left) > 0 {
-				t.Errorf("exec cgroups left: %v", left)
-			}
+			killedAtDeadline(ctx, t, h.cl, tc.script, 2*time.Second, base)
 			n := strings.Count(h.stderr.String(), "freeze "+base+"/")
 			if tc.frozen == "never" && n > 0 || tc.frozen == "always" && n == 0 {
 				t.Errorf("%d freezes, want %s", n, tc.frozen)
@@ -187,26 +195,7 @@ func TestCgroupKill(t *testing.T) {
 			}
 
 			t.Run("deadline", func(t *testing.T) {
-				dir := t.TempDir()
-				s, err := h.cl.ExecStream(ctx, sbtypes.ExecRequest{Shell: treeScript(dir), Timeout: 3 * time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var out strings.Builder
-				res, err := s.Wait(&out, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if out.String() != "ready\n" {
-					t.Fatalf("the tree was not complete before the deadline (slow host?): stdout %q", out.String())
-				}
-				if !res.TimedOut || res.Signal != "SIGKILL" {
-					t.Errorf("result %+v, want timedOut SIGKILL", res)
-				}
-				requireAllDead(t, treePids(t, dir))
-				if left := execCgroups(t, base); len(left) > 0 {
-					t.Errorf("exec cgroups left: %v", left)
-				}
+				killedAtDeadline(ctx, t, h.cl, treeScript, 3*time.Second, base)
 			})
 
 			t.Run("disconnect", func(t *testing.T) {
