@@ -107,7 +107,7 @@ type execGroup struct {
 	fd   int    // v2: the cgroup directory, for CLONE_INTO_CGROUP
 	// tasks is the v1 cgroup's tasks file, opened with the cgroup (off the exec's path) and
 	// kept through its renames and recycling, for the spawner thread to enter it with one
-	// write (-1: none; the spawner then opens it by name).
+	// write (-1: none, for other kinds).
 	tasks int
 	pgid  int // process-group: set once the leader is spawned
 	c     *cgroups
@@ -285,26 +285,21 @@ func readCounter(name, key string) (uint64, bool) {
 // never goes stale, and a read costs one system call instead of an open, two reads and a close.
 // Not for v1 tasks and cgroup.procs: their pid list is cached per descriptor for a while.
 type counterFile struct {
-	name string
-	fd   int
-	buf  [4096]byte
+	fd  int
+	buf [4096]byte
 }
 
 // readSandboxCounter reads key from the sandbox-wide counter file name through c.oom, which it
-// opens at the first call (and again should name ever differ).
+// opens at the first call: name is the same for every exec of a sandbox (startOOM).
 func (c *cgroups) readSandboxCounter(name, key string) (uint64, bool) {
 	c.oomMu.Lock()
 	defer c.oomMu.Unlock()
-	if c.oom == nil || c.oom.name != name {
-		if c.oom != nil {
-			unix.Close(c.oom.fd)
-			c.oom = nil
-		}
+	if c.oom == nil {
 		fd, err := kernfile.Open(name, unix.O_RDONLY)
 		if err != nil {
 			return 0, false
 		}
-		c.oom = &counterFile{name: name, fd: fd}
+		c.oom = &counterFile{fd: fd}
 	}
 	f := c.oom
 	for {

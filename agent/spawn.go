@@ -432,13 +432,10 @@ func writeTID(tasks string) error {
 	return kernfile.Write(tasks, "0")
 }
 
-// enterCgroup is writeTID through fd, a tasks file kept open (-1: open tasks by name). A cgroup
-// file open costs more than the write (measured in a live exec of true: the two moves of each
-// exec were two opens and two closes more), and a kept descriptor still names its cgroup after
-// a rename.
+// enterCgroup is writeTID through fd, the tasks file (named tasks) kept open: a cgroup file
+// open costs more than the write (measured in a live exec of true: the two moves of each exec
+// were two opens and two closes more), and a kept descriptor still names its cgroup after a
+// rename. Every v1 exec cgroup has its tasks open (cgroups.create), and the spawner its home's.
 func enterCgroup(fd int, tasks string) error {
-	if fd < 0 {
-		return writeTID(tasks)
-	}
 	return kernfile.WriteFD(fd, tasks, "0")
 }
