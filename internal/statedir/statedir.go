@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 const (
@@ -48,7 +48,7 @@ func NewSessionID() (string, error) {
 // CheckSessionID refuses anything NewSessionID could not have made; ids become paths.
 func CheckSessionID(id string) error {
 	if !isSessionID(id) {
-		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sandbox.ErrInvalid, id)
+		return fmt.Errorf("%w: session id %q is not of the form s-<16 hex digits>", sbtypes.ErrInvalid, id)
 	}
 	return nil
 }
@@ -86,14 +86,14 @@ func ReadMaster(stateDir string) ([]byte, error) {
 		return nil, err
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sandbox.ErrRefused, p, fi.Mode().Perm())
+		return nil, fmt.Errorf("%w: master secret %s has mode %v: it must not be readable by group or others", sbtypes.ErrRefused, p, fi.Mode().Perm())
 	}
 	key, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
 	if len(key) < 32 {
-		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sandbox.ErrInvalid, p, len(key))
+		return nil, fmt.Errorf("%w: master secret %s is %d bytes, want 32", sbtypes.ErrInvalid, p, len(key))
 	}
 	return key, nil
 }
@@ -135,7 +135,7 @@ func ResolveAgent(opt string, args []string, accept func(abs string, fi fs.FileI
 			return "", err
 		}
 		if !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("%w: agent binary %s is not a regular file", sandbox.ErrInvalid, abs)
+			return "", fmt.Errorf("%w: agent binary %s is not a regular file", sbtypes.ErrInvalid, abs)
 		}
 		if err := accept(abs, fi); err != nil {
 			return "", err
