@@ -18,15 +18,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// Exit statuses every command shares.
+// Exit statuses every command shares (cliexit's: the lean front uses them too).
 const (
-	ExitOK      = 0
-	ExitRefused = 1 // the command ran and found something refused (or failed)
-	ExitUsage   = 2 // bad flags, arguments or input files
+	ExitOK      = cliexit.ExitOK
+	ExitRefused = cliexit.ExitRefused
+	ExitUsage   = cliexit.ExitUsage
 )
 
 // Output formats for -o/--output.
@@ -41,24 +42,10 @@ type Globals struct {
 }
 
 // ExitError carries a command's exit status; Err, when set, is printed on stderr.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string {
-	if e.Err == nil {
-		return fmt.Sprintf("exit status %d", e.Code)
-	}
-	return e.Err.Error()
-}
-
-func (e *ExitError) Unwrap() error { return e.Err }
+type ExitError = cliexit.ExitError
 
 // UsageError is a bad flag, argument or input: exit status 2.
-func UsageError(format string, a ...any) error {
-	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
-}
+func UsageError(format string, a ...any) error { return cliexit.UsageError(format, a...) }
 
 // NoArgs refuses positional arguments as a usage error.
 func NoArgs(cmd *cobra.Command, args []string) error {

@@ -17,6 +17,8 @@ import (
 )
 
 const (
+	// DefaultDir is root's state dir.
+	DefaultDir = "/run/airlock"
 	// MasterFile holds the 32-byte secret per-session signing keys are derived from.
 	MasterFile = "master.key"
 	// LockFile is flocked: exclusive while reconciling, shared while creating.
@@ -170,4 +172,16 @@ func ResolveAgent(opt string, args []string, accept func(abs string, fi fs.FileI
 		return "", nil, fmt.Errorf("no usable agent binary (looked at the agent option, $AIRLOCK_AGENT, airlock-agent next to %s and on PATH, and %s itself): %w", self, self, err)
 	}
 	return p, append([]string{"__agent"}, args...), nil
+}
+
+// DefaultDirForUser is the state dir a process of this user uses by default: DefaultDir for
+// root, $XDG_RUNTIME_DIR/airlock for anyone else ("" when that is unset).
+func DefaultDirForUser() string {
+	if os.Geteuid() == 0 {
+		return DefaultDir
+	}
+	if run := os.Getenv("XDG_RUNTIME_DIR"); run != "" {
+		return filepath.Join(run, "airlock")
+	}
+	return ""
 }
