@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -43,8 +44,6 @@ const (
 	idRange = 65536
 	// defaultCgroupParent is the cgroup the default state dir's sandboxes live under.
 	defaultCgroupParent = "airlock"
-	// tokenLifetime bounds each minted execute token; a fresh one is minted per request.
-	tokenLifetime = 60 * time.Second
 	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
 	startTimeout = 60 * time.Second
 	// initExitWait is how long terminate waits for its own killed init before it kills the
@@ -613,11 +612,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	now := time.Now()
 	s := &session{
 		dir: dir, key: key, cg: cgr.cg, done: make(chan struct{}),
-		rec: record{
+		rec: record{RecordCore: spares.RecordCore{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
-			Spec: decl, Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
+			Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
 			IDRange: idr, IDBase: idBase,
-		},
+		}, Spec: decl},
 	}
 	if err = errors.Join(err, cgr.err); err != nil {
 		return s, err // destroy removes whichever of the two was made
@@ -1041,36 +1040,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 }
 
 func (b *Backend) client(s *session) *client.Client {
-	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), executeTokens(s.key, s.rec, time.Now))
-}
-
-// executeTokens mints an execute token per request. Claims hold whole seconds and Ed25519
-// signs deterministically, so every token minted within one second is the same bytes: the
-// second's token is kept and handed out again, a memo, not a longer-lived token (a run's
-// health check, file write and exec mostly fall in one second; a signature is 50-100 us).
-func executeTokens(key ed25519.PrivateKey, rec record, now func() time.Time) func() string {
-	var (
-		mu  sync.Mutex
-		sec int64
-		tok string
-	)
-	return func() string {
-		t := now()
-		mu.Lock()
-		defer mu.Unlock()
-		if tok != "" && t.Unix() == sec {
-			return tok
-		}
-		minted, err := token.Mint(key, token.Claims{
-			Sandbox: rec.SandboxID, Session: rec.ID, Generation: rec.Generation, Class: token.Execute,
-			IssuedAt: t.Unix(), Expiry: t.Add(tokenLifetime).Unix(),
-		})
-		if err != nil {
-			return "" // the agent refuses an empty token; Mint fails only on a bad key
-		}
-		sec, tok = t.Unix(), minted
-		return tok
-	}
+	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), spares.Tokens(s.key, s.rec.RecordCore, time.Now))
 }
 
 // Terminate destroys the sandbox and everything it made, succeeding only once it is gone.
@@ -1270,7 +1240,7 @@ func waitGone(ctx context.Context, pid int, start uint64) error {
 	for delay := 100 * time.Microsecond; alive(pid, start); {
 		// A zombie whose parent is gone is reaped by init soon; one whose parent lives is
 		// that parent's to reap, and counts as dead for the sandbox (it holds nothing).
-		if st, err := readStat(pid); err == nil && st.state == 'Z' {
+		if st, err := readStat(pid); err == nil && st.State == 'Z' {
 			return nil
 		}
 		select {

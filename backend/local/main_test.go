@@ -226,8 +226,8 @@ func leftovers(b *Backend, id string, initPID int) []string {
 	start, known := initStarts.Load(id)
 	if initPID > 0 && (!known || alive(initPID, start.(uint64))) {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", initPID)); err == nil {
-			if st, err := readStat(initPID); err == nil && st.state != 'Z' {
-				left = append(left, fmt.Sprintf("init process %d (state %c)", initPID, st.state))
+			if st, err := readStat(initPID); err == nil && st.State != 'Z' {
+				left = append(left, fmt.Sprintf("init process %d (state %c)", initPID, st.State))
 			}
 		}
 	}

@@ -11,11 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -203,7 +202,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	if err != nil {
 		return nil, err
 	}
-	owner, err := selfOwner()
+	owner, err := spares.SelfOwner()
 	if err != nil {
 		return nil, err
 	}
@@ -661,14 +660,5 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	return true
 }
 
-// ownerAlive parses "<pid>-<start>" and reports whether that process still runs: one exiting
-// or a zombie (running) claims, fills and uses nothing more, so what it owns is up for reaping.
-func ownerAlive(owner string) bool {
-	pidS, startS, ok := strings.Cut(owner, "-")
-	if !ok {
-		return false
-	}
-	pid, err1 := strconv.Atoi(pidS)
-	start, err2 := strconv.ParseUint(startS, 10, 64)
-	return err1 == nil && err2 == nil && running(pid, start)
-}
+// ownerAlive is spares.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
+var ownerAlive = spares.OwnerAlive

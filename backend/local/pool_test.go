@@ -123,7 +123,7 @@ func TestOwnerAliveZombie(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.exiting {
+		if st.Exiting {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -95,7 +95,7 @@ func TestReconcileExitedInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if st, err := readStat(dead.PID); err != nil || st.state == 'Z' {
+		if st, err := readStat(dead.PID); err != nil || st.State == 'Z' {
 			if err != nil {
 				t.Fatalf("init %d was reaped: the test needs it a zombie (%v)", dead.PID, err)
 			}

@@ -9,13 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -27,9 +27,12 @@ import (
 //
 // A spare is in one of three states, each visible on disk to every process:
 //   - being made: labelled LabelSpare and LabelSpareFiller, nothing else;
-//   - parked: an index file <state>/spares/<key>/<session> holds its spareEntry;
+//   - parked: an index file <state>/spares/<key>/<session> holds its spares.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
-//     dir as spare-claimed.<owner>.
+//     dir as spares.ClaimPrefix+<owner>.
+//
+// The index, the claim and what a claimer checks are package spares', which a one-shot
+// claimer uses without this package (airlock run's lean front).
 //
 // Reconcile reaps a spare being made whose filler is gone and a claimed one whose claimer is
 // gone; a parked one lives until its lifetime ends (it then dies, and is reaped as broken).
@@ -39,19 +42,9 @@ const (
 	// LabelSpareFiller is "<pid>-<start time>" of the process that made the spare.
 	LabelSpareFiller = "airlock.spare.filler"
 
-	sparesDir        = "spares"
-	spareClaimPrefix = "spare-claimed."
 	// MaxSpares bounds SpareOptions.Count.
 	MaxSpares = 8
 )
-
-// spareEntry is a parked spare's index file.
-type spareEntry struct {
-	Session string    `json:"session"`
-	Parked  time.Time `json:"parked"`
-	// Prestart is what SpareOptions.Prestart returned, for the claimer.
-	Prestart json.RawMessage `json:"prestart,omitempty"`
-}
 
 // SpareOptions configure FillSpares.
 type SpareOptions struct {
@@ -70,11 +63,9 @@ type SpareOptions struct {
 func SpareKey(tmpl spec.Sandbox) (string, error) { return PoolKey(tmpl) }
 
 // SparesDir is where a state dir keeps its spares' index (and a filler's log).
-func SparesDir(stateDir string) string { return filepath.Join(stateDir, sparesDir) }
+func SparesDir(stateDir string) string { return spares.SparesDir(stateDir) }
 
-func (b *Backend) spareIndex(key string) string {
-	return filepath.Join(b.opts.StateDir, sparesDir, key)
-}
+func (b *Backend) spareIndex(key string) string { return spares.IndexDir(b.opts.StateDir, key) }
 
 // FillSpares parks spares of tmpl until opts.Count are parked. Only one process fills a key at
 // a time: when another holds the key's lock, FillSpares returns at once (that one fills).
@@ -99,7 +90,7 @@ func (b *Backend) FillSpares(ctx context.Context, tmpl spec.Sandbox, opts SpareO
 	if err != nil {
 		return err
 	}
-	owner, err := selfOwner()
+	owner, err := spares.SelfOwner()
 	if err != nil {
 		return err
 	}
@@ -180,7 +171,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, _ = a.Exec(wctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second}, io.Discard, io.Discard)
 	cancel()
-	e := spareEntry{Session: sess.ID}
+	e := spares.Entry{Session: sess.ID}
 	if opts.Prestart != nil {
 		pctx, cancel := context.WithTimeout(ctx, prestartTimeout)
 		data, err := opts.Prestart(pctx, sess, a)
@@ -196,7 +187,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(b.opts.StateDir, sparesDir, ".tmp-"+sess.ID)
+	tmp := filepath.Join(SparesDir(b.opts.StateDir), ".tmp-"+sess.ID)
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
@@ -209,38 +200,13 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 }
 
 // parkedSpares reads the key's index (newest first); entries it cannot read are skipped.
-func (b *Backend) parkedSpares(key string) ([]spareEntry, error) {
-	idx := b.spareIndex(key)
-	ents, err := os.ReadDir(idx)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]spareEntry, 0, len(ents))
-	for _, de := range ents {
-		if checkSessionID(de.Name()) != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(idx, de.Name()))
-		if err != nil {
-			continue // claimed meanwhile
-		}
-		var e spareEntry
-		if json.Unmarshal(data, &e) != nil || e.Session != de.Name() {
-			continue
-		}
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(x, y spareEntry) int { return y.Parked.Compare(x.Parked) })
-	return out, nil
+func (b *Backend) parkedSpares(key string) ([]spares.Entry, error) {
+	return spares.Parked(b.opts.StateDir, key)
 }
 
 // takeSpare claims a parked spare's index entry: true when this process won it.
 func (b *Backend) takeSpare(key, id, owner string) bool {
-	err := os.Rename(filepath.Join(b.spareIndex(key), id), filepath.Join(b.opts.StateDir, id, spareClaimPrefix+owner))
-	return err == nil
+	return spares.Take(b.opts.StateDir, key, id, owner)
 }
 
 // retireSpare claims a parked spare and terminates it (filler: too old to hand out).
@@ -259,7 +225,7 @@ func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Durat
 	if err != nil || len(parked) == 0 {
 		return nil, nil, err
 	}
-	owner, err := selfOwner()
+	owner, err := spares.SelfOwner()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -325,7 +291,7 @@ func (b *Backend) reapableSpare(dir string, rec *record) bool {
 	if _, err := os.Lstat(filepath.Join(b.spareIndex(key), rec.ID)); err == nil {
 		return false
 	}
-	if owner, claimed := spareClaimer(dir); claimed {
+	if owner, claimed := spares.Claimer(dir); claimed {
 		if ownerAlive(owner) {
 			return false
 		}
@@ -339,24 +305,10 @@ func (b *Backend) reapableSpare(dir string, rec *record) bool {
 	return true
 }
 
-// spareClaimer returns the owner recorded by a claim in a session dir.
-func spareClaimer(dir string) (string, bool) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", false
-	}
-	for _, e := range ents {
-		if owner, ok := strings.CutPrefix(e.Name(), spareClaimPrefix); ok {
-			return owner, true
-		}
-	}
-	return "", false
-}
-
 // sweepSpareIndex removes index entries whose session dir is gone (a spare that died parked
 // and was reaped) and temporary files of fillers that are gone.
 func (b *Backend) sweepSpareIndex() error {
-	root := filepath.Join(b.opts.StateDir, sparesDir)
+	root := SparesDir(b.opts.StateDir)
 	keys, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -394,26 +346,17 @@ func (b *Backend) sweepSpareIndex() error {
 	return errors.Join(errs...)
 }
 
-// selfOwner is this process as "<pid>-<start time>" (ownerAlive's format).
-func selfOwner() (string, error) {
-	start, err := startTime(os.Getpid())
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d-%d", os.Getpid(), start), nil
-}
-
 // RetireSpares claims and terminates every parked spare in the state dir, whatever its
 // template, and returns their session ids; with dryRun it only lists them.
 func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, error) {
-	keys, err := os.ReadDir(filepath.Join(b.opts.StateDir, sparesDir))
+	keys, err := os.ReadDir(SparesDir(b.opts.StateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	owner, err := selfOwner()
+	owner, err := spares.SelfOwner()
 	if err != nil {
 		return nil, err
 	}

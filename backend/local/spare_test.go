@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -50,7 +51,7 @@ func fill(t *testing.T, b *Backend, opts SpareOptions) {
 }
 
 // fillParked fills spares from empty and returns them, failing unless opts.Count are parked.
-func fillParked(t *testing.T, b *Backend, opts SpareOptions) []spareEntry {
+func fillParked(t *testing.T, b *Backend, opts SpareOptions) []spares.Entry {
 	t.Helper()
 	fill(t, b, opts)
 	parked, err := b.parkedSpares(spareKey(t))
@@ -105,7 +106,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 		t.Fatalf("%d parked, want 2", n)
 	}
 	b2 := newTestBackendAt(t, b.opts.StateDir)
-	owner, err := selfOwner()
+	owner, err := spares.SelfOwner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 			t.Fatalf("claimed %s (seen %v) with %q, labels %v", s.ID, seen, data, s.Labels)
 		}
 		seen[s.ID] = true
-		if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, spareClaimPrefix+owner)); err != nil {
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, spares.ClaimPrefix+owner)); err != nil {
 			t.Errorf("no claim record: %v", err)
 		}
 		a, err := b2.Connect(t.Context(), s.ID)
@@ -202,7 +203,7 @@ func TestSpareReconcile(t *testing.T) {
 	dir := func(id string) string { return filepath.Join(b.opts.StateDir, id) }
 
 	// Claimed by a process that is gone.
-	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), spareClaimPrefix+deadOwner(t))); err != nil {
+	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), spares.ClaimPrefix+deadOwner(t))); err != nil {
 		t.Fatal(err)
 	}
 	// Made by a filler that is gone, never parked.

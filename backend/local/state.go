@@ -10,42 +10,24 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// record is session.json: what a later process needs to find, reach and reap a sandbox.
+// record is session.json: what a later process needs to find, reach and reap a sandbox. The
+// fields but the declaration are spares.RecordCore's (embedded: its JSON fields are this
+// record's), which a claimer reads without the spec package.
 type record struct {
-	ID        string `json:"id"`
-	SandboxID string `json:"sandboxId"`
-	// InitPID is the sandbox's PID 1 as the host sees it; InitStart its start time (clock
-	// ticks since boot, /proc/<pid>/stat field 22), so a reused pid is never mistaken for it.
-	InitPID       int          `json:"initPid"`
-	InitStart     uint64       `json:"initStart"`
-	Cgroup        string       `json:"cgroup"`
-	CgroupVersion int          `json:"cgroupVersion"`
-	Generation    uint64       `json:"generation"`
-	CreatedAt     time.Time    `json:"createdAt"`
-	ExpiresAt     time.Time    `json:"expiresAt"`
-	Spec          spec.Sandbox `json:"spec"`
-	LandlockABI   int          `json:"landlockAbi"`
-	// EtcDir names the /etc copy a host-image sandbox has bound (etc.go), kept while it lives.
-	EtcDir string `json:"etcDir,omitempty"`
-	// Runtime is "gvisor" for a runsc sandbox, empty for the native runtime.
-	Runtime string `json:"runtime,omitempty"`
-	// IDRange is the host id range a native sandbox maps (uidrange.go) and IDBase the host
-	// id its id 0 maps to; IDBase 0: none (gVisor, or a record from before per-sandbox ranges,
-	// which mapped Options.UIDBase).
-	IDRange int `json:"idRange,omitempty"`
-	IDBase  int `json:"idBase,omitempty"`
+	spares.RecordCore
+	Spec spec.Sandbox `json:"spec"`
 }
 
 const (
-	recordFile = "session.json"
+	recordFile = spares.RecordFile
 	masterFile = statedir.MasterFile
 	lockFile   = statedir.LockFile
 	initLog    = "init.log"
@@ -75,92 +57,22 @@ func writeRecord(dir string, r *record) error {
 }
 
 func readRecord(dir string) (*record, error) {
-	b, err := os.ReadFile(filepath.Join(dir, recordFile))
-	if err != nil {
-		return nil, err
-	}
 	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, recordFile), err)
+	if err := spares.DecodeRecord(dir, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
 
-// procStat is what liveness checks read of /proc/<pid>/stat.
-type procStat struct {
-	state byte   // field 3: R, S, D, Z, ...
-	start uint64 // field 22, starttime: with the pid, the process's identity
-	// exiting: the process is a zombie (state Z or X) or being torn down by the kernel
-	// (flags, field 9, has PF_EXITING): it never runs its own code again.
-	exiting bool
-}
+// Process identity is spares' (a claimer checks a spare's init without this package).
+type procStat = spares.ProcStat
 
-// pfExiting is PF_EXITING (include/linux/sched.h), set at the start of do_exit.
-const pfExiting = 0x4
-
-// parseStat reads a /proc/<pid>/stat line. The command name (field 2) is in parentheses and
-// may itself hold spaces and parentheses: fields are counted after its last ')'.
-func parseStat(r io.Reader) (procStat, error) {
-	line, err := bufio.NewReader(r).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return procStat{}, err
-	}
-	i := strings.LastIndexByte(line, ')')
-	if i < 0 {
-		return procStat{}, errors.New("stat: no ')' after the command name")
-	}
-	fields := strings.Fields(line[i+1:])
-	// fields[0] is field 3 (state), fields[6] field 9 (flags), fields[19] field 22.
-	if len(fields) < 20 {
-		return procStat{}, fmt.Errorf("stat: %d fields after the command name, want at least 20", len(fields))
-	}
-	start, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return procStat{}, err
-	}
-	flags, err := strconv.ParseUint(fields[6], 10, 64)
-	if err != nil {
-		return procStat{}, err
-	}
-	exiting := fields[0] == "Z" || fields[0] == "X" || flags&pfExiting != 0
-	return procStat{state: fields[0][0], start: start, exiting: exiting}, nil
-}
-
-func readStat(pid int) (procStat, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	defer f.Close()
-	return parseStat(f)
-}
-
-// startTime reads pid's start time; fs.ErrNotExist when the process is gone.
-func startTime(pid int) (uint64, error) {
-	st, err := readStat(pid)
-	return st.start, err
-}
-
-// running reports whether pid is still the process that started at start and not on its way
-// out (procStat.exiting): what an owner must be to still act on what it owns. alive counts
-// such a process until it is reaped.
-func running(pid int, start uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	st, err := readStat(pid)
-	return err == nil && st.start == start && !st.exiting
-}
-
-// alive reports whether pid is still the process that started at start. A zombie still
-// counts: it is not yet reaped and its pid not yet reusable.
-func alive(pid int, start uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	got, err := startTime(pid)
-	return err == nil && got == start
-}
+var (
+	readStat  = spares.ReadStat
+	startTime = spares.StartTime
+	running   = spares.Running
+	alive     = spares.Alive
+)
 
 // mountPoints returns the mount points listed in mountinfo text (field 5, octal escapes
 // decoded), in file order.

@@ -1,39 +1,19 @@
 package local
 
 import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
-)
+	"time"
 
-func TestParseStat(t *testing.T) {
-	// Fields after the command name: state(3) ppid ... flags(9) ... starttime(22).
-	stat := func(state, flags string) string {
-		return " " + state + " 1 2 3 4 5 " + flags + " 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21\n"
-	}
-	rest := stat("S", "4194560")
-	cases := []struct {
-		name, line string
-		want       procStat
-		ok         bool
-	}{
-		{"plain", "123 (sleep)" + rest, procStat{state: 'S', start: 424242}, true},
-		{"spaces and parens in comm", "123 (a) b (c d))" + rest, procStat{state: 'S', start: 424242}, true},
-		{"running", "123 (x)" + stat("R", "4194304"), procStat{state: 'R', start: 424242}, true},
-		{"zombie", "123 (x)" + stat("Z", "4227084"), procStat{state: 'Z', start: 424242, exiting: true}, true},
-		{"dead", "123 (x)" + stat("X", "4227084"), procStat{state: 'X', start: 424242, exiting: true}, true},
-		{"tearing down (PF_EXITING)", "123 (x)" + stat("D", "4194308"), procStat{state: 'D', start: 424242, exiting: true}, true},
-		{"no comm", "123 sleep S 1 2", procStat{}, false},
-		{"short", "123 (x) S 1 2 3", procStat{}, false},
-		{"not a number", "123 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 notanumber", procStat{}, false},
-		{"flags not a number", "123 (x)" + stat("S", "x"), procStat{}, false},
-	}
-	for _, c := range cases {
-		got, err := parseStat(strings.NewReader(c.line))
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("%s: got %+v, %v; want %+v ok=%v", c.name, got, err, c.want, c.ok)
-		}
-	}
-}
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/spec"
+)
 
 func TestParseCgroupFile(t *testing.T) {
 	v1 := `12:pids:/user.slice
@@ -97,5 +77,96 @@ func TestMountPoints(t *testing.T) {
 	want := []string{"/proc", "/", "/run/airlock/s-0123456789abcdef/runsc/null-netns", "/tmp/with space"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestRecordJSON: session.json is what it was before the record's core moved to spares
+// (sandboxes made by an older binary are still found and reaped, and it finds ours): every
+// field round-trips both ways with the flat record it replaced, and spares.ReadRecord reads
+// the core and the spec fields a claimer needs from it.
+func TestRecordJSON(t *testing.T) {
+	// flatRecord is record as it was, one struct.
+	type flatRecord struct {
+		ID            string       `json:"id"`
+		SandboxID     string       `json:"sandboxId"`
+		InitPID       int          `json:"initPid"`
+		InitStart     uint64       `json:"initStart"`
+		Cgroup        string       `json:"cgroup"`
+		CgroupVersion int          `json:"cgroupVersion"`
+		Generation    uint64       `json:"generation"`
+		CreatedAt     time.Time    `json:"createdAt"`
+		ExpiresAt     time.Time    `json:"expiresAt"`
+		Spec          spec.Sandbox `json:"spec"`
+		LandlockABI   int          `json:"landlockAbi"`
+		EtcDir        string       `json:"etcDir,omitempty"`
+		Runtime       string       `json:"runtime,omitempty"`
+		IDRange       int          `json:"idRange,omitempty"`
+		IDBase        int          `json:"idBase,omitempty"`
+	}
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	decl := spec.Sandbox{ID: "box", Workdir: "/w", Labels: map[string]string{"a": "b"}, Image: spec.Image{Host: true}}
+	flat := flatRecord{
+		ID: "s-0123456789abcdef", SandboxID: "box", InitPID: 42, InitStart: 4242, Cgroup: "/airlock/s-0123456789abcdef",
+		CgroupVersion: 1, Generation: 3, CreatedAt: at, ExpiresAt: at.Add(time.Hour), Spec: decl, LandlockABI: 4,
+		EtcDir: "v2-abc", Runtime: "gvisor", IDRange: 7, IDBase: 165536,
+	}
+	nested := record{RecordCore: spares.RecordCore{
+		ID: flat.ID, SandboxID: flat.SandboxID, InitPID: flat.InitPID, InitStart: flat.InitStart, Cgroup: flat.Cgroup,
+		CgroupVersion: flat.CgroupVersion, Generation: flat.Generation, CreatedAt: flat.CreatedAt, ExpiresAt: flat.ExpiresAt,
+		LandlockABI: flat.LandlockABI, EtcDir: flat.EtcDir, Runtime: flat.Runtime, IDRange: flat.IDRange, IDBase: flat.IDBase,
+	}, Spec: decl}
+	fields := func(v any) map[string]json.RawMessage {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	fromFlat, fromNested := fields(flat), fields(nested)
+	if len(fromFlat) != len(fromNested) {
+		t.Fatalf("%d fields, the flat record had %d", len(fromNested), len(fromFlat))
+	}
+	for k, v := range fromFlat {
+		if !bytes.Equal(fromNested[k], v) {
+			t.Errorf("field %q: %s, the flat record wrote %s", k, fromNested[k], v)
+		}
+	}
+
+	// Written the old way, read the new way (and by a claimer); and the reverse.
+	dir := t.TempDir()
+	b, err := json.MarshalIndent(flat, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*got, nested) {
+		t.Errorf("read %+v, want %+v", *got, nested)
+	}
+	light, err := spares.ReadRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if light.RecordCore != nested.RecordCore || light.Spec.Workdir != "/w" || !maps.Equal(light.Spec.Labels, decl.Labels) {
+		t.Errorf("spares.ReadRecord: %+v", *light)
+	}
+	if err := writeRecord(dir, &nested); err != nil {
+		t.Fatal(err)
+	}
+	var back flatRecord
+	if err := spares.DecodeRecord(dir, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, flat) {
+		t.Errorf("flat record read back %+v, want %+v", back, flat)
 	}
 }

@@ -100,8 +100,8 @@ func TestKill(t *testing.T) {
 		}
 		for _, p := range procs {
 			pid, _ := strconv.Atoi(p)
-			if st, err := readStat(pid); err == nil && st.state != 'Z' {
-				t.Errorf("sandbox %d: process %d is still running (state %c) after Kill", i, pid, st.state)
+			if st, err := readStat(pid); err == nil && st.State != 'Z' {
+				t.Errorf("sandbox %d: process %d is still running (state %c) after Kill", i, pid, st.State)
 			}
 		}
 	}

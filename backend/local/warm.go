@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -17,12 +17,9 @@ import (
 // any other process do not find it: List leaves it out, Get, Connect and the rest answer
 // not found. Terminate still ends it (gc, a reconcile), which hands it to no one.
 
-// selfOwnerOnce is this process's owner string (selfOwner), read once.
-var selfOwnerOnce = sync.OnceValues(selfOwner)
-
 // heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a warm
 // one another process holds: a pool's (LabelPool) not yet claimed (claimedFile) whose pool is
-// not this process's, or a spare (LabelSpare) not yet claimed (spareClaimPrefix) that another
+// not this process's, or a spare (LabelSpare) not yet claimed (spares.ClaimPrefix) that another
 // process is making or parked.
 func heldElsewhere(dir string, labels map[string]string) bool {
 	var maker string
@@ -33,14 +30,14 @@ func heldElsewhere(dir string, labels map[string]string) bool {
 		}
 		maker = labels[LabelPoolOwner]
 	case labels[LabelSpare] != "":
-		if _, claimed := spareClaimer(dir); claimed {
+		if _, claimed := spares.Claimer(dir); claimed {
 			return false
 		}
 		maker = labels[LabelSpareFiller]
 	default:
 		return false
 	}
-	self, err := selfOwnerOnce()
+	self, err := spares.SelfOwner()
 	return err != nil || maker != self
 }
 

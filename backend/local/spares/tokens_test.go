@@ -1,4 +1,4 @@
-package local
+package spares
 
 import (
 	"crypto/ed25519"
@@ -8,21 +8,21 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
-// TestExecuteTokens: within one second the memo hands out exactly what minting again would
+// TestTokens: within one second the memo hands out exactly what minting again would
 // give (same claims, deterministic signature); a new second gets a token of its own, valid for
-// tokenLifetime from then.
-func TestExecuteTokens(t *testing.T) {
+// TokenLifetime from then.
+func TestTokens(t *testing.T) {
 	key, err := token.DeriveKey(make([]byte, 32), "s-0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := record{ID: "s-0123456789abcdef", SandboxID: "box", Generation: 3}
+	rec := RecordCore{ID: "s-0123456789abcdef", SandboxID: "box", Generation: 3}
 	ring := token.NewKeyRing(key.Public().(ed25519.PublicKey))
 	base := time.Unix(1_800_000_000, 0)
 	clock := base
-	next := executeTokens(key, rec, func() time.Time { return clock })
+	next := Tokens(key, rec, func() time.Time { return clock })
 	fresh := func(at time.Time) string {
-		return executeTokens(key, rec, func() time.Time { return at })()
+		return Tokens(key, rec, func() time.Time { return at })()
 	}
 	tests := []struct {
 		name string
@@ -50,8 +50,8 @@ func TestExecuteTokens(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Expiry != tt.at.Add(tokenLifetime).Unix() {
-				t.Fatalf("expiry %d, want %d", c.Expiry, tt.at.Add(tokenLifetime).Unix())
+			if c.Expiry != tt.at.Add(TokenLifetime).Unix() {
+				t.Fatalf("expiry %d, want %d", c.Expiry, tt.at.Add(TokenLifetime).Unix())
 			}
 		})
 	}

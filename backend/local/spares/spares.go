@@ -1,0 +1,106 @@
+// Package spares is the light side of backend/local's spares: index, record, claim and kill.
+package spares
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+)
+
+// A spare is in one of three states, each visible on disk to every process (docs/spares.md):
+//   - being made: labelled with its key and filler (backend/local), nothing else;
+//   - parked: an index file <state>/spares/<key>/<session> holds its Entry;
+//   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
+//     dir as ClaimPrefix+<owner>.
+//
+// This package is what a claimer needs without the runtime (airlock run's lean front links
+// it, not backend/local, whose package inits cost a one-shot run ~2 ms); backend/local builds
+// its spares on it.
+const (
+	// DirName is the state dir's subdirectory that holds the index (and a filler's log).
+	DirName = "spares"
+	// ClaimPrefix names a claimed spare's claim file in its session dir; the claimer follows.
+	ClaimPrefix = "spare-claimed."
+)
+
+// Entry is a parked spare's index file.
+type Entry struct {
+	Session string    `json:"session"`
+	Parked  time.Time `json:"parked"`
+	// Prestart is what the filler's prestart returned, for the claimer.
+	Prestart json.RawMessage `json:"prestart,omitempty"`
+}
+
+// SparesDir is where a state dir keeps its spares' index (and a filler's log).
+func SparesDir(stateDir string) string { return filepath.Join(stateDir, DirName) }
+
+// IndexDir is the index of key's parked spares.
+func IndexDir(stateDir, key string) string { return filepath.Join(stateDir, DirName, key) }
+
+// Parked reads key's index, newest first; entries it cannot read are skipped.
+func Parked(stateDir, key string) ([]Entry, error) {
+	idx := IndexDir(stateDir, key)
+	ents, err := os.ReadDir(idx)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(ents))
+	for _, de := range ents {
+		if statedir.CheckSessionID(de.Name()) != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(idx, de.Name()))
+		if err != nil {
+			continue // claimed meanwhile
+		}
+		var e Entry
+		if json.Unmarshal(data, &e) != nil || e.Session != de.Name() {
+			continue
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(x, y Entry) int { return y.Parked.Compare(x.Parked) })
+	return out, nil
+}
+
+// Take claims a parked spare's index entry for owner (SelfOwner): true when this process won
+// it. rename(2) is atomic: of any number of racing claimers exactly one wins.
+func Take(stateDir, key, id, owner string) bool {
+	err := os.Rename(filepath.Join(IndexDir(stateDir, key), id), filepath.Join(stateDir, id, ClaimPrefix+owner))
+	return err == nil
+}
+
+// Claimer returns the owner recorded by a claim in a session dir.
+func Claimer(dir string) (string, bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", false
+	}
+	for _, e := range ents {
+		if owner, ok := strings.CutPrefix(e.Name(), ClaimPrefix); ok {
+			return owner, true
+		}
+	}
+	return "", false
+}
+
+// SelfOwner is this process as "<pid>-<start time>" (OwnerAlive's format), read once.
+var SelfOwner = sync.OnceValues(func() (string, error) {
+	start, err := StartTime(os.Getpid())
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d-%d", os.Getpid(), start), nil
+})
