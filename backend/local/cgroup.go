@@ -25,11 +25,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // cgroupRoot is where the host mounts its cgroup hierarchies.
-const cgroupRoot = "/sys/fs/cgroup"
+const cgroupRoot = spares.CgroupRoot
 
 // agentPidsHeadroom is how many more tasks than the declared maxProcesses the sandbox's pids
 // cgroup allows: the agent's own threads. Code is held to maxProcesses in a child cgroup of its
@@ -415,29 +416,8 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 	}
 }
 
-// thaw thaws the sandbox's freezer cgroup and every one below it: a child frozen on its own (the
-// agent freezes an exec's cgroup while it kills it, and may itself be killed before it thaws
-// it) stays frozen when only its parent is thawed.
-func (c *v1Cgroup) thaw() error {
-	var errs []error
-	err := filepath.WalkDir(c.dir("freezer"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if cgroupGone(err) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			// ENODEV: the cgroup was removed between the walk and the write (an exec's cgroup
-			// the agent removes, or another process's terminate of the same sandbox).
-			if err := kernfile.Write(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !cgroupGone(err) {
-				errs = append(errs, err)
-			}
-		}
-		return nil
-	})
-	return errors.Join(append(errs, err)...)
-}
+// thaw thaws the sandbox's freezer cgroup and every one below it (spares.Freezer.Thaw).
+func (c *v1Cgroup) thaw() error { return freezer{Version: 1, Dir: c.dir("freezer")}.Thaw() }
 
 func (c *v1Cgroup) kill(ctx context.Context) error {
 	// Every process of a sandbox is in its pid namespace, which cannot fork once its init is
@@ -756,9 +736,7 @@ func (c *v2Cgroup) procs() ([]int, error) {
 	return appendTreeProcs(nil, c.dirs()[0])
 }
 
-func (c *v2Cgroup) thaw() error {
-	return os.WriteFile(filepath.Join(c.dirs()[0], "cgroup.freeze"), []byte("0"), 0)
-}
+func (c *v2Cgroup) thaw() error { return freezer{Version: 2, Dir: c.dirs()[0]}.Thaw() }
 
 func (c *v2Cgroup) kill(ctx context.Context) error {
 	if c.m != nil {
@@ -786,9 +764,5 @@ func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0], true) }
 
 func (c *v2Cgroup) removeEmpty() error { return rmdirTree(c.dirs()[0], false) }
 
-// cgroupGone reports whether err means the cgroup (or the file) is not there: never made, or
-// removed meanwhile. A cgroup removed after its file was opened answers ENODEV, not ENOENT
-// (another process terminating the same sandbox, an exec cgroup the agent removed).
-func cgroupGone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
-}
+// cgroupGone reports whether err means the cgroup (or the file) is not there (spares.CgroupGone).
+var cgroupGone = spares.CgroupGone

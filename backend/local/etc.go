@@ -10,29 +10,26 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// A host-image sandbox sees a generated /etc: the chosen host files (nsinit.HostEtc) and the
+// A host-image sandbox sees a generated /etc: the chosen host files (spares.HostEtc) and the
 // runtime's own (nsinit.GeneratedEtc). Bound entry by entry that was ~25 bind mounts (and as
 // many mount_setattr calls) per sandbox, built and torn down each time. Instead the host copies
 // them once into a directory under the state dir and every sandbox binds that one directory
 // read-only. A copy is rebuilt as soon as any source changes: each create compares the
 // sources' identity (device, inode, mode, size, mtime, ctime) with the copy's manifest, so a
 // new sandbox never sees stale files. Symlinks inside a copied directory are not compared one
-// by one: replacing or adding one changes its directory, which is.
+// by one: replacing or adding one changes its directory, which is. The manifest and the check
+// are package spares' (a claimer checks a spare's copy without this package).
 
-// etcCacheDir is the state dir's subdirectory that holds the copies; session ids never clash
-// with it (checkSessionID).
-const etcCacheDir = "etc"
+// etcCacheDir is the state dir's subdirectory that holds the copies.
+const etcCacheDir = spares.EtcCacheDir
 
 // etcFormat versions the copy's layout: a change here rebuilds every copy. 2: files keep
 // their modification times.
@@ -42,35 +39,19 @@ const etcFormat = "2"
 type etcCache struct {
 	dir   string          // <state dir>/etc
 	src   string          // the host's /etc
-	names func() []string // the entries of src to copy (nsinit.HostEtc)
+	names func() []string // the entries of src to copy (spares.HostEtc)
 
 	mu    sync.Mutex
-	known map[string]*etcManifest // by workdir
-	// names() as last listed, and src's identity then: listing /etc (nsinit.HostEtc globs
+	known map[string]*spares.EtcManifest // by workdir
+	// names() as last listed, and src's identity then: listing /etc (spares.HostEtc globs
 	// /etc/python3.*) was half of a create's freshness check, and adding, removing or renaming
 	// an entry there changes the directory, so it is listed again only then.
 	namesID  string
 	namesMem []string
 }
 
-// etcManifest is what a copy was made from.
-type etcManifest struct {
-	Workdir string `json:"workdir"`
-	// Dir is the copy's name under the cache dir.
-	Dir string `json:"dir"`
-	// Names are nsinit.HostEtc() at build time: a new /etc/python3.X is a change too.
-	Names []string `json:"names"`
-	// Sources are the host paths compared on each use, with their identity at build time.
-	Sources []etcSource `json:"sources"`
-}
-
-type etcSource struct {
-	Path string `json:"path"`
-	ID   string `json:"id"` // "" when the path did not exist
-}
-
 func newEtcCache(stateDir string) *etcCache {
-	return &etcCache{dir: filepath.Join(stateDir, etcCacheDir), src: "/etc", names: nsinit.HostEtc, known: map[string]*etcManifest{}}
+	return &etcCache{dir: filepath.Join(stateDir, etcCacheDir), src: "/etc", names: spares.HostEtc, known: map[string]*spares.EtcManifest{}}
 }
 
 // get returns the host path of an up-to-date /etc copy for workdir, building one if needed.
@@ -82,7 +63,7 @@ func (c *etcCache) get(workdir string) (string, error) {
 	if m == nil {
 		m = c.readManifest(workdir)
 	}
-	if m != nil && m.fresh(workdir, names) {
+	if m != nil && m.Fresh(workdir, names) {
 		if _, err := os.Lstat(filepath.Join(c.dir, m.Dir)); err == nil {
 			c.known[workdir] = m
 			return filepath.Join(c.dir, m.Dir), nil
@@ -100,7 +81,7 @@ func (c *etcCache) get(workdir string) (string, error) {
 // (its identity is read before listing, so a change during the listing lists again next time).
 // Called with c.mu held.
 func (c *etcCache) hostNames() []string {
-	id := sourceID(c.src)
+	id := spares.SourceID(c.src)
 	if id != "" && id == c.namesID {
 		return c.namesMem
 	}
@@ -108,68 +89,16 @@ func (c *etcCache) hostNames() []string {
 	return c.namesMem
 }
 
-func (c *etcCache) manifestPath(workdir string) string {
-	return filepath.Join(c.dir, "manifest-"+shortHash(workdir)+".json")
-}
+func (c *etcCache) manifestPath(workdir string) string { return spares.EtcManifestPath(c.dir, workdir) }
 
-func (c *etcCache) readManifest(workdir string) *etcManifest {
-	b, err := os.ReadFile(c.manifestPath(workdir))
-	if err != nil {
-		return nil
-	}
-	var m etcManifest
-	if json.Unmarshal(b, &m) != nil || m.Workdir != workdir || m.Dir == "" || filepath.Base(m.Dir) != m.Dir {
-		return nil
-	}
-	return &m
-}
-
-// fresh reports whether every source is still what the copy was made from.
-func (m *etcManifest) fresh(workdir string, names []string) bool {
-	if m.Workdir != workdir || !slices.Equal(m.Names, names) {
-		return false
-	}
-	var buf []byte
-	for _, s := range m.Sources {
-		buf = appendSourceID(buf[:0], s.Path)
-		if string(buf) != s.ID {
-			return false
-		}
-	}
-	return true
-}
-
-// sourceID identifies a path's current content well enough to notice any change to it.
-func sourceID(p string) string { return string(appendSourceID(nil, p)) }
-
-// appendSourceID appends sourceID(p) to b ("" when p cannot be read): every create compares
-// ~45 of them, without a string allocated for each.
-func appendSourceID(b []byte, p string) []byte {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return b
-	}
-	// dev:ino:mode(octal):size:mtime.sec.nsec:ctime
-	b = strconv.AppendUint(b, st.Dev, 10)
-	b = append(b, ':')
-	b = strconv.AppendUint(b, st.Ino, 10)
-	b = append(b, ':')
-	b = strconv.AppendUint(b, uint64(st.Mode), 8)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, st.Size, 10)
-	for _, t := range []unix.Timespec{st.Mtim, st.Ctim} {
-		b = append(b, ':')
-		b = strconv.AppendInt(b, t.Sec, 10)
-		b = append(b, '.')
-		b = strconv.AppendInt(b, t.Nsec, 10)
-	}
-	return b
+func (c *etcCache) readManifest(workdir string) *spares.EtcManifest {
+	return spares.ReadEtcManifest(c.dir, workdir)
 }
 
 // build copies the sources into a new directory, named by what it was made from, and records
 // the manifest. Another process building the same copy at the same time is harmless: the first
 // rename wins and the other copy is dropped.
-func (c *etcCache) build(workdir string, names []string) (*etcManifest, error) {
+func (c *etcCache) build(workdir string, names []string) (*spares.EtcManifest, error) {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -181,7 +110,7 @@ func (c *etcCache) build(workdir string, names []string) (*etcManifest, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	m := &etcManifest{Workdir: workdir, Names: names}
+	m := &spares.EtcManifest{Workdir: workdir, Names: names}
 	for _, name := range names {
 		src := filepath.Join(c.src, name)
 		if err := copyEtcEntry(src, filepath.Join(tmp, name), &m.Sources); err != nil {
@@ -228,10 +157,10 @@ func (c *etcCache) build(workdir string, names []string) (*etcManifest, error) {
 // users may read is unchanged: the host owner is unmapped there either way), directories
 // recursively; other file types are left out. Every directory and regular file is recorded in
 // sources; so is src itself, even when absent (its appearing is a change).
-func copyEtcEntry(src, dst string, sources *[]etcSource) error {
+func copyEtcEntry(src, dst string, sources *[]spares.EtcSource) error {
 	_, err := os.Lstat(src)
 	if errors.Is(err, fs.ErrNotExist) {
-		*sources = append(*sources, etcSource{Path: src})
+		*sources = append(*sources, spares.EtcSource{Path: src})
 		return nil
 	}
 	if err != nil {
@@ -254,7 +183,7 @@ func copyEtcEntry(src, dst string, sources *[]etcSource) error {
 		if err != nil {
 			return err
 		}
-		record := func() { *sources = append(*sources, etcSource{Path: p, ID: sourceID(p)}) }
+		record := func() { *sources = append(*sources, spares.EtcSource{Path: p, ID: spares.SourceID(p)}) }
 		mode := info.Mode()
 		switch {
 		case mode&fs.ModeSymlink != 0:
@@ -332,7 +261,7 @@ func (c *etcCache) gc(inUse map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		var m etcManifest
+		var m spares.EtcManifest
 		if json.Unmarshal(b, &m) == nil {
 			keep[m.Dir] = true
 		}
@@ -367,7 +296,7 @@ func (b *Backend) etcCurrentRec(rec *record) error {
 	}
 	workdir := rec.Spec.Workdir
 	if workdir == "" {
-		workdir = spec.DefaultWorkdir
+		workdir = spec.DefaultWorkdir // spares.DefaultWorkdir
 	}
 	cur, err := b.etc.get(workdir)
 	if err != nil {

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // testEtcCache is a cache over a fake host /etc in a temp dir.
@@ -233,7 +235,7 @@ func errorsJoin(a, b error) error {
 }
 
 // TestEtcNamesFollowSource: the entries to copy are listed from the source directory (as
-// nsinit.HostEtc globs /etc/python3.*) again whenever that directory changes: a new entry is in
+// spares.HostEtc globs /etc/python3.*) again whenever that directory changes: a new entry is in
 // the next copy, a removed one gone from it, though the list is not re-read on every create.
 func TestEtcNamesFollowSource(t *testing.T) {
 	state := t.TempDir()
@@ -278,20 +280,10 @@ func TestEtcNamesFollowSource(t *testing.T) {
 	}
 }
 
-// TestSourceIDFormat: the identity string stays what earlier versions wrote into manifests
-// (a different one would rebuild every copy once).
-func TestSourceIDFormat(t *testing.T) {
-	p := t.TempDir()
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("%d:%d:%o:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Mode, st.Size,
-		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
-	if got := sourceID(p); got != want {
-		t.Errorf("sourceID = %q, want %q", got, want)
-	}
-	if got := sourceID(filepath.Join(p, "absent")); got != "" {
-		t.Errorf("sourceID of an absent path = %q, want empty", got)
+// TestSparesDefaultWorkdir: a claimer defaults a record's workdir as the runtime does (it
+// checks the same /etc manifest without the spec package).
+func TestSparesDefaultWorkdir(t *testing.T) {
+	if spares.DefaultWorkdir != spec.DefaultWorkdir {
+		t.Fatalf("spares.DefaultWorkdir %q, spec.DefaultWorkdir %q", spares.DefaultWorkdir, spec.DefaultWorkdir)
 	}
 }

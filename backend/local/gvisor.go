@@ -342,7 +342,7 @@ func (b *Backend) gvisorSpec(dir, rootPath, agentCfg string, r *resolved) (*spec
 				s.Mounts = append(s.Mounts, specs.Mount{Destination: "/" + name, Type: "bind", Source: "/" + name, Options: []string{"rbind", "ro"}})
 			}
 		}
-		for _, name := range nsinit.HostEtc() {
+		for _, name := range spares.HostEtc() {
 			src := filepath.Join("/etc", name)
 			fi, err := os.Stat(src)
 			if err != nil || !(fi.IsDir() || fi.Mode().IsRegular()) {

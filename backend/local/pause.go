@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
-	"github.com/airlock-sandbox/airlock/internal/kernfile"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -41,63 +41,10 @@ var _ sandbox.Pauser = (*Backend)(nil)
 // pauseTimeout bounds how long a freeze or thaw may take to settle.
 const pauseTimeout = 2 * time.Second
 
-// freezer is one sandbox's freezer control, whichever the cgroup version.
-type freezer struct {
-	version int
-	dir     string // the sandbox's cgroup directory in the freezer (v1) or unified (v2) hierarchy
-}
+// The freezer and the read of its state are spares' (a claimer checks a spare is not paused).
+type freezer = spares.Freezer
 
-func freezerOf(rec *record) freezer {
-	if rec.CgroupVersion == 2 {
-		return freezer{version: 2, dir: filepath.Join(cgroupRoot, rec.Cgroup)}
-	}
-	return freezer{version: 1, dir: filepath.Join(cgroupRoot, "freezer", rec.Cgroup)}
-}
-
-// stateFile is the file that says whether a freeze was asked for.
-func (f freezer) stateFile() string {
-	if f.version == 2 {
-		return filepath.Join(f.dir, "cgroup.freeze")
-	}
-	return filepath.Join(f.dir, "freezer.state")
-}
-
-// paused reports whether a freeze was asked for (FREEZING counts: the sandbox is being paused).
-func (f freezer) paused() (bool, error) {
-	return readFreezeRequest(f.version, f.stateFile())
-}
-
-// readFreezeRequest reads and parses a freezer state file (see stateFile), through kernfile:
-// every agent call reads it, and os.ReadFile would wake the caller's poller each time.
-func readFreezeRequest(version int, name string) (bool, error) {
-	b, err := kernfile.Read(name)
-	if err != nil {
-		return false, err
-	}
-	return parseFreezeRequest(version, string(b))
-}
-
-// parseFreezeRequest reads freezer.state (v1: THAWED, FREEZING, FROZEN) or cgroup.freeze
-// (v2: 0 or 1).
-func parseFreezeRequest(version int, s string) (bool, error) {
-	s = strings.TrimSpace(s)
-	if version == 2 {
-		switch s {
-		case "0":
-			return false, nil
-		case "1":
-			return true, nil
-		}
-		return false, fmt.Errorf("cgroup.freeze: unexpected %q", s)
-	}
-	switch s {
-	case "THAWED":
-		return false, nil
-	case "FREEZING", "FROZEN":
-		return true, nil
-	}
-	return false, fmt.Errorf("freezer.state: unexpected %q", s)
-}
+func freezerOf(rec *record) freezer { return spares.FreezerOf(&rec.RecordCore) }
 
 // parseFrozenEvent reads the "frozen" line of a v2 cgroup.events file: whether every task of
 // the cgroup has actually stopped.
@@ -121,15 +68,16 @@ func parseFrozenEvent(r io.Reader) (bool, error) {
 	return false, errors.New("cgroup.events has no frozen line")
 }
 
-// set freezes or thaws the sandbox and waits, bounded, until every task has settled in that state.
-func (f freezer) set(ctx context.Context, frozen bool) error {
-	if f.version == 1 {
+// setFrozen freezes or thaws the sandbox and waits, bounded, until every task has settled in
+// that state.
+func setFrozen(ctx context.Context, f freezer, frozen bool) error {
+	if f.Version == 1 {
 		state := "THAWED"
 		if frozen {
 			state = "FROZEN"
 		}
 		// v1Cgroup.setFreezer wants the cgroup path below the hierarchy.
-		rel, err := filepath.Rel(filepath.Join(cgroupRoot, "freezer"), f.dir)
+		rel, err := filepath.Rel(filepath.Join(cgroupRoot, "freezer"), f.Dir)
 		if err != nil {
 			return err
 		}
@@ -139,13 +87,13 @@ func (f freezer) set(ctx context.Context, frozen bool) error {
 	if frozen {
 		want = "1"
 	}
-	if err := os.WriteFile(filepath.Join(f.dir, "cgroup.freeze"), []byte(want), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(f.Dir, "cgroup.freeze"), []byte(want), 0); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	for {
-		ev, err := os.Open(filepath.Join(f.dir, "cgroup.events"))
+		ev, err := os.Open(filepath.Join(f.Dir, "cgroup.events"))
 		if err != nil {
 			return err
 		}
@@ -159,7 +107,7 @@ func (f freezer) set(ctx context.Context, frozen bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s did not settle (frozen %v, wanted %v)", f.dir, got, frozen)
+			return fmt.Errorf("cgroup %s did not settle (frozen %v, wanted %v)", f.Dir, got, frozen)
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -168,7 +116,7 @@ func (f freezer) set(ctx context.Context, frozen bool) error {
 // paused is the session's pause state as the kernel has it; false when it cannot be read (the
 // sandbox is going or gone, and its other state says so).
 func (s *session) paused() bool {
-	p, err := freezerOf(&s.rec).paused()
+	p, err := freezerOf(&s.rec).Paused()
 	return err == nil && p
 }
 
@@ -185,11 +133,11 @@ func (b *Backend) Pause(ctx context.Context, sessionID string) error {
 		return fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, sessionID)
 	}
 	fz := freezerOf(&s.rec)
-	if err := fz.set(ctx, true); err != nil {
+	if err := setFrozen(ctx, fz, true); err != nil {
 		// Half-frozen is neither state: go back to running, and say why.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 		defer cancel()
-		if terr := fz.set(tctx, false); terr != nil {
+		if terr := setFrozen(tctx, fz, false); terr != nil {
 			return fmt.Errorf("%w: pause %s: %v (and thawing again failed: %v)", sandbox.ErrOutcomeUnknown, sessionID, err, terr)
 		}
 		if errors.Is(err, fs.ErrNotExist) {
@@ -214,7 +162,7 @@ func (b *Backend) Resume(ctx context.Context, sessionID string) error {
 	if s.gone || s.exited() {
 		return fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, sessionID)
 	}
-	if err := freezerOf(&s.rec).set(ctx, false); err != nil {
+	if err := setFrozen(ctx, freezerOf(&s.rec), false); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: session %s: its cgroup is gone", sandbox.ErrNotFound, sessionID)
 		}
@@ -290,7 +238,7 @@ func (b *Backend) pausableClient(s *session) *pausableAgent {
 }
 
 func (a *pausableAgent) check() error {
-	if p, err := a.fz.paused(); err == nil && p {
+	if p, err := a.fz.Paused(); err == nil && p {
 		return fmt.Errorf("%w: session %s is paused: resume it first", sandbox.ErrConflict, a.id)
 	}
 	return nil
@@ -438,6 +386,6 @@ func (a *pausableAgent) Resize(ctx context.Context, id string, rows, cols int) e
 
 // frozen reports whether the v1 cgroup is paused (kill must thaw it for the kill to land).
 func (c *v1Cgroup) frozen() bool {
-	p, err := freezer{version: 1, dir: c.dir("freezer")}.paused()
+	p, err := freezer{Version: 1, Dir: c.dir("freezer")}.Paused()
 	return err == nil && p
 }

@@ -2,8 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -140,10 +139,8 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	return s, nil
 }
 
-func shortHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:6])
-}
+// shortHash is spares.ShortHash (the /etc manifests' names use it too).
+var shortHash = spares.ShortHash
 
 // probeCapabilities is what this backend enforces here.
 //

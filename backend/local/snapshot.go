@@ -134,15 +134,15 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 		return stats, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, s.rec.ID)
 	}
 	fz := freezerOf(&s.rec)
-	wasPaused, err := fz.paused()
+	wasPaused, err := fz.Paused()
 	if err != nil {
 		return stats, fmt.Errorf("%w: session %s: its cgroup is gone: %v", sandbox.ErrNotFound, s.rec.ID, err)
 	}
 	if !wasPaused {
-		if err := fz.set(ctx, true); err != nil {
+		if err := setFrozen(ctx, fz, true); err != nil {
 			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 			defer cancel()
-			if terr := fz.set(tctx, false); terr != nil {
+			if terr := setFrozen(tctx, fz, false); terr != nil {
 				return stats, fmt.Errorf("%w: snapshot %s: freeze: %v (and thawing again failed: %v)", sandbox.ErrOutcomeUnknown, s.rec.ID, err, terr)
 			}
 			return stats, fmt.Errorf("snapshot %s: freeze: %w", s.rec.ID, err)
@@ -152,7 +152,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	if !wasPaused {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 		defer cancel()
-		if err := fz.set(tctx, false); err != nil {
+		if err := setFrozen(tctx, fz, false); err != nil {
 			return stats, fmt.Errorf("%w: snapshot %s: thaw after capture: %v", sandbox.ErrOutcomeUnknown, s.rec.ID, err)
 		}
 	}

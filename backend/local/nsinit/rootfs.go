@@ -19,29 +19,6 @@ const (
 	CodeUser = "sandbox"
 )
 
-// hostEtc are the host /etc entries a host-image sandbox sees, read-only: what dynamic linking,
-// TLS roots, time zones, python3, node and bash read. Never the whole of /etc (shadow, machine
-// secrets, package-manager credentials in pip.conf or npmrc).
-var hostEtc = []string{
-	"alternatives", "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf",
-	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
-	"protocols", "services", "ethertypes", "rpc", "networks", "gai.conf", "host.conf",
-	"mime.types", "magic", "magic.mime", "locale.alias",
-	"bash.bashrc", "profile", "inputrc", "debian_version", "os-release", "lsb-release",
-	"python3", "perl",
-}
-
-// HostEtc lists the host /etc entries (relative to /etc) a host-image sandbox sees.
-func HostEtc() []string {
-	names := append([]string(nil), hostEtc...)
-	// python3.X keeps sitecustomize in /etc/python3.X.
-	matches, _ := filepath.Glob("/etc/python3.*")
-	for _, m := range matches {
-		names = append(names, filepath.Base(m))
-	}
-	return names
-}
-
 // hostTop are the top-level host paths a host-image root takes: symlinks are recreated (a
 // merged-/usr host), directories bound read-only (a split one).
 var hostTop = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
