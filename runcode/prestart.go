@@ -14,9 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -94,7 +93,7 @@ func ParsePrestart(s string) ([]Language, error) {
 	return out, nil
 }
 
-func canPrestart(l Language) bool { return l == Python || l == Node }
+func canPrestart(l Language) bool { return core.CanPrestart(l) }
 
 func containsLang(ls []Language, l Language) bool {
 	for _, x := range ls {
@@ -106,7 +105,8 @@ func containsLang(ls []Language, l Language) bool {
 }
 
 // processAgent is the background-process part of agent/client.Client, which the local
-// backend's agents provide.
+// backend's agents provide: what starting the interpreters here and running in them
+// (core.RunIn) use, so that a client without one of them gets no interpreters at all.
 type processAgent interface {
 	StartProcess(ctx context.Context, req client.ProcessRequest, opts ...client.ExecOption) (client.Process, error)
 	Attach(ctx context.Context, id string, fromStart bool) (*client.Stream, error)
@@ -114,26 +114,6 @@ type processAgent interface {
 	RemoveProcess(ctx context.Context, id string) error
 	Signal(ctx context.Context, id, signal string) error
 	Wait(ctx context.Context, id string) (sandbox.ExecResult, error)
-}
-
-// prestarted is what Prestart leaves in a sandbox: one waiting interpreter per language, and
-// the client Prestart used, kept with its connections open for the run (a new connection is a
-// noticeable part of a run this short).
-type prestarted struct {
-	agent sandbox.Agent
-	procs map[Language]*waiting
-	// maxOutput is the interpreters' output cap (PrestartOptions.MaxOutputBytes).
-	maxOutput int64
-}
-
-// Close releases the client's connections (the pool calls it for a sandbox it drops unused).
-func (pre *prestarted) Close() error { return pre.agent.Close() }
-
-// waiting is one interpreter blocked in its loader.
-type waiting struct {
-	id string
-	// readySeq is the sequence number of the marker frame; program output comes after it.
-	readySeq uint64
 }
 
 // Prestart returns a local.PoolOptions.Prestart that starts opts.Languages' interpreters in
@@ -191,7 +171,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if workdir == "" {
 		workdir = "/workspace"
 	}
-	pre := &prestarted{agent: ag, procs: map[Language]*waiting{}, maxOutput: ps.maxOutput}
+	procs := map[Language]core.Waiting{}
 	var errs []error
 	for _, l := range ps.langs {
 		w, err := ps.start(ctx, pa, ag, sess, l, workdir, deadline)
@@ -208,9 +188,9 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 			}
 			continue
 		}
-		pre.procs[l] = w
+		procs[l] = w
 	}
-	if len(pre.procs) == 0 {
+	if len(procs) == 0 {
 		return nil, errors.Join(errs...)
 	}
 	// A run makes two requests at once (attach, stdin): leave two connections open for it.
@@ -223,7 +203,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 		}()
 	}
 	wg.Wait()
-	return pre, nil
+	return core.NewPrestarted(ag, ps.maxOutput, procs), nil
 }
 
 // processDeadline is how long a background process of sess may run: until the sandbox ends.
@@ -237,11 +217,11 @@ func processDeadline(sess *sandbox.Session) time.Duration {
 }
 
 // start starts one language's interpreter and waits until its loader waits for code.
-func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Agent, sess *sandbox.Session, l Language, workdir string, deadline time.Duration) (*waiting, error) {
-	rt := runtimes[l]
+func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Agent, sess *sandbox.Session, l Language, workdir string, deadline time.Duration) (core.Waiting, error) {
+	file, argv := core.Program(l)
 	dir := "/tmp/.airlock-prestart-" + string(l) + "-" + randomHex(6)
 	if err := ag.Mkdir(ctx, dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the loader's directory %s: %w", dir, err)
+		return core.Waiting{}, fmt.Errorf("creating the loader's directory %s: %w", dir, err)
 	}
 	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
 		Cwd: workdir, Timeout: deadline,
@@ -255,29 +235,29 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 		base, err := ps.basePythonPath(ctx, ag, sess, workdir)
 		if err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return nil, err
+			return core.Waiting{}, err
 		}
 		pp := dir
 		if base != nil && *base != "" { // python treats an empty PYTHONPATH as unset
 			pp += ":" + *base
 		}
-		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, rt.file, base, true)), 0o644); err != nil {
+		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, file, base, true)), 0o644); err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return nil, fmt.Errorf("writing the loader: %w", err)
+			return core.Waiting{}, fmt.Errorf("writing the loader: %w", err)
 		}
-		req.Argv = rt.argv
+		req.Argv = argv
 		req.Env = map[string]string{"PYTHONPATH": pp}
 	case Node:
 		if err := ag.WriteFile(ctx, dir+"/loader.js", strings.NewReader(nodeLoader(dir)), 0o644); err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return nil, fmt.Errorf("writing the loader: %w", err)
+			return core.Waiting{}, fmt.Errorf("writing the loader: %w", err)
 		}
-		req.Argv = []string{rt.argv[0], "--require", dir + "/loader.js", rt.file}
+		req.Argv = []string{argv[0], "--require", dir + "/loader.js", file}
 	}
 	p, err := pa.StartProcess(ctx, req)
 	if err != nil {
 		_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-		return nil, fmt.Errorf("starting %s: %w", strings.Join(req.Argv, " "), err)
+		return core.Waiting{}, fmt.Errorf("starting %s: %w", strings.Join(req.Argv, " "), err)
 	}
 	seq, err := awaitReady(ctx, pa, p.ID)
 	if err != nil {
@@ -285,9 +265,15 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 		defer cancel()
 		_ = pa.RemoveProcess(rctx, p.ID)
 		_ = ag.Remove(rctx, dir, true)
-		return nil, err
+		return core.Waiting{}, err
 	}
-	return &waiting{id: p.ID, readySeq: seq}, nil
+	return core.Waiting{ID: p.ID, ReadySeq: seq}, nil
+}
+
+// pythonCommand is the interpreter a python run execs.
+func pythonCommand() string {
+	_, argv := core.Program(Python)
+	return argv[0]
 }
 
 // awaitReady reads the process's output from its start until the loader's marker; anything
@@ -340,7 +326,7 @@ func (ps *prestarter) basePythonPath(ctx context.Context, ag sandbox.Agent, sess
 	}
 	var out, errb bytes.Buffer
 	res, err := ag.Exec(ctx, sandbox.ExecRequest{
-		Argv:    []string{runtimes[Python].argv[0], "-I", "-S", "-c", "import os,sys;sys.stdout.write(repr(os.environ.get('PYTHONPATH')))"},
+		Argv:    []string{pythonCommand(), "-I", "-S", "-c", "import os,sys;sys.stdout.write(repr(os.environ.get('PYTHONPATH')))"},
 		Cwd:     workdir,
 		Timeout: 20 * time.Second,
 	}, &out, &errb)
@@ -821,247 +807,4 @@ func nodeLoader(dir string) string {
   }
 })();
 `
-}
-
-// take returns the waiting interpreter for l (nil: none) and removes every other one, so the
-// run's code is alone in its sandbox, whatever it runs in.
-func (pre *prestarted) take(ctx context.Context, pa processAgent, l Language, usable bool) (*waiting, error) {
-	if pre == nil {
-		return nil, nil
-	}
-	var w *waiting
-	var others []string
-	for lang, x := range pre.procs {
-		if lang == l && usable {
-			w = x
-			continue
-		}
-		others = append(others, x.id)
-	}
-	if len(others) == 0 {
-		return w, nil
-	}
-	errs := make([]error, len(others))
-	var wg sync.WaitGroup
-	for i, id := range others {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// SIGKILL to the interpreter (nothing else runs in its cgroup: it never got code),
-			// then wait until the agent has seen its cgroup empty: much faster than a removal's
-			// freeze-and-kill of a many-threaded node.
-			err := pa.Signal(ctx, id, "SIGKILL")
-			if err == nil || errors.Is(err, sandbox.ErrConflict) {
-				_, err = pa.Wait(ctx, id)
-			}
-			if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-				errs[i] = fmt.Errorf("removing a pre-started interpreter: %w", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// errInterpreterGone: the waiting interpreter had exited before it got the code; nothing of
-// the run has happened yet.
-var errInterpreterGone = errors.New("the pre-started interpreter had exited")
-
-// runPrestarted hands req's code (and stdin) to the waiting interpreter w and collects its
-// output and exit as Exec would. errInterpreterGone means the code never reached it (the
-// caller runs it cold instead).
-func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request, stdin io.Reader, opts Options, log *slog.Logger) (Result, error) {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
-	timeout := time.Duration(req.TimeoutSeconds) * time.Second
-	start := time.Now()
-	outBuf := &capped{max: capBytes}
-	errBuf := &capped{max: capBytes}
-	var stdout, stderr io.Writer = outBuf, errBuf
-	if opts.Stdout != nil {
-		stdout = io.MultiWriter(outBuf, opts.Stdout)
-	}
-	if opts.Stderr != nil {
-		stderr = io.MultiWriter(errBuf, opts.Stderr)
-	}
-
-	// Streams and stdin outlive a cancelled caller long enough to be wound down here.
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	type outcome struct {
-		res  *sandbox.ExecResult
-		gap  bool
-		err  error
-		gone bool // ended before any output of the program
-	}
-	done := make(chan outcome, 1)
-	collect := func() {
-		st, err := pa.Attach(bg, w.id, true)
-		if err != nil {
-			done <- outcome{err: fmt.Errorf("attaching to the interpreter: %w", err)}
-			return
-		}
-		defer st.Close()
-		last := w.readySeq
-		var o outcome
-		for {
-			ev, err := st.Next()
-			if err != nil {
-				o.err = err
-				done <- o
-				return
-			}
-			if ev.Result != nil {
-				o.res = ev.Result
-				done <- o
-				return
-			}
-			f := ev.Output
-			if f.Seq <= w.readySeq {
-				continue // the loader's marker
-			}
-			if f.Seq != last+1 {
-				o.gap = true // the agent's ring dropped frames this reader had not read
-			}
-			last = f.Seq
-			dst := stdout
-			if f.Stream == sandbox.Stderr {
-				dst = stderr
-			}
-			if _, err := dst.Write(f.Data); err != nil {
-				o.err = fmt.Errorf("write %s: %w", f.Stream, err)
-				done <- o
-				return
-			}
-		}
-	}
-
-	kill := func() error {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
-		defer cancel()
-		if err := pa.RemoveProcess(kctx, w.id); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			return err
-		}
-		return nil
-	}
-	// Stdin already in memory goes in the same request as the code; a stream follows in a
-	// second one once the code is in (and is left unread if the interpreter is gone). The
-	// first request's body is one string: a body of known length, in memory, is written
-	// before the answer is read (agent/client's transport), not by a goroutine of its own.
-	var first strings.Builder
-	fmt.Fprintf(&first, "%d %d\n", len(req.Code), boolDigit(stdin != nil))
-	first.WriteString(req.Code)
-	sr, stdinIsString := stdin.(*strings.Reader)
-	closeFirst := stdin == nil || stdinIsString
-	var pos int64
-	if stdinIsString {
-		pos, _ = sr.Seek(0, io.SeekCurrent)
-		if _, err := io.Copy(&first, sr); err != nil {
-			return Result{}, fmt.Errorf("reading stdin: %w", err)
-		}
-	}
-	// The code first, then the output: the interpreter starts on the code while the attach
-	// request is made, instead of the two requests competing for the agent on the way to the
-	// program's first line. The agent keeps a process's output from its start (at least 1 MiB),
-	// so nothing printed before the attach is lost.
-	if err := pa.WriteStdin(bg, w.id, strings.NewReader(first.String()), closeFirst); err != nil {
-		if errors.Is(err, sandbox.ErrConflict) || errors.Is(err, sandbox.ErrNotFound) {
-			// It had exited (or the agent no longer holds it): the code never got there.
-			_ = kill()
-			if stdinIsString {
-				_, _ = sr.Seek(pos, io.SeekStart) // the cold run reads it from the start
-			}
-			return Result{}, errInterpreterGone
-		}
-		return Result{}, errors.Join(fmt.Errorf("handing the code to the interpreter: %w", err), kill())
-	}
-	go collect()
-	var stdinDone chan struct{}
-	if !closeFirst {
-		stdinDone = make(chan struct{})
-		go func() {
-			defer close(stdinDone)
-			// Errors here are the program's business (it may exit without reading).
-			_ = pa.WriteStdin(bg, w.id, stdin, true)
-		}()
-	}
-	timer := time.NewTimer(timeout - time.Since(start))
-	defer timer.Stop()
-	var (
-		o        outcome
-		timedOut bool
-		ctxErr   error
-	)
-	select {
-	case o = <-done:
-	case <-timer.C:
-		timedOut = true
-		if err := kill(); err != nil {
-			stop()
-			<-done
-			return Result{}, fmt.Errorf("%w: killing the program at its timeout: %w", sandbox.ErrOutcomeUnknown, err)
-		}
-		o = <-done
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		kerr := kill()
-		stop()
-		<-done
-		if stdinDone != nil {
-			<-stdinDone
-		}
-		return Result{}, errors.Join(ctxErr, kerr)
-	}
-	end := time.Now()
-	stop()
-	if stdinDone != nil {
-		<-stdinDone
-	}
-	if o.err != nil {
-		return Result{}, errors.Join(o.err, kill())
-	}
-	ex := *o.res
-	if o.gap {
-		log.Warn("run_code: output of a pre-started interpreter was dropped by the agent's buffer before it was read; result marked truncated", "process", w.id)
-	}
-	res := Result{
-		ExitCode:       ex.ExitCode,
-		Signal:         ex.Signal,
-		Stdout:         outBuf.String(),
-		Stderr:         errBuf.String(),
-		TimedOut:       timedOut && ex.Signal != "",
-		OOMKilled:      ex.OOMKilled,
-		Truncated:      ex.Truncated || outBuf.over || errBuf.over || o.gap,
-		DurationMs:     end.Sub(start).Milliseconds(),
-		TimeoutSeconds: req.TimeoutSeconds,
-		OutputCapBytes: capBytes,
-	}
-	if res.ExitCode < 0 && res.Signal != "" {
-		if n := unix.SignalNum(res.Signal); n != 0 {
-			res.ExitCode = 128 + int(n)
-		}
-	}
-	return res, nil
-}
-
-func boolDigit(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// usable reports whether a run may use a waiting interpreter: its output cap fits the one the
-// interpreter was started with.
-func (pre *prestarted) usable(opts Options) bool {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
-	return capBytes <= pre.maxOutput
 }

@@ -108,7 +108,11 @@ func runThroughLoader(t *testing.T, py, work string, env []string, base *string,
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the loader's directory is still there while it waits: %v", err)
 	}
-	payload := fmt.Sprintf("%d %d\n", len(code), boolDigit(stdin != nil)) + code
+	hasStdin := 0
+	if stdin != nil {
+		hasStdin = 1
+	}
+	payload := fmt.Sprintf("%d %d\n", len(code), hasStdin) + code
 	if stdin != nil {
 		payload += *stdin
 	}

@@ -2,7 +2,6 @@
 package runcode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,43 +9,41 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path"
 	"reflect"
-	"slices"
-	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
+// The run_code semantics themselves are runcode/core's, which a lean caller (airlock run's
+// front) links without this package's backend, spec and plan; these are its names here.
+
 // Language is a canonical language name.
-type Language string
+type Language = core.Language
 
 const (
-	Python Language = "python"
-	Node   Language = "node"
-	Bash   Language = "bash"
+	Python = core.Python
+	Node   = core.Node
+	Bash   = core.Bash
 )
 
 // Limits of one run.
 const (
-	DefaultTimeoutSeconds = 30
-	MaxTimeoutSeconds     = 300
+	DefaultTimeoutSeconds = core.DefaultTimeoutSeconds
+	MaxTimeoutSeconds     = core.MaxTimeoutSeconds
 	// MaxCodeBytes bounds the code itself; larger programs belong in Files.
-	MaxCodeBytes = 1 << 20
+	MaxCodeBytes = core.MaxCodeBytes
 	// DefaultOutputBytes caps each of stdout and stderr.
-	DefaultOutputBytes = 1 << 20
+	DefaultOutputBytes = core.DefaultOutputBytes
 	// The sandbox a run gets.
-	DefaultMemory       = "512Mi"
-	DefaultCPU          = "1"
-	DefaultMaxProcesses = 256
+	DefaultMemory       = core.DefaultMemory
+	DefaultCPU          = core.DefaultCPU
+	DefaultMaxProcesses = core.DefaultMaxProcesses
 	// lifetimeMargin is how long a sandbox may outlive its exec's deadline before the
 	// backend's own lifetime bound reaps it, should this process die before terminating it.
 	lifetimeMargin = 60
@@ -54,117 +51,22 @@ const (
 	terminateTimeout = 30 * time.Second
 )
 
-// runtime is how one language is run: the file the code goes into and the command.
-type runtime struct {
-	file string
-	argv []string
-}
-
-var runtimes = map[Language]runtime{
-	Python: {file: "main.py", argv: []string{"python3", "main.py"}},
-	Node:   {file: "main.js", argv: []string{"node", "main.js"}},
-	Bash:   {file: "main.sh", argv: []string{"bash", "main.sh"}},
-}
-
-// aliases maps every accepted (lower-case) name to its language, canonical names included.
-var aliases = map[string]Language{
-	"python": Python, "py": Python, "python3": Python,
-	"node": Node, "js": Node, "javascript": Node,
-	"bash": Bash, "sh": Bash, "shell": Bash,
-}
-
 // Languages lists the canonical names.
-func Languages() []Language { return []Language{Python, Node, Bash} }
+func Languages() []Language { return core.Languages() }
 
 // LanguageNames lists every accepted name, aliases included, canonical ones first, for a
 // schema enum or a flag's help.
-func LanguageNames() []string {
-	names := []string{string(Python), string(Node), string(Bash)}
-	var rest []string
-	for a := range aliases {
-		if !slices.Contains(names, a) {
-			rest = append(rest, a)
-		}
-	}
-	sort.Strings(rest)
-	return append(names, rest...)
-}
+func LanguageNames() []string { return core.LanguageNames() }
 
 // ParseLanguage returns the language s names, case-insensitively, or an error listing
 // the allowed names.
-func ParseLanguage(s string) (Language, error) {
-	if l, ok := aliases[strings.ToLower(strings.TrimSpace(s))]; ok {
-		return l, nil
-	}
-	if strings.TrimSpace(s) == "" {
-		return "", fmt.Errorf("%w: language is empty: allowed are %s", sandbox.ErrInvalid, strings.Join(LanguageNames(), ", "))
-	}
-	return "", fmt.Errorf("%w: language %q is not supported: allowed are %s", sandbox.ErrInvalid, s, strings.Join(LanguageNames(), ", "))
-}
+func ParseLanguage(s string) (Language, error) { return core.ParseLanguage(s) }
 
 // Request is one run.
-type Request struct {
-	// Language is python, node or bash, or an alias (py, python3, js, javascript, sh, shell).
-	Language string `json:"language"`
-	// Code is the program text.
-	Code string `json:"code"`
-	// TimeoutSeconds is 1..300; 0 means 30.
-	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
-	// Network allows connections to the public internet (egress mode allow); off by default.
-	Network bool `json:"network,omitempty"`
-	// Stdin is fed to the program; empty means stdin is closed.
-	Stdin string `json:"stdin,omitempty"`
-	// Files are written before the program starts: relative paths are below the working
-	// directory, absolute ones are where they say.
-	Files map[string][]byte `json:"-"`
-}
+type Request = core.Request
 
 // Normalize checks req and returns it with the language canonical and the timeout defaulted.
-func Normalize(req Request) (Request, error) {
-	l, err := ParseLanguage(req.Language)
-	if err != nil {
-		return req, err
-	}
-	req.Language = string(l)
-	if strings.TrimSpace(req.Code) == "" {
-		return req, fmt.Errorf("%w: code is empty: give the program to run", sandbox.ErrInvalid)
-	}
-	if len(req.Code) > MaxCodeBytes {
-		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: put large programs in files", sandbox.ErrInvalid, len(req.Code), MaxCodeBytes)
-	}
-	switch {
-	case req.TimeoutSeconds == 0:
-		req.TimeoutSeconds = DefaultTimeoutSeconds
-	case req.TimeoutSeconds < 0:
-		return req, fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, req.TimeoutSeconds)
-	case req.TimeoutSeconds > MaxTimeoutSeconds:
-		return req, fmt.Errorf("%w: timeout_seconds %d is over the cap of %d seconds", sandbox.ErrInvalid, req.TimeoutSeconds, MaxTimeoutSeconds)
-	}
-	codeFile := runtimes[l].file
-	for p := range req.Files {
-		if err := checkFilePath(p); err != nil {
-			return req, err
-		}
-		if path.Clean(p) == codeFile {
-			return req, fmt.Errorf("%w: file %q would overwrite the code itself (%s): give it another name", sandbox.ErrInvalid, p, codeFile)
-		}
-	}
-	return req, nil
-}
-
-func checkFilePath(p string) error {
-	switch {
-	case p == "":
-		return fmt.Errorf("%w: a file path is empty", sandbox.ErrInvalid)
-	case strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("%w: file path %q contains a NUL byte", sandbox.ErrInvalid, p)
-	case slices.Contains(strings.Split(p, "/"), ".."):
-		return fmt.Errorf("%w: file path %q contains '..': give the path without it", sandbox.ErrInvalid, p)
-	case path.Clean(p) == "." || path.Clean(p) == "/":
-		return fmt.Errorf("%w: file path %q names a directory, not a file", sandbox.ErrInvalid, p)
-	}
-	return nil
-}
+func Normalize(req Request) (Request, error) { return core.Normalize(req) }
 
 // Options are how the caller runs code, beyond the request itself.
 type Options struct {
@@ -185,6 +87,11 @@ type Options struct {
 	// handed back to Pool.Discard, which terminates it off the caller's path (so its errors are
 	// logged by the pool, not returned). Runs that do not fit are created as without a pool.
 	Pool Pool
+}
+
+// core is the part of opts core.RunIn takes.
+func (opts Options) core() core.Options {
+	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, Logger: opts.Logger}
 }
 
 // Pool hands out fresh sandboxes created ahead of time from one template
@@ -209,72 +116,7 @@ type RunPool interface {
 }
 
 // Result is what one run produced.
-type Result struct {
-	Language string `json:"language" jsonschema:"the language the code ran as (empty for a session command)"`
-	// ExitCode is the program's exit status; a program killed by a signal reports 128+signal,
-	// as a shell does.
-	ExitCode int    `json:"exit_code" jsonschema:"the exit status; 128+N when killed by signal N"`
-	Signal   string `json:"signal,omitempty" jsonschema:"the signal that killed the program, if one did"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-	// TimedOut: the program ran past its timeout and was killed with everything it started.
-	TimedOut bool `json:"timed_out" jsonschema:"the program ran past its timeout and was killed with everything it started"`
-	// OOMKilled: the program was killed for exceeding the memory limit.
-	OOMKilled bool `json:"oom_killed" jsonschema:"the program was killed for exceeding the memory limit"`
-	// Truncated: stdout or stderr went over the cap and the rest was dropped.
-	Truncated      bool   `json:"truncated" jsonschema:"stdout or stderr went over output_cap_bytes and the rest was dropped"`
-	DurationMs     int64  `json:"duration_ms"`
-	TimeoutSeconds int    `json:"timeout_seconds"`
-	SandboxID      string `json:"sandbox_id"`
-	// Memory is the memory limit the program ran under, for the OOM message.
-	Memory string `json:"memory" jsonschema:"the memory limit the program ran under"`
-	// OutputCapBytes is the per-stream cap, for the truncation message.
-	OutputCapBytes int64 `json:"output_cap_bytes" jsonschema:"the cap on each of stdout and stderr, in bytes"`
-}
-
-// Text renders the result for a person or a model: "Exit code: N", notes on a timeout,
-// OOM kill or truncation, then the non-empty output sections.
-func (r Result) Text() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Exit code: %d\n", r.ExitCode)
-	if r.TimedOut {
-		fmt.Fprintf(&b, "Timed out after %ds: the program and everything it started were killed\n", r.TimeoutSeconds)
-	}
-	if r.OOMKilled {
-		fmt.Fprintf(&b, "Killed: out of memory (limit %s)\n", r.Memory)
-	} else if r.Signal != "" && !r.TimedOut {
-		fmt.Fprintf(&b, "Killed by signal %s\n", r.Signal)
-	}
-	if r.Truncated {
-		fmt.Fprintf(&b, "Output truncated: each stream is capped at %d bytes\n", r.OutputCapBytes)
-	}
-	section := func(name, s string) {
-		if s == "" {
-			return
-		}
-		fmt.Fprintf(&b, "--- %s ---\n%s", name, s)
-		if !strings.HasSuffix(s, "\n") {
-			b.WriteByte('\n')
-		}
-	}
-	section("stdout", r.Stdout)
-	section("stderr", r.Stderr)
-	return b.String()
-}
-
-// ExitStatus is the status a command-line tool exits with for this result: 124 on a
-// timeout (as coreutils timeout), 137 on an OOM kill, else the program's exit code.
-func (r Result) ExitStatus() int {
-	switch {
-	case r.TimedOut:
-		return 124
-	case r.OOMKilled:
-		return 137
-	case r.ExitCode < 0 || r.ExitCode > 255:
-		return 1
-	}
-	return r.ExitCode
-}
+type Result = core.Result
 
 // Declaration is the sandbox a run of req gets: the run_code defaults, egress allow only
 // when req.Network, and a lifetime just past the timeout so that a sandbox this process
@@ -461,65 +303,26 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	return res, term, err
 }
 
-// runIn runs req in the sandbox sess (pre: what a pool pre-started in it, or nil).
-func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, pre *prestarted, decl spec.Sandbox, req Request, opts Options, log *slog.Logger) (res Result, err error) {
+// runIn runs req in the sandbox sess (pre: what a pool pre-started in it, or nil), and closes
+// the client it used: pre's when there is one, else one it connects.
+func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, pre *core.Prestarted, decl spec.Sandbox, req Request, opts Options, log *slog.Logger) (Result, error) {
 	var agent sandbox.Agent
 	if pre != nil {
-		agent = pre.agent // the prestart's client, its connections open
-	} else if agent, err = backend.Connect(ctx, sess.ID); err != nil {
-		return Result{}, fmt.Errorf("connecting to the sandbox: %w", err)
+		defer pre.Close()
+		agent = pre.Agent() // the prestart's client, its connections open
+	} else {
+		var err error
+		if agent, err = backend.Connect(ctx, sess.ID); err != nil {
+			return Result{}, fmt.Errorf("connecting to the sandbox: %w", err)
+		}
+		defer agent.Close()
 	}
-	defer agent.Close()
-
-	workdir := decl.Workdir
-	rt := runtimes[Language(req.Language)]
-	if err := writeFiles(ctx, agent, workdir, req.Files); err != nil {
+	co := opts.core()
+	co.Logger = log.With("session", sess.ID)
+	res, err := core.RunIn(ctx, agent, pre, decl.Workdir, req, co)
+	if err != nil {
 		return Result{}, err
 	}
-
-	stdin := opts.Stdin
-	if stdin == nil && req.Stdin != "" {
-		stdin = strings.NewReader(req.Stdin)
-	}
-	if pre != nil {
-		// A pooled sandbox with interpreters waiting (prestart.go): the one for this language
-		// gets the code, the others go first.
-		pa, ok := agent.(processAgent)
-		if !ok {
-			return Result{}, fmt.Errorf("%w: the sandbox holds pre-started interpreters but this agent client cannot reach them", sandbox.ErrUnsupported)
-		}
-		w, err := pre.take(ctx, pa, Language(req.Language), pre.usable(opts))
-		if err != nil {
-			return Result{}, err
-		}
-		if w != nil {
-			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
-			if err == nil {
-				log.Debug("run_code: ran in a pre-started interpreter", "session", sess.ID, "language", req.Language)
-				res.Language = req.Language
-				res.SandboxID = sess.SandboxID
-				res.Memory = string(decl.Limits.Memory)
-				return res, nil
-			}
-			if !errors.Is(err, errInterpreterGone) {
-				return Result{}, fmt.Errorf("running the code: %w", err)
-			}
-			log.Warn("run_code: the pre-started interpreter had exited; running the code cold", "session", sess.ID)
-		}
-	}
-	if err := agent.WriteFile(ctx, path.Join(workdir, rt.file), strings.NewReader(req.Code), 0o644); err != nil {
-		return Result{}, fmt.Errorf("writing the code to %s: %w", path.Join(workdir, rt.file), err)
-	}
-	res, err = Exec(ctx, agent, sandbox.ExecRequest{
-		Argv:    rt.argv,
-		Cwd:     workdir,
-		Timeout: time.Duration(req.TimeoutSeconds) * time.Second,
-		Stdin:   stdin,
-	}, opts)
-	if err != nil {
-		return Result{}, fmt.Errorf("running the code: %w", err)
-	}
-	res.Language = req.Language
 	res.SandboxID = sess.SandboxID
 	res.Memory = string(decl.Limits.Memory)
 	return res, nil
@@ -531,7 +334,7 @@ const ClaimMargin = 5 * time.Second
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
 // has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
 // pool pre-started in it (RunPool), nil if nothing.
-func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (sess *sandbox.Session, pooled bool, pre *prestarted, err error) {
+func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Duration, log *slog.Logger) (sess *sandbox.Session, pooled bool, pre *core.Prestarted, err error) {
 	if pool == nil || !Fits(decl, pool.Template()) {
 		return nil, false, nil, nil
 	}
@@ -555,7 +358,7 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 		pool.Discard(sess.ID)
 		return nil, false, nil, nil
 	}
-	pre, _ = v.(*prestarted)
+	pre, _ = v.(*core.Prestarted)
 	return sess, true, pre, nil
 }
 
@@ -591,104 +394,5 @@ func PoolTemplate(opts Options, idleExpiry time.Duration) spec.Sandbox {
 // and MaxOutputBytes apply; req's own caps are set from MaxOutputBytes). It is the exec step
 // of Run, for callers that keep a sandbox across commands.
 func Exec(ctx context.Context, agent sandbox.Agent, req sandbox.ExecRequest, opts Options) (Result, error) {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
-	req.MaxStdout, req.MaxStderr = capBytes, capBytes
-	outBuf := &capped{max: capBytes}
-	errBuf := &capped{max: capBytes}
-	var stdout, stderr io.Writer = outBuf, errBuf
-	if opts.Stdout != nil {
-		stdout = io.MultiWriter(outBuf, opts.Stdout)
-	}
-	if opts.Stderr != nil {
-		stderr = io.MultiWriter(errBuf, opts.Stderr)
-	}
-	ex, err := agent.Exec(ctx, req, stdout, stderr)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{
-		ExitCode:       ex.ExitCode,
-		Signal:         ex.Signal,
-		Stdout:         outBuf.String(),
-		Stderr:         errBuf.String(),
-		TimedOut:       ex.TimedOut,
-		OOMKilled:      ex.OOMKilled,
-		Truncated:      ex.Truncated || outBuf.over || errBuf.over,
-		DurationMs:     ex.Duration.Milliseconds(),
-		TimeoutSeconds: int(req.Timeout / time.Second),
-		OutputCapBytes: capBytes,
-	}
-	if res.ExitCode < 0 && res.Signal != "" {
-		if n := unix.SignalNum(res.Signal); n != 0 {
-			res.ExitCode = 128 + int(n)
-		}
-	}
-	return res, nil
-}
-
-// writeFiles writes files in a stable order, creating parent directories.
-func writeFiles(ctx context.Context, agent sandbox.Agent, workdir string, files map[string][]byte) error {
-	names := make([]string, 0, len(files))
-	for p := range files {
-		names = append(names, p)
-	}
-	sort.Strings(names)
-	made := map[string]bool{workdir: true}
-	for _, p := range names {
-		abs := p
-		if !path.IsAbs(abs) {
-			abs = path.Join(workdir, p)
-		}
-		abs = path.Clean(abs)
-		if dir := path.Dir(abs); !made[dir] {
-			if err := agent.Mkdir(ctx, dir, 0o755); err != nil {
-				return fmt.Errorf("creating directory %s for file %q: %w", dir, p, err)
-			}
-			made[dir] = true
-		}
-		if err := agent.WriteFile(ctx, abs, bytes.NewReader(files[p]), 0o644); err != nil {
-			return fmt.Errorf("writing file %q to %s: %w", p, abs, err)
-		}
-	}
-	return nil
-}
-
-// capped keeps at most max bytes, cut back to whole UTF-8 characters when read, and
-// remembers whether more came.
-type capped struct {
-	buf  bytes.Buffer
-	max  int64
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	room := c.max - int64(c.buf.Len())
-	if int64(len(p)) > room {
-		c.over = true
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	c.buf.Write(p)
-	return len(p), nil
-}
-
-func (c *capped) String() string {
-	b := c.buf.Bytes()
-	if c.over {
-		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
-		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
-			if utf8.RuneStart(b[len(b)-i]) {
-				if !utf8.FullRune(b[len(b)-i:]) {
-					b = b[:len(b)-i]
-				}
-				break
-			}
-		}
-	}
-	return string(b)
+	return core.Exec(ctx, agent, req, opts.core())
 }

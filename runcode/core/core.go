@@ -1,0 +1,424 @@
+// Package core runs one request in a sandbox through its agent: run_code's semantics without a backend, spec or plan.
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
+)
+
+// Language is a canonical language name.
+type Language string
+
+const (
+	Python Language = "python"
+	Node   Language = "node"
+	Bash   Language = "bash"
+)
+
+// Limits of one run.
+const (
+	DefaultTimeoutSeconds = 30
+	MaxTimeoutSeconds     = 300
+	// MaxCodeBytes bounds the code itself; larger programs belong in Files.
+	MaxCodeBytes = 1 << 20
+	// DefaultOutputBytes caps each of stdout and stderr.
+	DefaultOutputBytes = 1 << 20
+	// The sandbox a run gets.
+	DefaultMemory       = "512Mi"
+	DefaultCPU          = "1"
+	DefaultMaxProcesses = 256
+	// terminateTimeout bounds the cleanup that runs even after the caller's ctx ended.
+	terminateTimeout = 30 * time.Second
+)
+
+// runtime is how one language is run: the file the code goes into and the command.
+type runtime struct {
+	file string
+	argv []string
+}
+
+var runtimes = map[Language]runtime{
+	Python: {file: "main.py", argv: []string{"python3", "main.py"}},
+	Node:   {file: "main.js", argv: []string{"node", "main.js"}},
+	Bash:   {file: "main.sh", argv: []string{"bash", "main.sh"}},
+}
+
+// Program is how l is run: the file its code goes into (relative to the working directory)
+// and the command, for a caller that starts the interpreter itself (runcode's Prestart).
+func Program(l Language) (file string, argv []string) {
+	rt := runtimes[l]
+	return rt.file, slices.Clone(rt.argv)
+}
+
+// aliases maps every accepted (lower-case) name to its language, canonical names included.
+var aliases = map[string]Language{
+	"python": Python, "py": Python, "python3": Python,
+	"node": Node, "js": Node, "javascript": Node,
+	"bash": Bash, "sh": Bash, "shell": Bash,
+}
+
+// Languages lists the canonical names.
+func Languages() []Language { return []Language{Python, Node, Bash} }
+
+// LanguageNames lists every accepted name, aliases included, canonical ones first, for a
+// schema enum or a flag's help.
+func LanguageNames() []string {
+	names := []string{string(Python), string(Node), string(Bash)}
+	var rest []string
+	for a := range aliases {
+		if !slices.Contains(names, a) {
+			rest = append(rest, a)
+		}
+	}
+	sort.Strings(rest)
+	return append(names, rest...)
+}
+
+// ParseLanguage returns the language s names, case-insensitively, or an error listing
+// the allowed names.
+func ParseLanguage(s string) (Language, error) {
+	if l, ok := aliases[strings.ToLower(strings.TrimSpace(s))]; ok {
+		return l, nil
+	}
+	if strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("%w: language is empty: allowed are %s", sbtypes.ErrInvalid, strings.Join(LanguageNames(), ", "))
+	}
+	return "", fmt.Errorf("%w: language %q is not supported: allowed are %s", sbtypes.ErrInvalid, s, strings.Join(LanguageNames(), ", "))
+}
+
+// Request is one run.
+type Request struct {
+	// Language is python, node or bash, or an alias (py, python3, js, javascript, sh, shell).
+	Language string `json:"language"`
+	// Code is the program text.
+	Code string `json:"code"`
+	// TimeoutSeconds is 1..300; 0 means 30.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Network allows connections to the public internet (egress mode allow); off by default.
+	Network bool `json:"network,omitempty"`
+	// Stdin is fed to the program; empty means stdin is closed.
+	Stdin string `json:"stdin,omitempty"`
+	// Files are written before the program starts: relative paths are below the working
+	// directory, absolute ones are where they say.
+	Files map[string][]byte `json:"-"`
+}
+
+// Normalize checks req and returns it with the language canonical and the timeout defaulted.
+func Normalize(req Request) (Request, error) {
+	l, err := ParseLanguage(req.Language)
+	if err != nil {
+		return req, err
+	}
+	req.Language = string(l)
+	if strings.TrimSpace(req.Code) == "" {
+		return req, fmt.Errorf("%w: code is empty: give the program to run", sbtypes.ErrInvalid)
+	}
+	if len(req.Code) > MaxCodeBytes {
+		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: put large programs in files", sbtypes.ErrInvalid, len(req.Code), MaxCodeBytes)
+	}
+	switch {
+	case req.TimeoutSeconds == 0:
+		req.TimeoutSeconds = DefaultTimeoutSeconds
+	case req.TimeoutSeconds < 0:
+		return req, fmt.Errorf("%w: timeout_seconds %d must be at least 1", sbtypes.ErrInvalid, req.TimeoutSeconds)
+	case req.TimeoutSeconds > MaxTimeoutSeconds:
+		return req, fmt.Errorf("%w: timeout_seconds %d is over the cap of %d seconds", sbtypes.ErrInvalid, req.TimeoutSeconds, MaxTimeoutSeconds)
+	}
+	codeFile := runtimes[l].file
+	for p := range req.Files {
+		if err := checkFilePath(p); err != nil {
+			return req, err
+		}
+		if path.Clean(p) == codeFile {
+			return req, fmt.Errorf("%w: file %q would overwrite the code itself (%s): give it another name", sbtypes.ErrInvalid, p, codeFile)
+		}
+	}
+	return req, nil
+}
+
+func checkFilePath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("%w: a file path is empty", sbtypes.ErrInvalid)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("%w: file path %q contains a NUL byte", sbtypes.ErrInvalid, p)
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return fmt.Errorf("%w: file path %q contains '..': give the path without it", sbtypes.ErrInvalid, p)
+	case path.Clean(p) == "." || path.Clean(p) == "/":
+		return fmt.Errorf("%w: file path %q names a directory, not a file", sbtypes.ErrInvalid, p)
+	}
+	return nil
+}
+
+// Options are how the caller runs code, beyond the request itself: where its output goes.
+type Options struct {
+	// Stdout and Stderr, when set, receive output live as it is produced, in addition to
+	// what Result captures (at most MaxOutputBytes each).
+	Stdout, Stderr io.Writer
+	// Stdin, when set, is fed to the program instead of Request.Stdin.
+	Stdin io.Reader
+	// MaxOutputBytes caps each stream; 0 means DefaultOutputBytes.
+	MaxOutputBytes int64
+	Logger         *slog.Logger
+}
+
+// Result is what one run produced.
+type Result struct {
+	Language string `json:"language" jsonschema:"the language the code ran as (empty for a session command)"`
+	// ExitCode is the program's exit status; a program killed by a signal reports 128+signal,
+	// as a shell does.
+	ExitCode int    `json:"exit_code" jsonschema:"the exit status; 128+N when killed by signal N"`
+	Signal   string `json:"signal,omitempty" jsonschema:"the signal that killed the program, if one did"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
+	// TimedOut: the program ran past its timeout and was killed with everything it started.
+	TimedOut bool `json:"timed_out" jsonschema:"the program ran past its timeout and was killed with everything it started"`
+	// OOMKilled: the program was killed for exceeding the memory limit.
+	OOMKilled bool `json:"oom_killed" jsonschema:"the program was killed for exceeding the memory limit"`
+	// Truncated: stdout or stderr went over the cap and the rest was dropped.
+	Truncated      bool   `json:"truncated" jsonschema:"stdout or stderr went over output_cap_bytes and the rest was dropped"`
+	DurationMs     int64  `json:"duration_ms"`
+	TimeoutSeconds int    `json:"timeout_seconds"`
+	SandboxID      string `json:"sandbox_id"`
+	// Memory is the memory limit the program ran under, for the OOM message.
+	Memory string `json:"memory" jsonschema:"the memory limit the program ran under"`
+	// OutputCapBytes is the per-stream cap, for the truncation message.
+	OutputCapBytes int64 `json:"output_cap_bytes" jsonschema:"the cap on each of stdout and stderr, in bytes"`
+}
+
+// Text renders the result for a person or a model: "Exit code: N", notes on a timeout,
+// OOM kill or truncation, then the non-empty output sections.
+func (r Result) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Exit code: %d\n", r.ExitCode)
+	if r.TimedOut {
+		fmt.Fprintf(&b, "Timed out after %ds: the program and everything it started were killed\n", r.TimeoutSeconds)
+	}
+	if r.OOMKilled {
+		fmt.Fprintf(&b, "Killed: out of memory (limit %s)\n", r.Memory)
+	} else if r.Signal != "" && !r.TimedOut {
+		fmt.Fprintf(&b, "Killed by signal %s\n", r.Signal)
+	}
+	if r.Truncated {
+		fmt.Fprintf(&b, "Output truncated: each stream is capped at %d bytes\n", r.OutputCapBytes)
+	}
+	section := func(name, s string) {
+		if s == "" {
+			return
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s", name, s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	section("stdout", r.Stdout)
+	section("stderr", r.Stderr)
+	return b.String()
+}
+
+// ExitStatus is the status a command-line tool exits with for this result: 124 on a
+// timeout (as coreutils timeout), 137 on an OOM kill, else the program's exit code.
+func (r Result) ExitStatus() int {
+	switch {
+	case r.TimedOut:
+		return 124
+	case r.OOMKilled:
+		return 137
+	case r.ExitCode < 0 || r.ExitCode > 255:
+		return 1
+	}
+	return r.ExitCode
+}
+
+// RunIn runs req in the sandbox whose agent is agent, with workdir its working directory
+// (the declaration's, defaults applied): req.Files first, then the code, in pre's waiting
+// interpreter for req's language when there is a usable one (every other one is removed
+// first), else cold (the code written to its file, the command exec'd), as also when that
+// interpreter had exited before it got the code. pre is what was pre-started in the sandbox,
+// or nil; agent nil means pre.Agent(). The result's SandboxID and Memory are the caller's to
+// set. RunIn closes neither agent nor pre: the caller does, after it (pre.Close closes pre's
+// agent). An error means the run could not happen or its outcome is unknown; a program that
+// failed, timed out or was killed is a Result with no error.
+func RunIn(ctx context.Context, agent sbtypes.Agent, pre *Prestarted, workdir string, req Request, opts Options) (res Result, err error) {
+	req, err = Normalize(req)
+	if err != nil {
+		return Result{}, err
+	}
+	if agent == nil && pre != nil {
+		agent = pre.agent
+	}
+	if agent == nil {
+		return Result{}, fmt.Errorf("%w: no agent to run the code with", sbtypes.ErrInvalid)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rt := runtimes[Language(req.Language)]
+	if err := writeFiles(ctx, agent, workdir, req.Files); err != nil {
+		return Result{}, err
+	}
+
+	stdin := opts.Stdin
+	if stdin == nil && req.Stdin != "" {
+		stdin = strings.NewReader(req.Stdin)
+	}
+	if pre != nil {
+		// A sandbox with interpreters waiting (prestarted.go): the one for this language gets
+		// the code, the others go first.
+		pa, ok := agent.(processAgent)
+		if !ok {
+			return Result{}, fmt.Errorf("%w: the sandbox holds pre-started interpreters but this agent client cannot reach them", sbtypes.ErrUnsupported)
+		}
+		w, err := pre.take(ctx, pa, Language(req.Language), pre.usable(opts))
+		if err != nil {
+			return Result{}, err
+		}
+		if w != nil {
+			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
+			if err == nil {
+				log.Debug("run_code: ran in a pre-started interpreter", "language", req.Language)
+				res.Language = req.Language
+				return res, nil
+			}
+			if !errors.Is(err, errInterpreterGone) {
+				return Result{}, fmt.Errorf("running the code: %w", err)
+			}
+			log.Warn("run_code: the pre-started interpreter had exited; running the code cold")
+		}
+	}
+	if err := agent.WriteFile(ctx, path.Join(workdir, rt.file), strings.NewReader(req.Code), 0o644); err != nil {
+		return Result{}, fmt.Errorf("writing the code to %s: %w", path.Join(workdir, rt.file), err)
+	}
+	res, err = Exec(ctx, agent, sbtypes.ExecRequest{
+		Argv:    rt.argv,
+		Cwd:     workdir,
+		Timeout: time.Duration(req.TimeoutSeconds) * time.Second,
+		Stdin:   stdin,
+	}, opts)
+	if err != nil {
+		return Result{}, fmt.Errorf("running the code: %w", err)
+	}
+	res.Language = req.Language
+	return res, nil
+}
+
+// Exec runs req on agent and captures its output the way RunIn does (opts.Stdout, Stderr
+// and MaxOutputBytes apply; req's own caps are set from MaxOutputBytes). It is the exec step
+// of a cold run, for callers that keep a sandbox across commands.
+func Exec(ctx context.Context, agent sbtypes.Agent, req sbtypes.ExecRequest, opts Options) (Result, error) {
+	capBytes := opts.MaxOutputBytes
+	if capBytes <= 0 {
+		capBytes = DefaultOutputBytes
+	}
+	req.MaxStdout, req.MaxStderr = capBytes, capBytes
+	outBuf := &capped{max: capBytes}
+	errBuf := &capped{max: capBytes}
+	var stdout, stderr io.Writer = outBuf, errBuf
+	if opts.Stdout != nil {
+		stdout = io.MultiWriter(outBuf, opts.Stdout)
+	}
+	if opts.Stderr != nil {
+		stderr = io.MultiWriter(errBuf, opts.Stderr)
+	}
+	ex, err := agent.Exec(ctx, req, stdout, stderr)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		ExitCode:       ex.ExitCode,
+		Signal:         ex.Signal,
+		Stdout:         outBuf.String(),
+		Stderr:         errBuf.String(),
+		TimedOut:       ex.TimedOut,
+		OOMKilled:      ex.OOMKilled,
+		Truncated:      ex.Truncated || outBuf.over || errBuf.over,
+		DurationMs:     ex.Duration.Milliseconds(),
+		TimeoutSeconds: int(req.Timeout / time.Second),
+		OutputCapBytes: capBytes,
+	}
+	if res.ExitCode < 0 && res.Signal != "" {
+		if n := unix.SignalNum(res.Signal); n != 0 {
+			res.ExitCode = 128 + int(n)
+		}
+	}
+	return res, nil
+}
+
+// writeFiles writes files in a stable order, creating parent directories.
+func writeFiles(ctx context.Context, agent sbtypes.Agent, workdir string, files map[string][]byte) error {
+	names := make([]string, 0, len(files))
+	for p := range files {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	made := map[string]bool{workdir: true}
+	for _, p := range names {
+		abs := p
+		if !path.IsAbs(abs) {
+			abs = path.Join(workdir, p)
+		}
+		abs = path.Clean(abs)
+		if dir := path.Dir(abs); !made[dir] {
+			if err := agent.Mkdir(ctx, dir, 0o755); err != nil {
+				return fmt.Errorf("creating directory %s for file %q: %w", dir, p, err)
+			}
+			made[dir] = true
+		}
+		if err := agent.WriteFile(ctx, abs, bytes.NewReader(files[p]), 0o644); err != nil {
+			return fmt.Errorf("writing file %q to %s: %w", p, abs, err)
+		}
+	}
+	return nil
+}
+
+// capped keeps at most max bytes, cut back to whole UTF-8 characters when read, and
+// remembers whether more came.
+type capped struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.max - int64(c.buf.Len())
+	if int64(len(p)) > room {
+		c.over = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+func (c *capped) String() string {
+	b := c.buf.Bytes()
+	if c.over {
+		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
+		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i]
+				}
+				break
+			}
+		}
+	}
+	return string(b)
+}
