@@ -894,18 +894,8 @@ func (b *Backend) watchAdopted(s *session, pidfd int) {
 			<-b.stop
 			stopW.Close()
 		}()
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(stopR.Fd()), Events: unix.POLLIN}}
-		for {
-			_, err := unix.Poll(fds, -1)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || fds[1].Revents != 0 {
-				return
-			}
-			if fds[0].Revents != 0 {
-				break
-			}
+		if !spares.WaitExit(pidfd, int(stopR.Fd())) {
+			return
 		}
 		close(s.done)
 		b.reapExited(s)
@@ -1080,11 +1070,9 @@ func (b *Backend) Kill(ctx context.Context, sessionID string) error {
 	s.dropWarm()
 	// PID 1 of the sandbox's pid namespace: the kernel kills every other process there and
 	// has reaped them all by the time init exits and its pidfd turns readable.
-	if err := unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+	// The kill a one-shot claimer makes without this package (spares.Claimed.Kill) too.
+	if err := spares.SignalKill(s.pidfd, freezerOf(&s.rec)); err != nil {
 		return fmt.Errorf("%w: kill %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
-	}
-	if cg, err := b.cg.load(sessionID); err == nil {
-		_ = cg.thaw() // a paused sandbox cannot die frozen
 	}
 	select {
 	case <-s.done:

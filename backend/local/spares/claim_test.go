@@ -1,0 +1,293 @@
+package spares_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/spec"
+)
+
+func spareTmpl() spec.Sandbox {
+	life := int64(600)
+	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spares-test"}}
+	d.Session.MaxLifetimeSeconds = &life
+	return d
+}
+
+// testBackend is a runtime (the filler's side) and its state dir.
+type testBackend struct {
+	*local.Backend
+	dir string
+}
+
+// newBackend is a runtime over a fresh, short state dir (unix socket paths are limited to 107
+// bytes); the cleanup terminates whatever the test left.
+func newBackend(t *testing.T) testBackend {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "als")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := local.New(context.Background(), local.Options{StateDir: dir, AgentPath: agentBin, ImageCacheDir: filepath.Join(dir, "images")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "s-") {
+				if err := b.Terminate(ctx, e.Name()); err != nil {
+					t.Errorf("cleanup: terminate %s: %v", e.Name(), err)
+				}
+			}
+		}
+		b.Close()
+		parents, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", local.CgroupParentFor(dir)))
+		for _, d := range append(parents, filepath.Join(spares.CgroupRoot, local.CgroupParentFor(dir))) {
+			_ = os.Remove(d)
+		}
+	})
+	return testBackend{b, dir}
+}
+
+// park fills n spares of spareTmpl and returns their key.
+func park(t *testing.T, b testBackend, n int) string {
+	t.Helper()
+	if err := b.FillSpares(t.Context(), spareTmpl(), local.SpareOptions{Count: n, MaxAge: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := local.SpareKey(spareTmpl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.ParkedSpares(key); n == 0 {
+		t.Fatal("nothing parked")
+	}
+	return key
+}
+
+// cgroupProcs lists the processes in every cgroup of the sandbox whose cgroup is rel, in every
+// hierarchy.
+func cgroupProcs(t *testing.T, rel string) []int {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", rel))
+	dirs = append(dirs, filepath.Join(spares.CgroupRoot, rel))
+	var pids []int
+	for _, d := range dirs {
+		_ = filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
+			if err != nil || !de.IsDir() {
+				return nil
+			}
+			raw, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(raw)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return pids
+}
+
+// TestClaimRunKill: a claimed spare runs code through its agent; Kill returns once its init
+// is gone and no process of it is left in any of its cgroups (a detached child included).
+func TestClaimRunKill(t *testing.T) {
+	b := newBackend(t)
+	key := park(t, b, 1)
+	dir := b.dir
+	c, discarded, err := spares.Claim(t.Context(), dir, key, time.Minute)
+	if err != nil || c == nil || len(discarded) != 0 {
+		t.Fatalf("claim: %v, discarded %v, %v", c, discarded, err)
+	}
+	if c.Record.ID != c.Session || c.Record.Spec.Labels[local.LabelSpare] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
+		t.Fatalf("claimed record %+v", *c.Record)
+	}
+	if owner, _ := spares.Claimer(filepath.Join(dir, c.Session)); owner == "" {
+		t.Fatal("no claim file")
+	}
+	res, err := c.Agent.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("true: %+v %v", res, err)
+	}
+	// A process that outlives its exec: the kill must take it too.
+	res, err = c.Agent.Exec(t.Context(), sandbox.ExecRequest{Shell: "setsid sleep 600 >/dev/null 2>&1 < /dev/null &", Timeout: 10 * time.Second}, io.Discard, io.Discard)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("detached sleep: %+v %v", res, err)
+	}
+	if err := c.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if spares.Running(c.Record.InitPID, c.Record.InitStart) {
+		t.Errorf("init %d still running after Kill", c.Record.InitPID)
+	}
+	if pids := cgroupProcs(t, c.Record.Cgroup); len(pids) != 0 {
+		t.Errorf("processes %v left in the sandbox's cgroups after Kill", pids)
+	}
+	if err := c.Kill(t.Context()); err != nil {
+		t.Errorf("a second Kill: %v", err)
+	}
+	if err := b.Terminate(t.Context(), c.Session); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClaimNone: nothing parked (no index at all, or an empty one) is no spare and no error.
+func TestClaimNone(t *testing.T) {
+	dir := t.TempDir()
+	for _, setup := range []func(){func() {}, func() {
+		if err := os.MkdirAll(spares.IndexDir(dir, "k"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}} {
+		setup()
+		if c, discarded, err := spares.Claim(t.Context(), dir, "k", time.Minute); c != nil || discarded != nil || err != nil {
+			t.Fatalf("claim with nothing parked: %v %v %v", c, discarded, err)
+		}
+	}
+}
+
+// TestClaimConcurrent: claimers racing for one spare: exactly one gets it, and no other
+// takes (or discards) it.
+func TestClaimConcurrent(t *testing.T) {
+	b := newBackend(t)
+	key := park(t, b, 1)
+	var (
+		mu   sync.Mutex
+		won  []*spares.Claimed
+		errs []error
+		wg   sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c, discarded, err := spares.Claim(context.Background(), b.dir, key, time.Minute)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || len(discarded) != 0 {
+				errs = append(errs, errors.Join(err, errors.New("discarded "+strings.Join(discarded, ","))))
+			}
+			if c != nil {
+				won = append(won, c)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) != 0 {
+		t.Errorf("claims failed: %v", errs)
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d claimers won the one spare", len(won))
+	}
+	if err := won[0].Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClaimDiscards: a spare the claimer cannot use is taken (its claim file names this
+// process), returned in discarded for the caller to terminate, and the next one is tried.
+func TestClaimDiscards(t *testing.T) {
+	tests := []struct {
+		name    string
+		minLeft time.Duration
+		spoil   func(t *testing.T, b testBackend, id string)
+	}{
+		{"too little lifetime left", time.Hour, nil},
+		{"paused", time.Minute, func(t *testing.T, b testBackend, id string) {
+			if err := b.Pause(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"stale /etc copy", time.Minute, func(t *testing.T, b testBackend, id string) {
+			// A host file the copy was made from changes: add one to its manifest, then
+			// change it (the test may not touch the host's /etc).
+			rec, err := spares.ReadRecord(filepath.Join(b.dir, id))
+			if err != nil || rec.EtcDir == "" {
+				t.Fatalf("record %+v %v: a host-image spare has an /etc copy", rec, err)
+			}
+			path := spares.EtcManifestPath(filepath.Join(b.dir, spares.EtcCacheDir), rec.Spec.Workdir)
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m spares.EtcManifest
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			src := filepath.Join(t.TempDir(), "motd")
+			if err := os.WriteFile(src, []byte("one\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m.Sources = append(m.Sources, spares.EtcSource{Path: src, ID: spares.SourceID(src)})
+			if raw, err = json.Marshal(m); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := spares.EtcCurrent(b.dir, rec); err != nil {
+				t.Fatalf("current before the change: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
+			if err := os.WriteFile(src, []byte("two\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBackend(t)
+			key := park(t, b, 1)
+			parked, err := spares.Parked(b.dir, key)
+			if err != nil || len(parked) != 1 {
+				t.Fatalf("parked %v %v", parked, err)
+			}
+			id := parked[0].Session
+			if tt.spoil != nil {
+				tt.spoil(t, b, id)
+			}
+			c, discarded, err := spares.Claim(t.Context(), b.dir, key, tt.minLeft)
+			if c != nil || err != nil || !slices.Equal(discarded, []string{id}) {
+				t.Fatalf("claim: %v %v, discarded %v; want %s discarded", c, err, discarded, id)
+			}
+			self, err := spares.SelfOwner()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner, _ := spares.Claimer(filepath.Join(b.dir, id)); owner != self {
+				t.Errorf("discarded spare claimed by %q, want this process (%s)", owner, self)
+			}
+			if n := b.ParkedSpares(key); n != 0 {
+				t.Errorf("%d still parked", n)
+			}
+			if err := b.Terminate(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
