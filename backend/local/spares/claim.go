@@ -26,8 +26,8 @@ const HealthTimeout = 2 * time.Second
 // agent answering. It serves one run; Kill ends it, and the full runtime (a filler, a
 // reconcile) removes what is left.
 type Claimed struct {
-	// Session is the spare's session id.
-	Session string
+	// ID is the spare's session id.
+	ID string
 	// Record is its session.json as it was at the claim.
 	Record *Record
 	// Prestart is what the filler's prestart left for the claimer (Entry.Prestart).
@@ -128,7 +128,7 @@ func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft 
 		agent.Close()
 		return nil, err
 	}
-	return &Claimed{Session: rec.ID, Record: rec, Prestart: e.Prestart, Agent: agent, pidfd: pidfd}, nil
+	return &Claimed{ID: rec.ID, Record: rec, Prestart: e.Prestart, Agent: agent, pidfd: pidfd}, nil
 }
 
 // Kill ends every process of the spare and returns once its init is gone: PID 1 of the
@@ -143,14 +143,14 @@ func (c *Claimed) Kill(ctx context.Context) error {
 		if c.killed {
 			return nil
 		}
-		return fmt.Errorf("%w: kill %s: released without a kill", sbtypes.ErrOutcomeUnknown, c.Session)
+		return fmt.Errorf("%w: kill %s: released without a kill", sbtypes.ErrOutcomeUnknown, c.ID)
 	}
 	defer c.closeLocked()
 	if err := SignalKill(c.pidfd, FreezerOf(&c.Record.RecordCore)); err != nil {
-		return fmt.Errorf("%w: kill %s: %v", sbtypes.ErrOutcomeUnknown, c.Session, err)
+		return fmt.Errorf("%w: kill %s: %v", sbtypes.ErrOutcomeUnknown, c.ID, err)
 	}
 	if err := waitExitCtx(ctx, c.pidfd); err != nil {
-		return fmt.Errorf("%w: kill %s: init %d still alive: %v", sbtypes.ErrOutcomeUnknown, c.Session, c.Record.InitPID, err)
+		return fmt.Errorf("%w: kill %s: init %d still alive: %v", sbtypes.ErrOutcomeUnknown, c.ID, c.Record.InitPID, err)
 	}
 	c.killed = true
 	return nil

@@ -121,10 +121,10 @@ func TestClaimRunKill(t *testing.T) {
 	if err != nil || c == nil || len(discarded) != 0 {
 		t.Fatalf("claim: %v, discarded %v, %v", c, discarded, err)
 	}
-	if c.Record.ID != c.Session || c.Record.Spec.Labels[local.LabelSpare] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
+	if c.Record.ID != c.ID || c.Record.Spec.Labels[local.LabelSpare] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
 		t.Fatalf("claimed record %+v", *c.Record)
 	}
-	if owner, _ := spares.Claimer(filepath.Join(dir, c.Session)); owner == "" {
+	if owner, _ := spares.Claimer(filepath.Join(dir, c.ID)); owner == "" {
 		t.Fatal("no claim file")
 	}
 	res, err := c.Agent.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
@@ -148,7 +148,7 @@ func TestClaimRunKill(t *testing.T) {
 	if err := c.Kill(t.Context()); err != nil {
 		t.Errorf("a second Kill: %v", err)
 	}
-	if err := b.Terminate(t.Context(), c.Session); err != nil {
+	if err := b.Terminate(t.Context(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 }
