@@ -148,6 +148,11 @@ func sideBySideRows(b *testing.B) []row {
 		rows = append(rows, row{name: "airlock-cli-spare", call: func() error {
 			return runPython(cli, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}, settle: func() error { return parkedSpare(state) }})
+		// The same through the full CLI itself: what the lean front saves.
+		full := filepath.Join(binDir, "airlock-full")
+		rows = append(rows, row{name: "airlock-full-spare", call: func() error {
+			return runPython(full, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
+		}, settle: func() error { return parkedSpare(state) }})
 	} else {
 		missing("airlock-cli", "the airlock CLI did not build")
 	}
@@ -238,7 +243,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	// namespace's init that ran python (measured: less CPU per call than python alone).
 	cpu := make([]time.Duration, len(rows))
 	// Nor where the sandbox was made outside the call (the pool's goroutines, the filler).
-	noCPU := map[string]bool{"docker": true, "bwrap": true, "airlock-library-pool": true, "airlock-cli-spare": true}
+	noCPU := map[string]bool{"docker": true, "bwrap": true, "airlock-library-pool": true, "airlock-cli-spare": true, "airlock-full-spare": true}
 	it := 0
 	for b.Loop() {
 		took := make([]float64, len(rows))
@@ -285,7 +290,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	b.ReportMetric(ratioTo(lib, host), "airlock/host")
 	if d := idx("docker"); d >= 0 {
 		b.ReportMetric(ratioTo(d, lib), "docker/airlock")
-		for _, r := range []string{"airlock-library-pool", "airlock-cli", "airlock-cli-spare"} {
+		for _, r := range []string{"airlock-library-pool", "airlock-cli", "airlock-cli-spare", "airlock-full-spare"} {
 			if i := idx(r); i >= 0 {
 				b.ReportMetric(ratioTo(d, i), "docker/"+r)
 				fmt.Fprintf(&tab, "\ndocker / %s: %.1f×", r, ratioTo(d, i))

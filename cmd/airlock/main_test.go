@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 	// airlock run parks spares by default, by starting this executable as a filler: only the
 	// tests calling useSpares want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
 	// filler is the CLI).
-	os.Setenv(envSpares, "0")
+	os.Setenv(runcli.EnvSpares, "0")
 	goleak.VerifyTestMain(m)
 }
 

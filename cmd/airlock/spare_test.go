@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -25,7 +26,7 @@ import (
 // CLI) and, when it ends, waits for the fillers to exit and terminates the spares they parked.
 func (e runtimeEnv) useSpares(t *testing.T) {
 	t.Helper()
-	t.Setenv(envSpares, "1")
+	t.Setenv(runcli.EnvSpares, "1")
 	t.Setenv("AIRLOCK_CLI_TEST_EXEC", "1")
 	t.Cleanup(func() {
 		waitFor(t, "the fillers to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
@@ -61,7 +62,7 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			break
 		}
 		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
-			if _, err := startFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1, nil, false); err != nil {
+			if _, err := e.filler(t).Start(nil, false); err != nil {
 				t.Fatal(err)
 			}
 			started = true
@@ -148,50 +149,70 @@ func TestGCSpares(t *testing.T) {
 	}
 }
 
-// spareRunWithParked turns spares on, waits for one parked (its filler gone), and returns this
-// process's spareRun on the state dir with the parked spare's id.
-func (e runtimeEnv) spareRunWithParked(t *testing.T) (*spareRun, string) {
+// filler is the filler of the environment's host-image spares: this test binary as the CLI.
+func (e runtimeEnv) filler(t *testing.T) runcli.Filler {
 	t.Helper()
-	e.useSpares(t)
-	parked := e.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
-	b := e.open(t)
-	t.Cleanup(func() { b.Close() })
-	p, err := newSpareRun(b, spec.Image{Host: true}, 30*time.Second, slog.New(slog.DiscardHandler))
+	f, err := newFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, parked
+	return f
 }
 
-// TestSpareRunClaim: the pool airlock run hands runcode claims a parked spare, and creates a
-// sandbox of the template when none is parked (runcode.Pool's contract).
-func TestSpareRunClaim(t *testing.T) {
+// TestRunSpareInProcess: runcli.RunSpare (airlock run's path with spares, in both binaries)
+// runs the code in the parked spare and returns only once every process of it is gone,
+// handing its remains to the filler it starts with the spare's id; with nothing parked it runs
+// nothing and says so.
+func TestRunSpareInProcess(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	p, parked := env.spareRunWithParked(t)
-	for i, want := range []string{parked, ""} {
-		s, err := p.Claim(t.Context())
-		if err != nil || s == nil {
-			t.Fatalf("claim %d: %v %v", i, s, err)
-		}
-		if want != "" && s.ID != want {
-			t.Errorf("claim %d got %s, want the parked %s", i, s.ID, want)
-		}
-		if want == "" && (s.ID == parked || s.Labels[local.LabelSpare] != "") {
-			t.Errorf("claim %d with nothing parked got %s (labels %v), want a new sandbox", i, s.ID, s.Labels)
-		}
-		p.Discard(s.ID)
-	}
-	if err := p.wait(); err != nil {
+	env.useSpares(t)
+	parked := env.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	initPID := env.initPID(t, parked)
+	// The filler is a script that records its arguments: the remains stay for this test.
+	dir := t.TempDir()
+	argsFile := filepath.Join(dir, "args")
+	script := filepath.Join(dir, "filler")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" > "+argsFile+"\n"), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	f := env.filler(t)
+	f.Exe = script
+	req, err := core.Normalize(core.Request{Language: "python", Code: "print(6*7)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runcli.SpareRun{StateDir: env.stateDir, ImageKey: imageKey(spec.Image{Host: true}), Req: req,
+		Opts: core.Options{}, Filler: f, Log: slog.New(slog.DiscardHandler)}
+	out, err := runcli.RunSpare(t.Context(), r)
+	if err != nil || !out.Ran || out.Result.Stdout != "42\n" || out.Result.ExitCode != 0 {
+		t.Fatalf("run in the spare: %+v %v", out, err)
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID)); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Errorf("the spare's init %d is alive after the run: %s", initPID, st)
+	}
+	waitFor(t, "the filler script", func() bool { _, err := os.Stat(argsFile); return err == nil })
+	if args, _ := os.ReadFile(argsFile); !strings.Contains(string(args), "--terminate "+parked+" ") {
+		t.Errorf("the filler got %q, want --terminate %s", args, parked)
+	}
+	if _, err := os.Stat(filepath.Join(env.stateDir, parked)); err != nil {
+		t.Errorf("the remains are the filler's to remove, but the state dir is gone: %v", err)
+	}
+	b := env.open(t)
+	defer b.Close()
+	if err := b.Terminate(t.Context(), parked); err != nil { // what the filler does first
+		t.Fatal(err)
+	}
+	if out, err := runcli.RunSpare(t.Context(), r); err != nil || out.Ran || len(out.Discarded) != 0 {
+		t.Fatalf("with nothing parked: %+v %v, want nothing run", out, err)
 	}
 }
 
 // TestRunSpareKilledAtExit: a run that took a spare exits only once every process of it is
 // gone (a detached child of the code too), and the filler it starts removes the rest. End to
 // end, the init check would also pass were the filler quick enough to kill it first:
-// TestSpareRunDiscardKills is the one that pins the run's own kill.
+// TestRunSpareInProcess is the one that pins the run's own kill.
 func TestRunSpareKilledAtExit(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
@@ -269,37 +290,6 @@ func processesWithArg(arg string) []string {
 	return out
 }
 
-// TestSpareRunDiscardKills: a used spare is killed by the run itself (every process of it gone
-// when wait returns) and its remains handed to the filler, which wait starts with its id.
-func TestSpareRunDiscardKills(t *testing.T) {
-	testutil.RequireRoot(t)
-	env := newRuntimeEnv(t)
-	p, parked := env.spareRunWithParked(t)
-	var handed []string
-	p.fill = func(terminate []string) (io.Closer, error) { handed = terminate; return nil, nil }
-	s, err := p.Claim(t.Context())
-	if err != nil || s == nil || s.ID != parked {
-		t.Fatalf("claim: %v %v, want the parked %s", s, err, parked)
-	}
-	initPID := env.initPID(t, s.ID)
-	p.Discard(s.ID)
-	if err := p.wait(); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID)); err == nil && !strings.Contains(string(st), ") Z ") {
-		t.Errorf("the spare's init %d is alive after wait: %s", initPID, st)
-	}
-	if len(handed) != 1 || handed[0] != s.ID {
-		t.Errorf("the filler was handed %v, want [%s]", handed, s.ID)
-	}
-	if _, err := os.Stat(filepath.Join(env.stateDir, s.ID)); err != nil {
-		t.Errorf("the remains are the filler's to remove, but the state dir is gone: %v", err)
-	}
-	if err := p.b.Terminate(t.Context(), s.ID); err != nil { // what the filler does first
-		t.Fatal(err)
-	}
-}
-
 // TestFillerWaitsForItsGate: a filler started gated (as airlock run starts it, while it kills
 // its spare) does nothing with the state dir until its gate closes: not even the local runtime's
 // start, which makes the state dir's master key.
@@ -307,7 +297,7 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
 	env.useSpares(t)
-	gate, err := startFiller(&cli.BackendFlags{StateDir: env.stateDir, CgroupParent: env.parent}, spec.Image{Host: true}, 1, nil, true)
+	gate, err := env.filler(t).Start(nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +308,8 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tid, nice := range threadNices(t, filler) {
-		if nice != gatedNice {
-			t.Errorf("filler thread %d at nice %d before its gate opened, want %d", tid, nice, gatedNice)
+		if nice != 19 {
+			t.Errorf("filler thread %d at nice %d before its gate opened, want 19", tid, nice)
 		}
 	}
 	key := filepath.Join(env.stateDir, "master.key")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
+	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -169,12 +170,9 @@ type BackendFlags struct {
 	OneShot bool
 }
 
-// Add declares the flags on cmd.
+// Add declares the flags on cmd (runcli's: the lean front reads them too).
 func (b *BackendFlags) Add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&b.StateDir, "state-dir", local.DefaultStateDirForUser(), "the local runtime's state directory (root's: "+local.DefaultStateDir+"; another user's: $XDG_RUNTIME_DIR/airlock)")
-	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
-	cmd.Flags().StringVar(&b.CgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
-	_ = cmd.Flags().MarkHidden("cgroup-parent")
+	runcli.AddBackend(cmd.Flags(), &b.StateDir, &b.CgroupParent)
 }
 
 // Open starts the local runtime, explaining what to do when this host cannot run it.

@@ -1,0 +1,265 @@
+// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock-front), which links nothing heavier.
+package runcli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/airlock-sandbox/airlock/internal/cliexit"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/runcode/core"
+)
+
+const (
+	// ExitRunFailed is airlock run's own failure (refused, no runtime, sandbox error), kept
+	// apart from the program's statuses as docker run and coreutils timeout do.
+	ExitRunFailed = 125
+	// ExitInterrupted is a shell's status for SIGINT.
+	ExitInterrupted = 130
+
+	// EnvSpares overrides --spares' default (0 turns spares off).
+	EnvSpares = "AIRLOCK_SPARES"
+	// SpareOutputCap is the output cap a spare's interpreter starts with: --max-output's
+	// default, so a run with that or a smaller cap can use it.
+	SpareOutputCap = 16 << 20
+	// MaxSpares bounds --spares (local.MaxSpares; pinned by a test of the full CLI).
+	MaxSpares = 8
+	// ImageHost is --image's value for the host image.
+	ImageHost = "host"
+)
+
+// Flags are airlock run's own flags, on pflag so that the full CLI (cobra) and the front parse
+// them with one definition.
+type Flags struct {
+	Lang         string
+	Timeout      time.Duration
+	Network      bool
+	Image        string
+	Files        []string
+	Code         string
+	Interactive  bool
+	MaxOutput    int64
+	Spares       int
+	StateDir     string
+	CgroupParent string
+}
+
+// Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
+func (f *Flags) Add(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.Lang, "lang", "l", "", "language: python, node, bash (aliases py, python3, js, javascript, sh, shell); default python, or from FILE's extension")
+	fs.DurationVarP(&f.Timeout, "timeout", "t", time.Duration(core.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
+	fs.BoolVarP(&f.Network, "network", "n", false, "allow connections to the public internet")
+	fs.StringVar(&f.Image, "image", ImageHost, `root filesystem: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
+	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
+	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
+	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
+	fs.Int64Var(&f.MaxOutput, "max-output", SpareOutputCap, "cap on each of stdout and stderr, in bytes")
+	fs.IntVar(&f.Spares, "spares", DefaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvSpares+", else 1)")
+}
+
+// AddBackend declares the local runtime's flags (the full CLI's run, mcp and serve share them).
+func AddBackend(fs *pflag.FlagSet, stateDir, cgroupParent *string) {
+	fs.StringVar(stateDir, "state-dir", statedir.DefaultDirForUser(), "the local runtime's state directory (root's: "+statedir.DefaultDir+"; another user's: $XDG_RUNTIME_DIR/airlock)")
+	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
+	fs.StringVar(cgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
+	_ = fs.MarkHidden("cgroup-parent")
+}
+
+// DefaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.
+func DefaultSpares() int {
+	if v, ok := os.LookupEnv(EnvSpares); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+		return -1 // refused by Check, naming the variable
+	}
+	return 1
+}
+
+// Check refuses flag values a run cannot have, as usage errors; spareChanged: --spares was
+// given (else its value came from $AIRLOCK_SPARES).
+func (f *Flags) Check(sparesChanged bool) error {
+	if f.MaxOutput < 1 {
+		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
+	}
+	if f.Spares < 0 || f.Spares > MaxSpares {
+		if !sparesChanged {
+			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvSpares, os.Getenv(EnvSpares), MaxSpares)
+		}
+		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Spares, MaxSpares)
+	}
+	return nil
+}
+
+// Request builds the run request from the flags and the argument (the code's source); stdin is
+// this process's standard input, and the returned reader what the code reads (nil: closed).
+func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader, error) {
+	req := core.Request{Language: f.Lang, Network: f.Network}
+	var src string
+	if len(args) == 1 {
+		src = args[0]
+	}
+	switch {
+	case f.Code != "" && src != "":
+		return req, nil, cliexit.UsageError("give the code once: -c CODE or a FILE (or - for standard input), not both")
+	case f.Code != "":
+		req.Code = f.Code
+	case src == "-":
+		if f.Interactive {
+			return req, nil, cliexit.UsageError("-i feeds standard input to the code, but - reads the code itself from it: use -c CODE or a FILE with -i")
+		}
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return req, nil, fmt.Errorf("reading the code from standard input: %w", err)
+		}
+		req.Code = string(data)
+	case src != "":
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return req, nil, &cliexit.ExitError{Code: cliexit.ExitUsage, Err: fmt.Errorf("reading the code: %w", err)}
+		}
+		req.Code = string(data)
+		if req.Language == "" {
+			req.Language = languageFromExt(src)
+			if req.Language == "" {
+				return req, nil, cliexit.UsageError("cannot tell the language of %s from its extension: give --lang (%s)", src, strings.Join(core.LanguageNames(), ", "))
+			}
+		}
+	default:
+		return req, nil, cliexit.UsageError("no code to run: give -c CODE, a FILE, or - to read it from standard input")
+	}
+	if req.Language == "" {
+		req.Language = string(core.Python)
+	}
+	if f.Timeout%time.Second != 0 || f.Timeout < time.Second {
+		return req, nil, cliexit.UsageError("--timeout %v: give whole seconds from 1s to %ds", f.Timeout, core.MaxTimeoutSeconds)
+	}
+	req.TimeoutSeconds = int(f.Timeout / time.Second)
+	if len(f.Files) > 0 {
+		req.Files = map[string][]byte{}
+	}
+	for _, fs := range f.Files {
+		localPath, remote, ok := strings.Cut(fs, ":")
+		if !ok || remote == "" {
+			remote = filepath.Base(localPath)
+		}
+		if localPath == "" {
+			return req, nil, cliexit.UsageError("--file %q: give LOCAL[:REMOTE]", fs)
+		}
+		if _, dup := req.Files[remote]; dup {
+			return req, nil, cliexit.UsageError("--file %q: %s is already the target of another --file", fs, remote)
+		}
+		data, err := os.ReadFile(localPath)
+		if err != nil {
+			return req, nil, &cliexit.ExitError{Code: cliexit.ExitUsage, Err: fmt.Errorf("--file %q: %w", fs, err)}
+		}
+		req.Files[remote] = data
+	}
+	var in io.Reader
+	if f.Interactive {
+		in = stdin
+	}
+	req, err := core.Normalize(req)
+	if err != nil {
+		return req, nil, cliexit.UsageError("%v", err)
+	}
+	return req, in, nil
+}
+
+func languageFromExt(p string) string {
+	switch strings.ToLower(filepath.Ext(p)) {
+	case ".py":
+		return string(core.Python)
+	case ".js", ".cjs":
+		return string(core.Node)
+	case ".sh", ".bash":
+		return string(core.Bash)
+	}
+	return ""
+}
+
+// Image is an --image value the front runs without the image package: the host image or a
+// directory.
+type Image struct {
+	// Key names the image among the spares' aliases ("host", "dir:/abs/path"), as ImageKey.
+	Key string
+	// JSON is the image as spec.Image marshals it, for the filler's --image-json.
+	JSON string
+}
+
+// LightImage reads --image's value when it is the host image or a directory, as
+// spec.ImageFromString (and cli.ParseImage's absolute path) read the same value: a test of
+// the full CLI pins the two together. ok is false for any other image (an OCI layout, a
+// tarball, a reference), which only the full CLI reads.
+func LightImage(s string) (img Image, ok bool) {
+	var v struct {
+		Host bool   `json:"host,omitempty"`
+		Dir  string `json:"dir,omitempty"`
+	}
+	switch {
+	case s == ImageHost:
+		v.Host = true
+	case strings.HasPrefix(s, "oci:"), strings.HasPrefix(s, "oci-layout:"),
+		strings.HasSuffix(s, ".tar"), strings.HasSuffix(s, ".tar.gz"), strings.HasSuffix(s, ".tgz"):
+		return Image{}, false
+	case s == ".", s == "..", strings.HasPrefix(s, "/"), strings.HasPrefix(s, "./"), strings.HasPrefix(s, "../"):
+		abs, err := filepath.Abs(s)
+		if err != nil {
+			return Image{}, false
+		}
+		v.Dir = abs
+	default:
+		return Image{}, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Image{}, false
+	}
+	return Image{Key: ImageKey(v.Host, v.Dir), JSON: string(b)}, true
+}
+
+// ImageKey names an image among the spares' aliases: "host" or "dir:" and its absolute path.
+func ImageKey(host bool, dir string) string {
+	if host {
+		return ImageHost
+	}
+	return "dir:" + dir
+}
+
+// Notes tells the person why the code ended, when its output cannot.
+func Notes(w io.Writer, res core.Result) {
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(w, "airlock: timed out after %ds: the code and everything it started were killed\n", res.TimeoutSeconds)
+	case res.OOMKilled:
+		fmt.Fprintf(w, "airlock: killed: out of memory (limit %s)\n", res.Memory)
+	case res.Signal != "":
+		fmt.Fprintf(w, "airlock: killed by signal %s\n", res.Signal)
+	}
+	if res.Truncated {
+		fmt.Fprintf(w, "airlock: output truncated at %d bytes per stream (--max-output)\n", res.OutputCapBytes)
+	}
+}
+
+// Report writes the result as the run's output format asks (json: the whole result; text: the
+// notes, the output having been streamed) and returns the exit status.
+func Report(stdout, stderr io.Writer, jsonOut bool, res core.Result) (int, error) {
+	if jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return cliexit.ExitRefused, err
+		}
+	} else {
+		Notes(stderr, res)
+	}
+	return res.ExitStatus(), nil
+}

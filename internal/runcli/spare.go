@@ -1,0 +1,216 @@
+package runcli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/runcode/core"
+)
+
+// Spares for airlock run (docs/spares.md): a run claims a sandbox parked in the state dir by
+// an earlier run's filler, and starts a filler that parks the next one.
+
+const (
+	// ClaimMargin is how much lifetime a claimed spare must have beyond the run's timeout
+	// (runcode.ClaimMargin; pinned by a test of the full CLI).
+	ClaimMargin = 5 * time.Second
+	// gatedNice is the nice value of a gated filler until its gate opens (StartFiller).
+	gatedNice = 19
+	// killTimeout bounds the kill of a used spare.
+	killTimeout = 30 * time.Second
+	// aliasPrefix names an image's alias among the spares' index dirs.
+	aliasPrefix = "image-"
+)
+
+// AliasPath is where the filler of an image's spares links their index, so that a run finds
+// them by its --image alone: the index is named by the template's pool key, which only the full
+// runtime computes. imageKey is ImageKey's.
+func AliasPath(stateDir, imageKey string) string {
+	h := sha256.Sum256([]byte(imageKey))
+	return filepath.Join(spares.SparesDir(stateDir), aliasPrefix+hex.EncodeToString(h[:8]))
+}
+
+// WriteAlias points imageKey's alias at the index of key (a filler does, before it parks).
+func WriteAlias(stateDir, imageKey, key string) error {
+	p := AliasPath(stateDir, imageKey)
+	if cur, err := os.Readlink(p); err == nil && cur == key {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", p, os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink(key, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// Filler is how to start the filler: the full CLI's executable, which parks spares for Image
+// in StateDir.
+type Filler struct {
+	Exe          string
+	StateDir     string
+	CgroupParent string
+	ImageJSON    string
+	Count        int
+}
+
+// Start starts a detached airlock __spares-fill: its own session, no terminal, standard
+// streams on /dev/null (a caller reading this process's output to its end must not wait for
+// it). It outlives this process and first terminates the sandboxes named. With gated, it does
+// nothing until the returned gate is closed (or this process exits, which closes it): the
+// write end of a pipe whose read end is the filler's fd 3.
+func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error) {
+	args := []string{"__spares-fill", "--state-dir", f.StateDir, "--image-json", f.ImageJSON, "--count", strconv.Itoa(f.Count)}
+	if f.CgroupParent != "" {
+		args = append(args, "--cgroup-parent", f.CgroupParent)
+	}
+	for _, id := range terminate {
+		args = append(args, "--terminate", id)
+	}
+	// A gated filler's own start (~6 ms of CPU: the runtime, package inits) comes while the
+	// run's kill has the kernel free the sandbox's memory on both cores: at the lowest
+	// priority it takes only what the kill leaves idle. Every thread of its process group (its
+	// own: Setsid) is lowered just after its start, and raised back by itself once its gate
+	// opens, before it makes anything: its sandboxes (init, agent, the code) inherit it. Only
+	// for a run as root at nice 0 (one that could raise it again, to where it was).
+	lower := gated && os.Geteuid() == 0 && OwnNice() == 0
+	if lower {
+		args = append(args, "--raise-after-gate")
+	}
+	cmd := exec.Command(f.Exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var w *os.File
+	if gated {
+		r, pw, err := os.Pipe() // close-on-exec: no other child inherits the write end
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		w = pw
+		cmd.ExtraFiles = []*os.File{r}
+		cmd.Args = append(cmd.Args, "--gate-fd", "3")
+	}
+	if err := cmd.Start(); err != nil {
+		if w != nil {
+			w.Close()
+		}
+		return nil, err
+	}
+	if lower {
+		_ = syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, gatedNice)
+	}
+	if w == nil {
+		return nil, cmd.Process.Release()
+	}
+	return w, cmd.Process.Release()
+}
+
+// OwnNice is this thread's nice value (-20..19; the system call answers 20 - nice).
+func OwnNice() int {
+	p, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+	if err != nil {
+		return -1
+	}
+	return 20 - p
+}
+
+// SpareRun is one run in a parked spare.
+type SpareRun struct {
+	StateDir string
+	// ImageKey is the run's image (ImageKey); its filler links the spares' index to it.
+	ImageKey string
+	// Req is the normalized request; Opts its I/O.
+	Req  core.Request
+	Opts core.Options
+	// Filler starts the filler once the spare is used (Exe empty: none is started, and the
+	// used spare's remains are left to the next reconcile).
+	Filler Filler
+	Log    *slog.Logger
+}
+
+// Outcome is what RunSpare did.
+type Outcome struct {
+	// Ran: the code ran in a spare (Result, or the error that ended the run). Otherwise no
+	// spare could be used and nothing of the run happened: the caller creates a sandbox.
+	Ran    bool
+	Result core.Result
+	// Discarded are spares claimed but found unusable: this process owns them, and the
+	// full runtime terminates them (the caller's filler).
+	Discarded []string
+}
+
+// RunSpare runs r.Req in a parked spare of r.ImageKey's when one is usable: claim, hand the
+// code to the waiting interpreter (or run it cold in the spare), and once the result is known
+// kill the sandbox, every process of it (nothing of the code outlives the run), while the
+// filler starts and waits at its gate to remove the remains and park the next spare. The error
+// is the run's (the code ran, or may have, in the spare) or the kill's.
+func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
+	idx, err := os.Readlink(AliasPath(r.StateDir, r.ImageKey))
+	if err != nil {
+		return Outcome{}, nil // never filled for this image
+	}
+	c, discarded, err := spares.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+ClaimMargin)
+	out := Outcome{Discarded: discarded}
+	if err != nil {
+		// The spares are a speed-up: a run never fails for want of one.
+		r.Log.Warn("spares: claiming a spare failed; creating the sandbox", "err", err)
+		return out, nil
+	}
+	if c == nil {
+		return out, nil
+	}
+	out.Ran = true
+	var pre *core.Prestarted
+	if len(c.Prestart) > 0 {
+		if pre, err = core.ResumePrestarted(c.Agent, c.Prestart); err != nil {
+			r.Log.Warn("spares: the spare's pre-started interpreters are unusable; running cold in it", "session", c.ID, "err", err)
+		}
+	}
+	workdir := c.Record.Spec.Workdir
+	out.Result, err = core.RunIn(ctx, c.Agent, pre, workdir, r.Req, r.Opts)
+	out.Result.SandboxID = c.Record.SandboxID
+	out.Result.Memory = core.DefaultMemory
+	return out, errors.Join(err, finish(c, r, discarded))
+}
+
+// finish kills the used spare and starts the filler while the kill runs, held at its gate
+// until the kill is confirmed: it never sees the run's sandbox alive.
+func finish(c *spares.Claimed, r SpareRun, discarded []string) error {
+	killed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+		defer cancel()
+		killed <- c.Kill(ctx)
+	}()
+	var gate io.Closer
+	if r.Filler.Exe != "" {
+		var err error
+		if gate, err = r.Filler.Start(append([]string{c.ID}, discarded...), true); err != nil {
+			r.Log.Warn("spares: starting the filler failed; the used spare's remains are left to the next reconcile", "err", err)
+		}
+	}
+	err := <-killed
+	if gate != nil {
+		_ = gate.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("terminating sandbox %s: %w", c.ID, err)
+	}
+	return nil
+}
