@@ -285,12 +285,11 @@ func writeFileMode(p string, b []byte, perm fs.FileMode) error {
 	return os.Chmod(p, perm) // umask
 }
 
-// etcCurrent refuses a host-image sandbox made ahead (pooled, a spare) whose /etc copy is no
+// etcCurrent refuses a pooled host-image sandbox (made ahead) whose /etc copy is no
 // longer the host's: a sandbox created now would get a new copy, and one handed out must not
 // show older files than that.
-func (b *Backend) etcCurrent(s *session) error { return b.etcCurrentRec(&s.rec) }
-
-func (b *Backend) etcCurrentRec(rec *record) error {
+func (b *Backend) etcCurrent(s *session) error {
+	rec := &s.rec
 	if rec.EtcDir == "" {
 		return nil
 	}

@@ -37,7 +37,7 @@ import (
 
 // Defaults.
 const (
-	DefaultStateDir      = "/run/airlock"
+	DefaultStateDir      = statedir.DefaultDir
 	DefaultImageCacheDir = "/var/lib/airlock/images"
 	DefaultUIDBase       = 100000
 	// idRange is how many ids the sandbox's user namespace maps (0..65535).
@@ -261,14 +261,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// WarmSigning builds, in the background, what this process's first Ed25519 key or signature
-// needs: the curve's base point table (1.4-3 ms here, once per process). Create derives a key
-// per sandbox and every request to an agent carries a signed token (token.DeriveKey, Connect),
-// so a one-shot process (airlock run) would otherwise wait for it on its way to the sandbox.
-// New calls it; such a process can call it sooner.
-func WarmSigning() {
-	go func() { _ = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) }()
-}
+// WarmSigning is token.Warm: the Ed25519 table a process's first key or signature needs, built
+// in the background. Create derives a key per sandbox and every request to an agent carries a
+// signed token (token.DeriveKey, Connect); New calls it, and a process can call it sooner.
+func WarmSigning() { token.Warm() }
 
 // Close stops watching sessions; it does not terminate them (a later New adopts them).
 func (b *Backend) Close() error {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
 // Rootless mode: the local runtime run by a user other than root, where the host allows it.
@@ -114,15 +115,7 @@ func probeRootless(cg cgroupDriver, parent string) (*rootless, error) {
 
 // DefaultStateDirForUser is DefaultStateDir for root and $XDG_RUNTIME_DIR/airlock for any
 // other user ("" when that is unset).
-func DefaultStateDirForUser() string {
-	if os.Geteuid() == 0 {
-		return DefaultStateDir
-	}
-	if run := os.Getenv("XDG_RUNTIME_DIR"); run != "" {
-		return filepath.Join(run, "airlock")
-	}
-	return ""
-}
+func DefaultStateDirForUser() string { return statedir.DefaultDirForUser() }
 
 // RootlessCgroupParent is the cgroup, in every v1 hierarchy, that root delegates to uid for
 // its rootless sandboxes: a rootless backend's default parent is a child of it per state dir.

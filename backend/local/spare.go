@@ -216,53 +216,6 @@ func (b *Backend) retireSpare(ctx context.Context, key, id, owner string) {
 	}
 }
 
-// ClaimSpare takes a parked spare of key with at least minLeft of lifetime left, and returns
-// it with what the filler's Prestart left for the claimer. No spare: nil, nil, nil. Spares it
-// finds dead or too close to their end are terminated on the way (they are its own once
-// claimed). The caller owns the sandbox: terminate it when done.
-func (b *Backend) ClaimSpare(ctx context.Context, key string, minLeft time.Duration) (*sandbox.Session, []byte, error) {
-	parked, err := b.parkedSpares(key)
-	if err != nil || len(parked) == 0 {
-		return nil, nil, err
-	}
-	owner, err := spares.SelfOwner()
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, e := range parked {
-		if !b.takeSpare(key, e.Session, owner) {
-			continue // another claimer won it
-		}
-		// Its record is read once, for both: the /etc check (stat calls and a manifest, ~0.5
-		// ms here) overlaps the adoption's wait for the spare's agent. A claimed spare is no
-		// session this process holds yet.
-		dir := filepath.Join(b.opts.StateDir, e.Session)
-		rec, err := readRecord(dir)
-		if err != nil || rec.ID != e.Session {
-			b.log.Debug("spares: discarding a spare", "session", e.Session, "err", err)
-			b.discardSpare(ctx, e.Session)
-			continue
-		}
-		etc := make(chan error, 1)
-		go func() { etc <- b.etcCurrentRec(rec) }()
-		s, err := b.lookupRecord(ctx, dir, rec)
-		etcErr := <-etc
-		if err == nil && !s.rec.ExpiresAt.IsZero() && time.Until(s.rec.ExpiresAt) < minLeft {
-			err = fmt.Errorf("%v of lifetime left, %v needed", time.Until(s.rec.ExpiresAt).Round(time.Second), minLeft)
-		}
-		if err == nil {
-			err = etcErr
-		}
-		if err != nil {
-			b.log.Debug("spares: discarding a spare", "session", e.Session, "err", err)
-			b.discardSpare(ctx, e.Session)
-			continue
-		}
-		return s.public(), e.Prestart, nil
-	}
-	return nil, nil, nil
-}
-
 // discardSpare terminates a claimed spare that will not be used, logging failures: the next
 // reconcile reaps what is left (its claimer, this process, will be gone).
 func (b *Backend) discardSpare(ctx context.Context, id string) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -105,87 +104,54 @@ func TestSpareParkAndClaim(t *testing.T) {
 	if n := b.ParkedSpares(key); n != 2 {
 		t.Fatalf("%d parked, want 2", n)
 	}
-	b2 := newTestBackendAt(t, b.opts.StateDir)
 	owner, err := spares.SelfOwner()
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for range 2 {
-		s, data, err := b2.ClaimSpare(t.Context(), key, time.Minute)
-		if err != nil || s == nil {
-			t.Fatalf("claim: %v %v", s, err)
+		c := claimSpare(t, b, key, time.Minute)
+		if c == nil || seen[c.ID] || string(c.Prestart) != `"`+c.ID+`"` || c.Record.Spec.Labels[LabelSpare] != key {
+			t.Fatalf("claimed %+v (seen %v)", c, seen)
 		}
-		if seen[s.ID] || string(data) != `"`+s.ID+`"` || s.Labels[LabelSpare] != key {
-			t.Fatalf("claimed %s (seen %v) with %q, labels %v", s.ID, seen, data, s.Labels)
-		}
-		seen[s.ID] = true
-		if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, spares.ClaimPrefix+owner)); err != nil {
+		seen[c.ID] = true
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, c.ID, spares.ClaimPrefix+owner)); err != nil {
 			t.Errorf("no claim record: %v", err)
 		}
-		a, err := b2.Connect(t.Context(), s.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out, _, _ := run(t, a, "echo $((6*7))"); out != "42\n" {
+		if out, _, _ := run(t, c.Agent, "echo $((6*7))"); out != "42\n" {
 			t.Errorf("claimed spare ran %q", out)
 		}
-		a.Close()
+		if err := c.Kill(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Terminate(t.Context(), c.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if s, _, err := b2.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
-		t.Fatalf("a third claim of two spares got %v %v", s, err)
+	if c := claimSpare(t, b, key, time.Minute); c != nil {
+		t.Fatalf("a third claim of two spares got %s", c.ID)
 	}
 
-	// A spare with less lifetime left than the claim needs is terminated, not handed out.
+	// A spare with less lifetime left than the claim needs is not handed out, but discarded:
+	// claimed, for the claimer to terminate.
 	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	pid := b.sessionInitPID(parked[0].Session)
-	if s, _, err := b2.ClaimSpare(t.Context(), key, time.Hour); s != nil || err != nil {
-		t.Fatalf("a spare with 10 minutes left was handed out for an hour: %v %v", s, err)
+	c, discarded, err := spares.Claim(t.Context(), b.opts.StateDir, key, time.Hour)
+	if c != nil || err != nil || len(discarded) != 1 || discarded[0] != parked[0].Session {
+		t.Fatalf("a spare with 10 minutes left, claimed for an hour: %v %v, discarded %v", c, err, discarded)
 	}
-	assertGone(t, b, parked[0].Session, pid)
+	if err := b.Terminate(t.Context(), parked[0].Session); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// TestSpareConcurrentClaims: claims racing from three backends (processes) never get one
-// spare twice.
-func TestSpareConcurrentClaims(t *testing.T) {
-	b := newTestBackend(t)
-	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 3, MaxAge: time.Minute})
-	backends := []*Backend{b, newTestBackendAt(t, b.opts.StateDir), newTestBackendAt(t, b.opts.StateDir)}
-	var (
-		mu  sync.Mutex
-		got []string
-		wg  sync.WaitGroup
-	)
-	start := make(chan struct{})
-	for i := range 9 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			s, _, err := backends[i%3].ClaimSpare(context.Background(), key, time.Minute)
-			if err != nil {
-				t.Error(err)
-			}
-			if s != nil {
-				mu.Lock()
-				got = append(got, s.ID)
-				mu.Unlock()
-			}
-		}()
+// claimSpare is spares.Claim on b's state dir, failing the test on an error or a discard.
+func claimSpare(t *testing.T, b *Backend, key string, minLeft time.Duration) *spares.Claimed {
+	t.Helper()
+	c, discarded, err := spares.Claim(t.Context(), b.opts.StateDir, key, minLeft)
+	if err != nil || len(discarded) > 0 {
+		t.Fatalf("claim: %v, discarded %v", err, discarded)
 	}
-	close(start)
-	wg.Wait()
-	seen := map[string]bool{}
-	for _, id := range got {
-		if seen[id] {
-			t.Errorf("spare %s handed out twice (claims %v)", id, got)
-		}
-		seen[id] = true
-	}
-	if len(seen) != 3 {
-		t.Errorf("claims got %v, want the 3 spares once each", got)
-	}
+	return c
 }
 
 // TestSpareReconcile: a new backend reaps spares nobody can use (claimed by a process that is
@@ -235,9 +201,15 @@ func TestSpareReconcile(t *testing.T) {
 	if n := b2.ParkedSpares(key); n != 1 {
 		t.Errorf("%d parked after reconcile, want 1 (%s)", n, kept)
 	}
-	s, _, err := b2.ClaimSpare(t.Context(), key, time.Minute)
-	if err != nil || s == nil || s.ID != kept {
-		t.Fatalf("claim after reconcile: %v %v, want %s", s, err, kept)
+	c := claimSpare(t, b2, key, time.Minute)
+	if c == nil || c.ID != kept {
+		t.Fatalf("claim after reconcile: %+v, want %s", c, kept)
+	}
+	if err := c.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Terminate(t.Context(), c.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -253,49 +225,6 @@ func TestSpareRetire(t *testing.T) {
 	now, _ := b.parkedSpares(key)
 	if len(now) != 1 || now[0].Session == old[0].Session {
 		t.Fatalf("parked after retiring %s: %v", old[0].Session, now)
-	}
-}
-
-// fakeHostEtc makes b's host-image /etc a copy of a fake host /etc holding only motd, and
-// returns a function that rewrites it (a change the next create's /etc copy check sees).
-func fakeHostEtc(t *testing.T, b *Backend, motd string) func(string) {
-	t.Helper()
-	src := t.TempDir()
-	mustWrite(t, filepath.Join(src, "motd"), motd, 0o644)
-	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
-	return func(content string) {
-		time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
-		mustWrite(t, filepath.Join(src, "motd"), content, 0o644)
-	}
-}
-
-// TestSpareStaleEtc: a host-image spare parked before the host's /etc changed is not handed
-// out (a sandbox created now would see the new files); it is terminated instead.
-func TestSpareStaleEtc(t *testing.T) {
-	b := newTestBackend(t)
-	setMotd := fakeHostEtc(t, b, "one\n")
-	key := spareKey(t)
-	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	pid := b.sessionInitPID(parked[0].Session)
-	setMotd("two\n")
-	if s, _, err := b.ClaimSpare(t.Context(), key, time.Minute); s != nil || err != nil {
-		t.Fatalf("a spare with a stale /etc was handed out: %v %v", s, err)
-	}
-	assertGone(t, b, parked[0].Session, pid)
-
-	// A spare parked after the change is current.
-	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	s, _, err := b.ClaimSpare(t.Context(), key, time.Minute)
-	if err != nil || s == nil {
-		t.Fatalf("claim: %v %v", s, err)
-	}
-	a, err := b.Connect(t.Context(), s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if out, _, _ := run(t, a, "cat /etc/motd"); out != "two\n" {
-		t.Errorf("/etc/motd in the new spare: %q", out)
 	}
 }
 
@@ -318,5 +247,18 @@ func TestRetireSpares(t *testing.T) {
 	}
 	for id, pid := range pids {
 		assertGone(t, b, id, pid)
+	}
+}
+
+// fakeHostEtc makes b's host-image /etc a copy of a fake host /etc holding only motd, and
+// returns a function that rewrites it (a change the next create's /etc copy check sees).
+func fakeHostEtc(t *testing.T, b *Backend, motd string) func(string) {
+	t.Helper()
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "motd"), motd, 0o644)
+	b.etc.src, b.etc.names = src, func() []string { return []string{"motd"} }
+	return func(content string) {
+		time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
+		mustWrite(t, filepath.Join(src, "motd"), content, 0o644)
 	}
 }
