@@ -321,42 +321,65 @@ func RunIn(ctx context.Context, agent sbtypes.Agent, pre *Prestarted, workdir st
 // and MaxOutputBytes apply; req's own caps are set from MaxOutputBytes). It is the exec step
 // of a cold run, for callers that keep a sandbox across commands.
 func Exec(ctx context.Context, agent sbtypes.Agent, req sbtypes.ExecRequest, opts Options) (Result, error) {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
-	req.MaxStdout, req.MaxStderr = capBytes, capBytes
-	outBuf := &capped{max: capBytes}
-	errBuf := &capped{max: capBytes}
-	var stdout, stderr io.Writer = outBuf, errBuf
-	if opts.Stdout != nil {
-		stdout = io.MultiWriter(outBuf, opts.Stdout)
-	}
-	if opts.Stderr != nil {
-		stderr = io.MultiWriter(errBuf, opts.Stderr)
-	}
-	ex, err := agent.Exec(ctx, req, stdout, stderr)
+	c := newCapture(opts)
+	req.MaxStdout, req.MaxStderr = c.capBytes, c.capBytes
+	ex, err := agent.Exec(ctx, req, c.stdout, c.stderr)
 	if err != nil {
 		return Result{}, err
 	}
+	res := c.result(ex, ex.TimedOut, false)
+	res.DurationMs = ex.Duration.Milliseconds()
+	res.TimeoutSeconds = int(req.Timeout / time.Second)
+	return res, nil
+}
+
+// outputCap is opts' per-stream output cap, defaulted.
+func outputCap(opts Options) int64 {
+	if opts.MaxOutputBytes <= 0 {
+		return DefaultOutputBytes
+	}
+	return opts.MaxOutputBytes
+}
+
+// capture is a run's output: kept up to the cap, and streamed to opts' writers as it comes.
+type capture struct {
+	capBytes       int64
+	out, err       *capped
+	stdout, stderr io.Writer
+}
+
+func newCapture(opts Options) *capture {
+	c := &capture{capBytes: outputCap(opts)}
+	c.out, c.err = &capped{max: c.capBytes}, &capped{max: c.capBytes}
+	c.stdout, c.stderr = io.Writer(c.out), io.Writer(c.err)
+	if opts.Stdout != nil {
+		c.stdout = io.MultiWriter(c.out, opts.Stdout)
+	}
+	if opts.Stderr != nil {
+		c.stderr = io.MultiWriter(c.err, opts.Stderr)
+	}
+	return c
+}
+
+// result is the Result of an exec that ended as ex, with what was captured; the caller sets
+// the duration and timeout. A program killed by a signal exits 128+signal, as a shell says.
+func (c *capture) result(ex sbtypes.ExecResult, timedOut, dropped bool) Result {
 	res := Result{
 		ExitCode:       ex.ExitCode,
 		Signal:         ex.Signal,
-		Stdout:         outBuf.String(),
-		Stderr:         errBuf.String(),
-		TimedOut:       ex.TimedOut,
+		Stdout:         c.out.String(),
+		Stderr:         c.err.String(),
+		TimedOut:       timedOut,
 		OOMKilled:      ex.OOMKilled,
-		Truncated:      ex.Truncated || outBuf.over || errBuf.over,
-		DurationMs:     ex.Duration.Milliseconds(),
-		TimeoutSeconds: int(req.Timeout / time.Second),
-		OutputCapBytes: capBytes,
+		Truncated:      ex.Truncated || c.out.over || c.err.over || dropped,
+		OutputCapBytes: c.capBytes,
 	}
 	if res.ExitCode < 0 && res.Signal != "" {
 		if n := unix.SignalNum(res.Signal); n != 0 {
 			res.ExitCode = 128 + int(n)
 		}
 	}
-	return res, nil
+	return res
 }
 
 // writeFiles writes files in a stable order, creating parent directories.

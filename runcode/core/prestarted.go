@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
@@ -179,21 +177,10 @@ var errInterpreterGone = errors.New("the pre-started interpreter had exited")
 // output and exit as Exec would. errInterpreterGone means the code never reached it (the
 // caller runs it cold instead).
 func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request, stdin io.Reader, opts Options, log *slog.Logger) (Result, error) {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	start := time.Now()
-	outBuf := &capped{max: capBytes}
-	errBuf := &capped{max: capBytes}
-	var stdout, stderr io.Writer = outBuf, errBuf
-	if opts.Stdout != nil {
-		stdout = io.MultiWriter(outBuf, opts.Stdout)
-	}
-	if opts.Stderr != nil {
-		stderr = io.MultiWriter(errBuf, opts.Stderr)
-	}
+	c := newCapture(opts)
+	stdout, stderr := c.stdout, c.stderr
 
 	// Streams and stdin outlive a cancelled caller long enough to be wound down here.
 	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -334,23 +321,9 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	if o.gap {
 		log.Warn("run_code: output of a pre-started interpreter was dropped by the agent's buffer before it was read; result marked truncated", "process", w.id)
 	}
-	res := Result{
-		ExitCode:       ex.ExitCode,
-		Signal:         ex.Signal,
-		Stdout:         outBuf.String(),
-		Stderr:         errBuf.String(),
-		TimedOut:       timedOut && ex.Signal != "",
-		OOMKilled:      ex.OOMKilled,
-		Truncated:      ex.Truncated || outBuf.over || errBuf.over || o.gap,
-		DurationMs:     end.Sub(start).Milliseconds(),
-		TimeoutSeconds: req.TimeoutSeconds,
-		OutputCapBytes: capBytes,
-	}
-	if res.ExitCode < 0 && res.Signal != "" {
-		if n := unix.SignalNum(res.Signal); n != 0 {
-			res.ExitCode = 128 + int(n)
-		}
-	}
+	res := c.result(ex, timedOut && ex.Signal != "", o.gap)
+	res.DurationMs = end.Sub(start).Milliseconds()
+	res.TimeoutSeconds = req.TimeoutSeconds
 	return res, nil
 }
 
@@ -364,9 +337,5 @@ func boolDigit(b bool) int {
 // usable reports whether a run may use a waiting interpreter: its output cap fits the one the
 // interpreter was started with.
 func (pre *Prestarted) usable(opts Options) bool {
-	capBytes := opts.MaxOutputBytes
-	if capBytes <= 0 {
-		capBytes = DefaultOutputBytes
-	}
-	return capBytes <= pre.maxOutput
+	return outputCap(opts) <= pre.maxOutput
 }
