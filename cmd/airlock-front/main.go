@@ -156,17 +156,23 @@ func execFull(args []string, runAt int, discarded []string, stderr io.Writer) in
 		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return runcli.ExitRunFailed
 	}
-	argv := append([]string{full}, args...)
-	if runAt >= 0 && len(discarded) > 0 {
-		extra := make([]string, 0, 2*len(discarded))
-		for _, id := range discarded {
-			extra = append(extra, "--spare-discarded", id)
-		}
-		argv = slices.Insert(argv, runAt+2, extra...)
-	}
-	err = syscall.Exec(full, argv, os.Environ())
+	err = syscall.Exec(full, fullArgv(full, args, runAt, discarded), os.Environ())
 	fmt.Fprintf(stderr, "airlock: starting the full CLI %s: %v\n", full, err)
 	return runcli.ExitRunFailed
+}
+
+// fullArgv is the full CLI's argv: args, with each discarded spare as --spare-discarded right
+// after "run" (args[runAt]), before any "--" could end the flags.
+func fullArgv(full string, args []string, runAt int, discarded []string) []string {
+	argv := append([]string{full}, args...)
+	if runAt < 0 || len(discarded) == 0 {
+		return argv
+	}
+	extra := make([]string, 0, 2*len(discarded))
+	for _, id := range discarded {
+		extra = append(extra, "--spare-discarded", id)
+	}
+	return slices.Insert(argv, runAt+2, extra...)
 }
 
 // fullPath finds the full CLI: $AIRLOCK_FULL, airlock-full next to this executable, or on

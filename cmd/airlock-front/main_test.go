@@ -88,6 +88,26 @@ func mustGetwd(t *testing.T) string {
 	return wd
 }
 
+// TestFullArgv: the spares the front claimed and could not use go to the full CLI as flags of
+// run, wherever run is and whatever follows it.
+func TestFullArgv(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		runAt     int
+		discarded []string
+		want      string
+	}{
+		{[]string{"run", "-c", "1"}, 0, nil, "F run -c 1"},
+		{[]string{"run", "-c", "1"}, 0, []string{"s-1"}, "F run --spare-discarded s-1 -c 1"},
+		{[]string{"-o", "json", "run", "x.py", "--", "a"}, 2, []string{"s-1", "s-2"}, "F -o json run --spare-discarded s-1 --spare-discarded s-2 x.py -- a"},
+		{[]string{"sandbox", "list"}, -1, []string{"s-1"}, "F sandbox list"},
+	} {
+		if got := strings.Join(fullArgv("F", tc.args, tc.runAt, tc.discarded), " "); got != tc.want {
+			t.Errorf("%q %d %v: %q, want %q", tc.args, tc.runAt, tc.discarded, got, tc.want)
+		}
+	}
+}
+
 // TestHandsOver: whatever the front does not serve, the full CLI gets with the same argv (a
 // stand-in that prints its arguments), as the same process.
 func TestHandsOver(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -391,4 +392,30 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// TestRunTerminatesDiscardedSpares: a spare the lean front claimed and could not use comes to
+// this CLI, the same process, as --spare-discarded; the filler of its run terminates it. Left
+// alone it would live on, claimed by a process that is still alive, until its lifetime ends.
+func TestRunTerminatesDiscardedSpares(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	env.useSpares(t)
+	id := env.waitSpare(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	owner, err := spares.SelfOwner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spares.Take(env.stateDir, filepath.Base(env.spareIndex(t)), id, owner) {
+		t.Fatalf("could not claim the parked spare %s", id)
+	}
+	args := append([]string{"--spare-discarded", id, "-c", "print(6*7)"}, env.flags()...)
+	if code, out, errs := runCommand(t, "text", args, ""); code != 0 || out != "42\n" {
+		t.Fatalf("run: %d %q %q", code, out, errs)
+	}
+	waitFor(t, "the discarded spare's state dir to be removed", func() bool {
+		_, err := os.Stat(filepath.Join(env.stateDir, id))
+		return os.IsNotExist(err)
+	})
 }
