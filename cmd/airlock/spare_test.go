@@ -171,11 +171,12 @@ func TestRunSpareInProcess(t *testing.T) {
 	parked := env.waitSpare(t)
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
 	initPID := env.initPID(t, parked)
-	// The filler is a script that records its arguments: the remains stay for this test.
+	// The filler is a script that records its arguments (whole, by a rename): the remains stay
+	// for this test.
 	dir := t.TempDir()
 	argsFile := filepath.Join(dir, "args")
 	script := filepath.Join(dir, "filler")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" > "+argsFile+"\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" > "+argsFile+".tmp && mv "+argsFile+".tmp "+argsFile+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := env.filler(t)
