@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -91,6 +92,9 @@ func TestReconcileExitedInit(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
+	// SIGSTOP takes each thread as it next leaves the kernel: until all are stopped, one could
+	// still reap init (CI saw it once).
+	waitStopped(t, cmd.Process.Pid)
 	if err := unix.Kill(dead.PID, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +120,36 @@ func TestReconcileExitedInit(t *testing.T) {
 		t.Errorf("the dead sandbox was not reaped as broken:\n%s", logs.String())
 	}
 	assertGone(t, b, dead.ID, dead.PID)
+}
+
+// waitStopped waits until every thread of process pid is stopped (stat state T).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("threads of %d: %v", pid, err)
+		}
+		stopped := 0
+		for _, task := range tasks {
+			f, err := os.Open(task)
+			if err != nil {
+				stopped++ // exited
+				continue
+			}
+			st, err := spares.ParseStat(f)
+			f.Close()
+			if err == nil && st.State == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: %d of %d threads stopped after SIGSTOP", pid, stopped, len(tasks))
+		}
+	}
 }
 
 // nsInode is the inode of a process's namespace link (net, mnt, ...).
