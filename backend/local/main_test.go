@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,37 +31,13 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		if os.Geteuid() == 0 {
-			dir, err := os.MkdirTemp("", "airlock-agent-")
+			bin, cleanup, err := testutil.Agent()
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			defer os.RemoveAll(dir)
-			// The sandbox's mapped root runs the binary: it must be reachable by others.
-			if err := os.Chmod(dir, 0o755); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			agentBin = filepath.Join(dir, "airlock-agent")
-			if pre := os.Getenv("AIRLOCK_TEST_AGENT"); pre != "" {
-				// Built beforehand (hack/v2vm: a go build in the VM costs ~40 s of emulation).
-				raw, err := os.ReadFile(pre)
-				if err == nil {
-					err = os.WriteFile(agentBin, raw, 0o755)
-				}
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "AIRLOCK_TEST_AGENT: %v\n", err)
-					return 1
-				}
-			} else {
-				build := exec.Command("go", "build", "-o", agentBin, "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
-				build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
-				out, err := build.CombinedOutput()
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "build agent: %v\n%s", err, out)
-					return 1
-				}
-			}
+			defer cleanup()
+			agentBin = bin
 		}
 		return goleakMain(m)
 	}()

@@ -6,9 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -16,34 +14,12 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// BuildAgent builds cmd/airlock-agent into a fresh directory that the sandbox's mapped root
-// can reach, and returns the binary's path and a cleanup.
-func BuildAgent() (string, func(), error) {
-	return Build("github.com/airlock-sandbox/airlock/cmd/airlock-agent", "airlock-agent")
-}
+// BuildAgent is testutil.Agent: cmd/airlock-agent built (or $AIRLOCK_TEST_AGENT copied) into
+// a fresh directory that the sandbox's mapped root can reach, and a cleanup.
+func BuildAgent() (string, func(), error) { return testutil.Agent() }
 
-// Build builds the Go package pkg as a binary named name in a fresh directory (mode 0755),
-// returning the path and a cleanup that removes the directory.
-func Build(pkg, name string) (string, func(), error) {
-	dir, err := os.MkdirTemp("", "airlock-bin-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	if err := os.Chmod(dir, 0o755); err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as DESIGN.md has it: no cgo
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-	}
-	return bin, cleanup, nil
-}
+// Build is testutil.Build: the Go package pkg as a binary named name in a fresh directory.
+func Build(pkg, name string) (string, func(), error) { return testutil.Build(pkg, name) }
 
 // StateDir returns a short fresh state directory (unix socket paths are limited to 107
 // bytes), removed when the test ends.
