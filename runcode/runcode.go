@@ -89,8 +89,8 @@ type Options struct {
 	Pool Pool
 }
 
-// core is the part of opts core.RunIn takes.
-func (opts Options) core() core.Options {
+// Core is the part of opts core.RunIn takes (a run in a spare, internal/runcli).
+func (opts Options) Core() core.Options {
 	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, Logger: opts.Logger}
 }
 
@@ -317,7 +317,7 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 		}
 		defer agent.Close()
 	}
-	co := opts.core()
+	co := opts.Core()
 	co.Logger = log.With("session", sess.ID)
 	res, err := core.RunIn(ctx, agent, pre, decl.Workdir, req, co)
 	if err != nil {
@@ -394,5 +394,5 @@ func PoolTemplate(opts Options, idleExpiry time.Duration) spec.Sandbox {
 // and MaxOutputBytes apply; req's own caps are set from MaxOutputBytes). It is the exec step
 // of Run, for callers that keep a sandbox across commands.
 func Exec(ctx context.Context, agent sandbox.Agent, req sandbox.ExecRequest, opts Options) (Result, error) {
-	return core.Exec(ctx, agent, req, opts.core())
+	return core.Exec(ctx, agent, req, opts.Core())
 }

@@ -17,14 +17,3 @@ func PrestartedState(pre any) ([]byte, error) {
 	}
 	return p.State()
 }
-
-// ResumePrestarted is the inverse of PrestartedState over a new client of the same sandbox's
-// agent; the result (a *core.Prestarted) is what a RunPool's ClaimForRun returns. It owns
-// agent from then on.
-func ResumePrestarted(agent sandbox.Agent, state []byte) (any, error) {
-	pre, err := core.ResumePrestarted(agent, state)
-	if err != nil {
-		return nil, err // an untyped nil: a caller's pre != nil means there is one
-	}
-	return pre, nil
-}

@@ -107,7 +107,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
 		out, err := runcli.RunSpare(ctx, runcli.SpareRun{StateDir: filler.StateDir, ImageKey: imageKey(img),
-			Req: req, Opts: coreOptions(opts), Filler: filler, Log: log})
+			Req: req, Opts: opts.Core(), Filler: filler, Log: log})
 		if out.Ran {
 			return report(ctx, cmd, g, out.Result, err)
 		}

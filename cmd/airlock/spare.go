@@ -18,7 +18,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/runcode"
-	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -74,11 +73,6 @@ func newFiller(b *cli.BackendFlags, img spec.Image, count int) (runcli.Filler, e
 		return runcli.Filler{}, err
 	}
 	return runcli.Filler{Exe: exe, StateDir: filepath.Clean(sd), CgroupParent: b.CgroupParent, ImageJSON: string(imgJSON), Count: count}, nil
-}
-
-// coreOptions is the I/O part of opts, what a run in a spare takes.
-func coreOptions(opts runcode.Options) core.Options {
-	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, Logger: opts.Logger}
 }
 
 // terminateAll terminates sandboxes this process owns when no filler could be started to.
