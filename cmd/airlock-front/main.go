@@ -49,18 +49,19 @@ type invocation struct {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	inv, ok := parse(args)
-	if !ok {
-		return execFull(args, -1, nil, stderr)
-	}
-	req, in, err := inv.flags.Request(inv.args, stdin)
-	if err != nil {
-		return execFull(args, -1, nil, stderr) // the full CLI says what is wrong, as it always has
-	}
+	// Every path needs the full CLI: to hand the invocation over, or as the filler.
 	full, err := fullPath()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock: %v\n", err)
 		return runcli.ExitRunFailed
+	}
+	inv, ok := parse(args)
+	if !ok {
+		return execFull(full, args, -1, nil, stderr)
+	}
+	req, in, err := inv.flags.Request(inv.args, stdin)
+	if err != nil {
+		return execFull(full, args, -1, nil, stderr) // the full CLI says what is wrong, as it always has
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -75,7 +76,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			ImageJSON: inv.image.JSON, Count: inv.flags.Spares},
 	})
 	if !out.Ran {
-		return execFull(args, inv.runAt, out.Discarded, stderr)
+		return execFull(full, args, inv.runAt, out.Discarded, stderr)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -150,13 +151,8 @@ func parse(args []string) (inv invocation, ok bool) {
 // execFull replaces this process with the full CLI, argv unchanged but for the spares this
 // process claimed and could not use, which the full CLI terminates (--spare-discarded, after
 // "run" at runAt).
-func execFull(args []string, runAt int, discarded []string, stderr io.Writer) int {
-	full, err := fullPath()
-	if err != nil {
-		fmt.Fprintf(stderr, "airlock: %v\n", err)
-		return runcli.ExitRunFailed
-	}
-	err = syscall.Exec(full, fullArgv(full, args, runAt, discarded), os.Environ())
+func execFull(full string, args []string, runAt int, discarded []string, stderr io.Writer) int {
+	err := syscall.Exec(full, fullArgv(full, args, runAt, discarded), os.Environ())
 	fmt.Fprintf(stderr, "airlock: starting the full CLI %s: %v\n", full, err)
 	return runcli.ExitRunFailed
 }
