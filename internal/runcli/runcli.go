@@ -39,17 +39,15 @@ const (
 // Flags are airlock run's own flags, on pflag so that the full CLI (cobra) and the front parse
 // them with one definition.
 type Flags struct {
-	Lang         string
-	Timeout      time.Duration
-	Network      bool
-	Image        string
-	Files        []string
-	Code         string
-	Interactive  bool
-	MaxOutput    int64
-	Spares       int
-	StateDir     string
-	CgroupParent string
+	Lang        string
+	Timeout     time.Duration
+	Network     bool
+	Image       string
+	Files       []string
+	Code        string
+	Interactive bool
+	MaxOutput   int64
+	Spares      int
 }
 
 // Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
