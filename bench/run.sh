@@ -8,7 +8,10 @@
 #   sudo bench/run.sh [extra go test flags]
 #
 # Environment:
-#   BENCH        benchmarks to run (default 'SideBySide|SandboxesPerSecond|RunCodeThroughput|IdleMemory$')
+#   BENCH        benchmarks to run (default 'SideBySide|SandboxesPerSecond|RunCodeThroughput|IdleMemory$');
+#                BENCH=issue6 is issue 6's set in one run: pre-started run_code vs host python, warm
+#                claim -> first exec, exec round trip, throughput (airlock's and every runtime's),
+#                200 idle sandboxes' memory
 #   BENCHTIME    go test -benchtime (default 20x: ~5-10 minutes on a loaded 2-core machine)
 #   AIRLOCK_BENCH_CACHE  where the static runsc, the rootfs, the image and dockerd's roots live
 #                (default /var/cache/airlock-bench); the output goes to $AIRLOCK_BENCH_CACHE/last.txt
@@ -95,6 +98,9 @@ fi
 export AIRLOCK_BENCH_REQUIRE=$require
 
 # ---- run -----------------------------------------------------------------------------------
+if [[ ${BENCH:-} == issue6 ]]; then
+	BENCH='PrestartVsHostInterleaved|WarmClaimFirstExec|ExecRoundTrip|RunCodeThroughput|ThroughputSideBySide|IdleMemory200$'
+fi
 out=$cache/last.txt
 # The benchmarks' tables (longer than go test prints of a benchmark's log) go here, then to $out.
 export AIRLOCK_BENCH_REPORT=$cache/report.md
