@@ -84,13 +84,49 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// brokerURL is the address of a broker pod that serves: running, ready and not being deleted.
+// Right after deploy.sh's rollout restart the old pod still reports phase Running while it
+// terminates, and its address stops answering (no route to host) moments later.
 func brokerURL(t testing.TB) string {
-	ip := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator",
-		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[0].status.podIP}")
-	if ip == "" {
-		t.Fatal("no running broker pod")
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var list struct {
+			Items []struct {
+				Metadata struct {
+					Name              string  `json:"name"`
+					DeletionTimestamp *string `json:"deletionTimestamp"`
+				} `json:"metadata"`
+				Status struct {
+					Phase      string `json:"phase"`
+					PodIP      string `json:"podIP"`
+					Conditions []struct {
+						Type   string `json:"type"`
+						Status string `json:"status"`
+					} `json:"conditions"`
+				} `json:"status"`
+			} `json:"items"`
+		}
+		out := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("broker pods: %v", err)
+		}
+		var seen []string
+		for _, p := range list.Items {
+			ready := false
+			for _, c := range p.Status.Conditions {
+				ready = ready || (c.Type == "Ready" && c.Status == "True")
+			}
+			if p.Status.Phase == "Running" && ready && p.Metadata.DeletionTimestamp == nil && p.Status.PodIP != "" {
+				return "https://" + p.Status.PodIP + ":8080"
+			}
+			seen = append(seen, fmt.Sprintf("%s (phase %s, ready %v, deleting %v)", p.Metadata.Name, p.Status.Phase, ready, p.Metadata.DeletionTimestamp != nil))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running, ready broker pod that is not being deleted; pods: %v", seen)
+		}
+		time.Sleep(time.Second)
 	}
-	return "https://" + ip + ":8080"
 }
 
 func (e *env) token(sa, audience string) string {
