@@ -227,9 +227,10 @@ func claimFirstExec(b *testing.B, settled bool) {
 }
 
 // BenchmarkExecRoundTrip is one command in a live session, request to exit status: exec of
-// /bin/true (a process spawned under the sandbox's seccomp and landlock), and the agent's
-// health call (the protocol alone), and /bin/true on the host for the machine's floor. Besides the mean (ns/op) it reports the median and the
-// first quartile of the calls, which hold up better on a shared machine.
+// /bin/true (a process spawned under the sandbox's seccomp and landlock), the agent's health
+// call (the protocol alone), and /bin/true on the host (the machine's floor). Besides the mean
+// (ns/op) it reports the median and the first quartile of the calls, which hold up better on
+// a shared machine.
 func BenchmarkExecRoundTrip(b *testing.B) {
 	needRoot(b)
 	be := newBackend(b, stateDir(b))

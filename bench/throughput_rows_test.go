@@ -9,8 +9,9 @@ import (
 )
 
 // BenchmarkThroughputSideBySide is issue 6's throughput target put next to every other
-// sandbox on this machine: for each row of the side-by-side table (BenchmarkSideBySide, plus
-// the bare-namespaces floor), N concurrent callers make calls for the same number of calls,
+// sandbox on this machine: for each row of the side-by-side table (BenchmarkSideBySide's: host
+// python, the same on the rootfs's files, bare namespaces, airlock, every runtime installed),
+// N concurrent callers make the same number of calls,
 // rows rotated per iteration so each sees the same load. Rows whose work is partly done
 // outside the call (a spare's or a pool's refill) are left out: RunCodeThroughput measures
 // the pool sustained. Reported per row: calls per second, its ratio to host python (the issue
