@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
 	"github.com/airlock-sandbox/airlock/spec"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // These tests run against the test cluster (hack/testcluster/ci.sh: up, images, deploy) through
@@ -91,36 +93,20 @@ func brokerURL(t testing.TB) string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		var list struct {
-			Items []struct {
-				Metadata struct {
-					Name              string  `json:"name"`
-					DeletionTimestamp *string `json:"deletionTimestamp"`
-				} `json:"metadata"`
-				Status struct {
-					Phase      string `json:"phase"`
-					PodIP      string `json:"podIP"`
-					Conditions []struct {
-						Type   string `json:"type"`
-						Status string `json:"status"`
-					} `json:"conditions"`
-				} `json:"status"`
-			} `json:"items"`
-		}
+		var list corev1.PodList
 		out := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "json")
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("broker pods: %v", err)
 		}
 		var seen []string
 		for _, p := range list.Items {
-			ready := false
-			for _, c := range p.Status.Conditions {
-				ready = ready || (c.Type == "Ready" && c.Status == "True")
-			}
-			if p.Status.Phase == "Running" && ready && p.Metadata.DeletionTimestamp == nil && p.Status.PodIP != "" {
+			ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			})
+			if p.Status.Phase == corev1.PodRunning && ready && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
 				return "https://" + p.Status.PodIP + ":8080"
 			}
-			seen = append(seen, fmt.Sprintf("%s (phase %s, ready %v, deleting %v)", p.Metadata.Name, p.Status.Phase, ready, p.Metadata.DeletionTimestamp != nil))
+			seen = append(seen, fmt.Sprintf("%s (phase %s, ready %v, deleting %v)", p.Name, p.Status.Phase, ready, p.DeletionTimestamp != nil))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no running, ready broker pod that is not being deleted; pods: %v", seen)
