@@ -43,6 +43,7 @@ func (h HostProbe) Set() Set {
 	netReason := h.egressHostReason()
 	put(PublicOnlyEgress, netReason)
 	put(DomainEgressRules, netReason)
+	put(LiveEgress, netReason)
 
 	limits := firstReason(
 		h.Cgroup.controllerReason("cpu", h.UID),
@@ -79,6 +80,11 @@ func (h HostProbe) Set() Set {
 		put(SuspendResume, "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), which pauses a sandbox")
 	}
 	put(Snapshot, reasonSnapshotNotBuilt)
+	if h.Cgroup.Version == "none" {
+		put(Stats, "no cgroup filesystem is mounted, which counts a sandbox's usage")
+	} else {
+		put(Stats, "")
+	}
 	return s
 }
 

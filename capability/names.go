@@ -12,6 +12,8 @@ const (
 	Preview             Name = "preview"
 	SuspendResume       Name = "suspendResume"
 	Snapshot            Name = "snapshot"
+	Stats               Name = "stats"      // resource usage of a running sandbox
+	LiveEgress          Name = "liveEgress" // egress policy replaced while the sandbox runs
 	DomainEgressRules   Name = "domainEgressRules"
 	EgressDeny          Name = "egressDeny"
 	PublicOnlyEgress    Name = "publicOnlyEgress"
@@ -36,7 +38,7 @@ const (
 
 // Names lists every capability in the order sets are printed.
 var Names = []Name{
-	Files, Reconnect, Preview, SuspendResume, Snapshot,
+	Files, Reconnect, Preview, SuspendResume, Snapshot, Stats, LiveEgress,
 	DomainEgressRules, EgressDeny, PublicOnlyEgress,
 	EnforcedLimits, ProcessLimit, DiskLimit,
 	SessionLifetime, IdleTimeout,

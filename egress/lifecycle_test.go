@@ -57,7 +57,7 @@ func TestNewGatewayOptions(t *testing.T) {
 	if _, err := g.Setup(context.Background(), "bad id!", netns.None(), Policy{Mode: spec.EgressDeny}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("bad id: want ErrInvalid, got %v", err)
 	}
-	if _, err := g.Setup(context.Background(), "x", netns.None(), Policy{Mode: "open"}); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := g.Setup(context.Background(), "x", netns.None(), Policy{Mode: "wide"}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Fatalf("bad policy: want ErrInvalid, got %v", err)
 	}
 	if _, err := g.Setup(context.Background(), "x", netns.None(), Policy{Mode: spec.EgressDeny}); !errors.Is(err, sandbox.ErrInvalid) {

@@ -27,7 +27,7 @@ func TestPolicyValidate(t *testing.T) {
 		want string // must appear in the error: the field and the value
 	}{
 		{Policy{Mode: ""}, `egress.mode ""`},
-		{Policy{Mode: "open"}, `egress.mode "open"`},
+		{Policy{Mode: "wide"}, `egress.mode "wide"`},
 		{Policy{Mode: spec.EgressAllow, Domains: []string{"a.com"}}, "egress.domains"},
 		{Policy{Mode: spec.EgressDeny, Domains: []string{"a.com"}}, "egress.domains"},
 		{Policy{Mode: spec.EgressAllowDomains}, "egress.domains"},

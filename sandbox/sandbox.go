@@ -29,12 +29,6 @@ type Backend interface {
 	Terminate(ctx context.Context, sessionID string) error
 }
 
-// Pauser is implemented by backends with the suspendResume capability.
-type Pauser interface {
-	Pause(ctx context.Context, sessionID string) error
-	Resume(ctx context.Context, sessionID string) error
-}
-
 // State is a session's lifecycle state.
 type State string
 

@@ -97,7 +97,7 @@ func TestSetEgressErrors(t *testing.T) {
 		e     spec.Egress
 		field string
 	}{
-		{"unknown mode", spec.Egress{Mode: "open"}, "egress.mode"},
+		{"unknown mode", spec.Egress{Mode: "wide"}, "egress.mode"},
 		{"allowDomains without domains", spec.Egress{Mode: spec.EgressAllowDomains}, "egress.domains"},
 		{"domains under allow", spec.Egress{Mode: spec.EgressAllow, Domains: []string{"a.example.com"}}, "egress.domains"},
 		{"an IP literal", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"10.0.0.1"}}, "egress.domains[0]"},

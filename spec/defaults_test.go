@@ -38,9 +38,9 @@ func TestApplyDefaultsKeepsSet(t *testing.T) {
 		t.Fatalf("set fields changed (-before +after):\n%s", d)
 	}
 	// Invalid set values are kept for validation to report, not replaced.
-	bad := Sandbox{Limits: Limits{CPU: "x", MaxProcesses: i64(0)}, Egress: Egress{Mode: "open"}, Runtime: "kata", Workdir: "rel"}
+	bad := Sandbox{Limits: Limits{CPU: "x", MaxProcesses: i64(0)}, Egress: Egress{Mode: "wide"}, Runtime: "kata", Workdir: "rel"}
 	bad.ApplyDefaults()
-	if bad.Limits.CPU != "x" || *bad.Limits.MaxProcesses != 0 || bad.Egress.Mode != "open" || bad.Runtime != "kata" || bad.Workdir != "rel" {
+	if bad.Limits.CPU != "x" || *bad.Limits.MaxProcesses != 0 || bad.Egress.Mode != "wide" || bad.Runtime != "kata" || bad.Workdir != "rel" {
 		t.Fatalf("invalid values replaced: %+v", bad)
 	}
 }

@@ -100,10 +100,13 @@ const (
 	EgressDeny         EgressMode = "deny"
 	EgressAllow        EgressMode = "allow" // public internet only
 	EgressAllowDomains EgressMode = "allowDomains"
+	// EgressOpen asks for no restriction at all: private, link-local and metadata addresses
+	// included. Never the default; every platform can honour it.
+	EgressOpen EgressMode = "open"
 )
 
 // EgressModes lists every accepted egress mode, in documentation order.
-var EgressModes = []EgressMode{EgressDeny, EgressAllow, EgressAllowDomains}
+var EgressModes = []EgressMode{EgressDeny, EgressAllow, EgressAllowDomains, EgressOpen}
 
 // Egress is tagged by Mode; Domains is only valid with allowDomains.
 type Egress struct {

@@ -93,7 +93,7 @@ var ruleCases = []ruleCase{
 	{"maxProcesses negative", sb0(func(s *Sandbox) { s.Limits.MaxProcesses = i64(-5) }), []string{"sandboxes[0].limits.maxProcesses maxProcesses.positive"}},
 	{"maxProcesses one", sb0(func(s *Sandbox) { s.Limits.MaxProcesses = i64(1) }), nil},
 
-	{"egress mode unknown", sb0(func(s *Sandbox) { s.Egress = Egress{Mode: "open"} }), []string{"sandboxes[0].egress.mode egress.mode"}},
+	{"egress mode unknown", sb0(func(s *Sandbox) { s.Egress = Egress{Mode: "wide"} }), []string{"sandboxes[0].egress.mode egress.mode"}},
 	{"egress mode case matters", sb0(func(s *Sandbox) { s.Egress = Egress{Mode: "Deny"} }), []string{"sandboxes[0].egress.mode egress.mode"}},
 	{"egress allow ok", sb0(func(s *Sandbox) { s.Egress = Egress{Mode: EgressAllow} }), nil},
 	{"egress allowDomains empty", sb0(func(s *Sandbox) { s.Egress.Domains = nil }), []string{"sandboxes[0].egress.domains egress.domainsEmpty"}},

@@ -618,7 +618,7 @@ func TestEgressSetPolicy(t *testing.T) {
 	}
 
 	// Invalid policies are refused and change nothing.
-	for _, bad := range []spec.Egress{{Mode: "open"}, {Mode: spec.EgressAllow, Domains: []string{"a.example.com"}}, {Mode: spec.EgressAllowDomains}} {
+	for _, bad := range []spec.Egress{{Mode: "wide"}, {Mode: spec.EgressAllow, Domains: []string{"a.example.com"}}, {Mode: spec.EgressAllowDomains}} {
 		if err := b.SetEgress(ctx, s.ID, bad); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("SetEgress(%+v): %v, want ErrInvalid", bad, err)
 		}
@@ -887,7 +887,7 @@ func TestCheckEgress(t *testing.T) {
 		{"deny", spec.Egress{}, false, lacks, nil, ""},
 		{"deny under gvisor", spec.Egress{Mode: spec.EgressDeny}, true, lacks, nil, ""},
 		{"allow under gvisor", spec.Egress{Mode: spec.EgressAllow}, true, nil, sandbox.ErrUnsupported, ""},
-		{"unknown mode", spec.Egress{Mode: "open"}, false, nil, sandbox.ErrInvalid, ""},
+		{"unknown mode", spec.Egress{Mode: "wide"}, false, nil, sandbox.ErrInvalid, ""},
 		{"domains with allow", spec.Egress{Mode: spec.EgressAllow, Domains: []string{"a.example.com"}}, false, nil, sandbox.ErrInvalid, ""},
 		{"allowDomains without domains", spec.Egress{Mode: spec.EgressAllowDomains}, false, nil, sandbox.ErrInvalid, ""},
 		{"bad domain", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"*"}}, false, nil, sandbox.ErrInvalid, ""},

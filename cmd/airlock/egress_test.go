@@ -87,7 +87,7 @@ func TestEgressCommand(t *testing.T) {
 			"s-1: egress allowDomains api.example.com, *.pypi.org", "", `{"mode":"allowDomains","domains":["api.example.com","*.pypi.org"]}`},
 		{"deny", []string{"s-1", "--mode", "deny"}, 0, "s-1: egress deny", "", `{"mode":"deny"}`},
 		{"allow json", []string{"s-1", "--mode", "allow", "-o", "json"}, 0, `"mode": "allow"`, "", `{"mode":"allow"}`},
-		{"unknown mode", []string{"s-1", "--mode", "open"}, cli.ExitUsage, "", `--mode "open": allowed are deny, allow, allowDomains`, ""},
+		{"unknown mode", []string{"s-1", "--mode", "wide"}, cli.ExitUsage, "", `--mode "wide": allowed are deny, allow, allowDomains, open`, ""},
 		{"domains with allow", []string{"s-1", "--mode", "allow", "--allow-domain", "a.example.com"}, cli.ExitUsage, "", "--allow-domain needs --mode allowDomains", ""},
 		{"allowDomains without domains", []string{"s-1", "--mode", "allowDomains"}, cli.ExitUsage, "", "needs at least one --allow-domain", ""},
 		{"empty mode", []string{"s-1", "--mode", ""}, cli.ExitUsage, "", `--mode ""`, ""},
