@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/operator/brokerapi"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -258,6 +259,10 @@ func toSession(s brokerapi.Session) *sandbox.Session {
 // Create claims a warm pod of the Sandbox named decl.ID, waiting (as Retry-After says) while the
 // pool is empty, and returns once the pod's agent answers.
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	// What the set says no to is refused here, naming the capability, before the broker is asked.
+	if err := plan.CheckSandbox(decl, b.Capabilities(ctx)); err != nil {
+		return nil, err
+	}
 	for {
 		g, err := b.Claim(ctx, decl.ID, &decl)
 		var be *Error

@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -489,12 +490,18 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	return r, nil
 }
 
-// Create starts a sandbox and returns once its agent answers.
+// Create starts a sandbox and returns once its agent answers. What the backend's set says no
+// to is refused first (plan.CheckSandbox: ErrRefused naming the capability).
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// spare) or reconcile.
 	go func() { _, _ = SeccompFor(b.cg.version()) }()
+	// What this backend's own set says no to is refused, naming the capability: the set plan
+	// and 'airlock capabilities' read (capabilities.go).
+	if err := plan.CheckSandbox(decl, b.caps()); err != nil {
+		return nil, err
+	}
 	r, err := b.resolve(ctx, decl)
 	if err != nil {
 		return nil, err
