@@ -52,6 +52,10 @@ type Config struct {
 	// IdleFromFirstCall counts idle time from the first authenticated call instead of from the
 	// start (a pool pod waits unclaimed; see pool.go).
 	IdleFromFirstCall bool `json:"idleFromFirstCall,omitempty"`
+	// Deadline ends the agent (Serve returns ErrLifetime) at this time: the session's
+	// lifetime, where the agent is the sandbox's PID 1 and nothing else holds it (the docker
+	// backend). Zero means none.
+	Deadline time.Time `json:"deadline,omitzero"`
 	// MaxProcesses sets RLIMIT_NPROC on the agent, inherited by every command (see pool.go). 0: none.
 	MaxProcesses int64 `json:"maxProcesses,omitempty"`
 }

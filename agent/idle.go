@@ -11,6 +11,9 @@ import (
 // sandbox, and the caller can tell it from a shutdown or a failure.
 var ErrIdle = errors.New("agent: idle timeout")
 
+// ErrLifetime is what Serve returns when Config.Deadline ended the agent.
+var ErrLifetime = errors.New("agent: session lifetime ended")
+
 // activity tracks what keeps the agent from being idle: a count of active things (requests in
 // flight, running background processes) and when the last one ended.
 //

@@ -154,3 +154,19 @@ func TestIdleFrozenNotCounted(t *testing.T) {
 		t.Errorf("frozen time not counted %q (%v), want about the 4 s freeze", m[1], err)
 	}
 }
+
+// TestDeadlineEndsServe: an agent with a Deadline stops at it even while an exec runs (the
+// exec is killed), and Serve says why: agent.ErrLifetime. Without the deadline the exec
+// would run its full minute.
+func TestDeadlineEndsServe(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Deadline = time.Now().Add(500 * time.Millisecond)
+	cl, stop := serveInProcess(t, h, agent.Hooks{})
+	_, _, res := run(t, cl, sbtypes.ExecRequest{Argv: []string{"sleep", "60"}, Timeout: time.Minute})
+	if res.ExitCode == 0 && res.Signal == "" {
+		t.Errorf("exec running past the deadline ended %+v, want killed", res)
+	}
+	if err := stop(); !errors.Is(err, agent.ErrLifetime) {
+		t.Errorf("Serve = %v, want ErrLifetime", err)
+	}
+}

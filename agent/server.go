@@ -124,12 +124,21 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	} else {
 		close(watching)
 	}
+	var deadline <-chan time.Time
+	if !cfg.Deadline.IsZero() {
+		t := time.NewTimer(time.Until(cfg.Deadline))
+		defer t.Stop()
+		deadline = t.C
+	}
 	if hooks.Ready != nil {
 		hooks.Ready(ln.Addr().String())
 	}
 	var serveErr, idleErr error
 	select {
 	case <-ctx.Done():
+	case <-deadline:
+		idleErr = fmt.Errorf("%w at %v", ErrLifetime, cfg.Deadline.UTC().Format(time.RFC3339))
+		s.log.Info("session lifetime ended: stopping", "deadline", cfg.Deadline)
 	case <-s.shutdown:
 	case serveErr = <-served:
 	case <-idle:

@@ -6,24 +6,30 @@ import "github.com/airlock-sandbox/airlock/capability"
 // files, reconnect, env, stdin, pty, background processes and workdir through our agent;
 // egress deny (--network none); cpu and memory ceilings (memory-swap equal to memory); the
 // pids limit; the disk limit (a read-only root, and one tmpfs of the declared size, mounted on
-// the host and bound at the workdir and /tmp); labels; images by reference, OCI layout or
-// tarball; and the docker runtime itself.
+// the host and bound at the workdir and /tmp); the session lifetime and idle timeout (the
+// agent is the container's PID 1 and ends at its deadline or when idle: the kernel kills
+// everything else in the container with it, and the engine removes it); labels; images by
+// reference, OCI layout or tarball; and the docker runtime itself.
 var unsupported = map[capability.Name]string{
 	capability.Preview:           "the docker backend has no preview proxy",
 	capability.SuspendResume:     "the docker backend does not pause containers",
 	capability.Snapshot:          "the docker backend has no snapshots",
+	capability.Stats:             "the docker backend does not read a container's usage",
+	capability.LiveEgress:        "the docker backend cannot change a container's network while it runs",
 	capability.DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
 	capability.PublicOnlyEgress:  "the docker backend offers only --network none: a bridge would also reach private and metadata addresses",
-	capability.SessionLifetime:   "the docker backend has no lifetime enforcer: a container lives until it is terminated",
-	capability.IdleTimeout:       "the docker backend has no idle reaper",
 	capability.GVisor:            "the docker backend runs the engine's default OCI runtime; use the local runtime with runsc",
 	capability.ImageHost:         "a root assembled from the host's /usr needs the local runtime",
 	capability.ImageDir:          "a directory root filesystem needs the local runtime",
 }
 
-// capabilities is the set this backend publishes: what it actually does, independent of the
-// engine (the API and the three CLIs are given the same container).
-func capabilities() capability.Set {
+// reasonNoFreezer is why background processes are not held on a host without a v1 freezer
+// hierarchy: the agent then kills by process group.
+const reasonNoFreezer = "this host has no cgroup v1 freezer hierarchy, so the agent kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends"
+
+// capabilities is the set a backend publishes. freezer is whether the host gives each session
+// a v1 freezer cgroup (the agent's kill scope); without one what a kill reaches is weakened.
+func capabilities(freezer bool) capability.Set {
 	s := capability.Set{Platform: capability.Docker, Entries: make(map[capability.Name]capability.Status, len(capability.Names))}
 	for _, n := range capability.Names {
 		if why, no := unsupported[n]; no {
@@ -31,6 +37,9 @@ func capabilities() capability.Set {
 		} else {
 			s.Entries[n] = capability.Status{Supported: true}
 		}
+	}
+	if !freezer {
+		s.Entries[capability.BackgroundProcesses] = capability.Status{Reason: reasonNoFreezer}
 	}
 	return s
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -161,8 +162,8 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.eng, err = detect(ctx, opts.Engine, opts.Host); err != nil {
 		return nil, err
 	}
-	b.caps = capabilities()
 	b.freezer = freezerV1()
+	b.caps = capabilities(b.freezer)
 	if err := b.reconcile(ctx); err != nil {
 		b.eng.close()
 		return nil, err
@@ -236,6 +237,7 @@ func (b *Backend) freezerParent() string {
 type resolved struct {
 	cpuMillis, memory, disk, procs int64
 	lifetime                       time.Duration
+	idle                           time.Duration // 0: the lifetime ends the sandbox first
 	workdir                        string
 }
 
@@ -290,6 +292,10 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 		return nil, bad("session.maxLifetimeSeconds", strconv.FormatInt(life, 10), "at least 1")
 	}
 	r.lifetime = time.Duration(life) * time.Second
+	// The agent, the container's PID 1, ends itself when idle (agent.Config.IdleTimeout).
+	if idle := decl.Session.IdleTimeout(); idle > 0 && time.Duration(idle)*time.Second < r.lifetime {
+		r.idle = time.Duration(idle) * time.Second
+	}
 	r.workdir = decl.Workdir
 	if r.workdir == "" {
 		r.workdir = spec.DefaultWorkdir
@@ -366,8 +372,12 @@ func (b *Backend) ensureImage(ctx context.Context, img spec.Image) (string, imag
 	}
 }
 
-// Create starts a container and returns once its agent answers.
+// Create starts a container and returns once its agent answers. What this backend's set says
+// no to is refused first (plan.CheckSandbox: ErrRefused naming the capability).
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	if err := plan.CheckSandbox(decl, b.caps); err != nil {
+		return nil, err
+	}
 	r, err := resolve(decl)
 	if err != nil {
 		return nil, err
@@ -501,6 +511,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now().UTC()
+	sess := &sandbox.Session{
+		ID: id, SandboxID: decl.ID, Platform: string(capability.Docker), State: sandbox.StateRunning,
+		Generation: 1, CreatedAt: now, ExpiresAt: now.Add(r.lifetime), Labels: decl.Labels, Spec: decl,
+	}
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
 		Listen:    "unix:" + agentRunPath + "/agent.sock",
@@ -508,6 +523,9 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
 		CodeUID: CodeUID, CodeGID: CodeGID,
 		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
+		// The agent is PID 1: at its deadline or idle timeout it returns, and the kernel
+		// kills everything else in the container (setsid escapees included).
+		Deadline: sess.ExpiresAt, IdleTimeout: r.idle,
 	}
 	if b.freezer {
 		cfg.CgroupV1Freezer, cfg.CgroupV1Memory = agentFreezer, containerMemoryV1
@@ -522,11 +540,6 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	specJSON, err := json.Marshal(decl)
 	if err != nil {
 		return nil, err
-	}
-	now := time.Now().UTC()
-	sess := &sandbox.Session{
-		ID: id, SandboxID: decl.ID, Platform: string(capability.Docker), State: sandbox.StateRunning,
-		Generation: 1, CreatedAt: now, ExpiresAt: now.Add(r.lifetime), Labels: decl.Labels, Spec: decl,
 	}
 	labels := map[string]string{
 		labelSession:    id,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -330,7 +331,7 @@ func TestResolveRefuses(t *testing.T) {
 
 // TestCapabilitiesMatchRefusals: what resolve refuses is what Capabilities says is missing.
 func TestCapabilitiesMatchRefusals(t *testing.T) {
-	caps := capabilities()
+	caps := capabilities(true)
 	if caps.Platform != capability.Docker {
 		t.Errorf("platform %q", caps.Platform)
 	}
@@ -343,12 +344,12 @@ func TestCapabilitiesMatchRefusals(t *testing.T) {
 			t.Errorf("capability %s unsupported without a reason", n)
 		}
 	}
-	for _, n := range []capability.Name{capability.PublicOnlyEgress, capability.DomainEgressRules, capability.GVisor, capability.ImageHost, capability.ImageDir, capability.Preview, capability.SessionLifetime} {
+	for _, n := range []capability.Name{capability.PublicOnlyEgress, capability.DomainEgressRules, capability.GVisor, capability.ImageHost, capability.ImageDir, capability.Preview} {
 		if caps.Has(n) {
 			t.Errorf("capability %s claimed, but the backend does not enforce it", n)
 		}
 	}
-	for _, n := range []capability.Name{capability.EgressDeny, capability.EnforcedLimits, capability.ProcessLimit, capability.DiskLimit, capability.Files, capability.Env, capability.Workdir, capability.ImageRef, capability.ImageOCI, capability.DockerRuntime} {
+	for _, n := range []capability.Name{capability.EgressDeny, capability.EnforcedLimits, capability.ProcessLimit, capability.DiskLimit, capability.Files, capability.Env, capability.Workdir, capability.ImageRef, capability.ImageOCI, capability.DockerRuntime, capability.SessionLifetime, capability.IdleTimeout, capability.BackgroundProcesses} {
 		if !caps.Has(n) {
 			t.Errorf("capability %s not claimed: %s", n, caps.Entries[n].Reason)
 		}
@@ -403,7 +404,7 @@ func TestPublishedSetPromisesNoMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours := capabilities()
+	ours := capabilities(freezerV1())
 	for _, n := range capability.Names {
 		if published.Has(n) && !ours.Has(n) {
 			t.Errorf("capability.For(docker) promises %s, the backend lacks it: %s", n, ours.Entries[n].Reason)
@@ -421,6 +422,41 @@ func TestStartHints(t *testing.T) {
 		got := startHint(&cliError{args: []string{"podman", "start"}, err: errors.New("exit status 125"), stderr: stderr})
 		if (want == "") != (got == "") || !strings.Contains(got, want) {
 			t.Errorf("startHint(%q) = %q, want it to mention %q", stderr, got, want)
+		}
+	}
+}
+
+// TestCapabilitiesPerHost: without a v1 freezer the agent kills by process group, and the
+// set says backgroundProcesses is not held, naming why; with one it is.
+func TestCapabilitiesPerHost(t *testing.T) {
+	for _, freezer := range []bool{true, false} {
+		st := capabilities(freezer).Entries[capability.BackgroundProcesses]
+		if st.Supported != freezer {
+			t.Errorf("freezer %v: backgroundProcesses supported = %v", freezer, st.Supported)
+		}
+		if !freezer && !strings.Contains(st.Reason, "setsid") {
+			t.Errorf("no freezer: reason %q does not say what escapes", st.Reason)
+		}
+	}
+}
+
+// TestResolveIdle: an idle timeout shorter than the lifetime goes to the agent; one no
+// shorter is held by the lifetime.
+func TestResolveIdle(t *testing.T) {
+	i := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		life, idle int64
+		want       time.Duration
+	}{{3600, 600, 600 * time.Second}, {60, 600, 0}, {60, 60, 0}} {
+		d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}}
+		d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = i(tc.life), i(tc.idle)
+		d.ApplyDefaults()
+		r, err := resolve(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.idle != tc.want || r.lifetime != time.Duration(tc.life)*time.Second {
+			t.Errorf("life %d idle %d: resolved lifetime %v idle %v, want idle %v", tc.life, tc.idle, r.lifetime, r.idle, tc.want)
 		}
 	}
 }

@@ -97,6 +97,10 @@ func serve(args []string, stdin io.Reader) int {
 		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
 		return ExitIdle
 	}
+	if errors.Is(err, agent.ErrLifetime) {
+		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return 0 // the session ended as declared
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
 		return 1
