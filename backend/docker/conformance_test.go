@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -14,11 +15,15 @@ import (
 )
 
 // TestConformanceAPI runs the suite through the Engine API against the private dockerd, with
-// the test image by reference (loaded by hack/dockerd.sh).
+// the test image by reference (loaded by hack/dockerd.sh) and runtime docker declared; the
+// tarball is the walk's other image kind.
 func TestConformanceAPI(t *testing.T) {
 	requireDocker(t)
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t, EngineAPI) }, conformance.Options{
-		Decl: func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Ref: testImageRef}} },
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Ref: testImageRef}, Runtime: spec.RuntimeDocker}
+		},
+		Images: []spec.Image{{Tarball: rootfsTar}},
 	})
 }
 
@@ -27,7 +32,10 @@ func TestConformanceAPI(t *testing.T) {
 func TestConformanceDockerCLI(t *testing.T) {
 	requireDocker(t)
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t, EngineDocker) }, conformance.Options{
-		Decl: func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}} },
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}, Runtime: spec.RuntimeDocker}
+		},
+		Images: []spec.Image{{Ref: testImageRef}},
 	})
 }
 
@@ -37,8 +45,25 @@ func TestConformancePodman(t *testing.T) {
 	requirePodman(t)
 	t.Setenv("CONTAINERS_CONF", podmanConf(t))
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t, EnginePodman) }, conformance.Options{
-		Decl: func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}} },
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Tarball: rootfsTar}, Runtime: spec.RuntimeDocker}
+		},
+		// The tarball as podman stored it: a reference to an image in the engine's own store.
+		Images: []spec.Image{{Ref: loadedRef(t)}},
 	})
+}
+
+// loadedRef is the reference the backend tags a loaded tarball with (ensureImage).
+func loadedRef(t *testing.T) string {
+	img, err := tarball.ImageFromPath(rootfsTar, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "airlock.local/image:" + digest.Hex
 }
 
 // podmanConf writes a containers.conf that podman 4.3 needs on this kind of machine:

@@ -23,11 +23,19 @@ import (
 // needs a capability is skipped only when the backend's own Capabilities() says it lacks it.
 type Options struct {
 	// Decl returns the declaration to create for a test, before defaults: at least an image
-	// the backend can start with sh, echo, sleep, pwd, cat and test. ApplyDefaults is called
-	// on the result.
+	// the backend can start with sh, echo, sleep, pwd, cat, test, head, tail, cut, tr, sort,
+	// wc and python3. ApplyDefaults is called on the result. Its image kind and runtime are
+	// what the walk counts as exercised for those capabilities.
 	Decl func(id string) spec.Sandbox
 	// OpTimeout bounds each backend call (default 2 minutes).
 	OpTimeout time.Duration
+	// Images are more images the backend starts (each needs only echo): subtest ImageKinds
+	// creates a sandbox from each, exercising their kinds' capabilities for the walk.
+	Images []spec.Image
+	// Basic runs the floor only (create, exec, files, terminate...), for a second run of the
+	// suite with a declaration whose image holds just sh and a few tools (a directory image)
+	// or a runtime variant: the capability subtests and the walk are the main run's.
+	Basic bool
 }
 
 // Run runs the suite. newBackend is called once per subtest; the backend it returns is the
@@ -42,7 +50,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 	}
 	tests := []struct {
 		name  string
-		needs []capability.Name
+		needs []capability.Name // skipped unless the set has them; each is what it exercises
 		fn    func(*suite)
 	}{
 		{"CreateReturnsRunningSession", nil, (*suite).createRunning},
@@ -56,7 +64,54 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 		{"ConnectTwice", []capability.Name{capability.Reconnect}, (*suite).connectTwice},
 		{"TerminateIsIdempotent", nil, (*suite).terminate},
 		{"ConcurrentCreatesAreIndependent", nil, (*suite).concurrent},
+		{"StdinStreamed", []capability.Name{capability.Stdin}, (*suite).stdin},
+		{"TTY", []capability.Name{capability.PTY}, (*suite).pty},
+		{"BackgroundProcessKilledWhole", []capability.Name{capability.BackgroundProcesses}, (*suite).background},
+		{"LabelsKept", []capability.Name{capability.Labels}, (*suite).labels},
+		{"EgressDenyOnlyLoopback", []capability.Name{capability.EgressDeny}, (*suite).egressDeny},
+		{"MemoryCeilingHolds", []capability.Name{capability.EnforcedLimits}, (*suite).memoryCeiling},
+		{"ProcessLimitHolds", []capability.Name{capability.ProcessLimit}, (*suite).processLimit},
+		{"DiskLimitHolds", []capability.Name{capability.DiskLimit}, (*suite).diskLimit},
+		{"LifetimeEndsSandbox", []capability.Name{capability.SessionLifetime}, (*suite).lifetime},
+		{"IdleTimeoutEndsSandbox", []capability.Name{capability.IdleTimeout}, (*suite).idle},
+		// Optional features, found with sandbox.Feature.
+		{"PauseResume", []capability.Name{capability.SuspendResume}, (*suite).pauser},
+		{"Stats", []capability.Name{capability.Stats}, (*suite).stats},
+		{"LiveEgress", []capability.Name{capability.LiveEgress, capability.DomainEgressRules}, (*suite).liveEgress},
+		{"Preview", []capability.Name{capability.Preview}, (*suite).previewer},
+		{"SnapshotAndFork", []capability.Name{capability.Snapshot}, (*suite).snapshotter},
+		{"ImageKinds", nil, (*suite).imageKinds},
 	}
+	if opts.Basic {
+		tests = slices.DeleteFunc(tests, func(tc struct {
+			name  string
+			needs []capability.Name
+			fn    func(*suite)
+		}) bool {
+			return !slices.Contains(basic, tc.name)
+		})
+	}
+	// exercisedBy is the walk's table: capability → the subtests that exercise it. The image
+	// kind the suite's own declaration uses is exercised by every subtest.
+	exercisedBy := map[capability.Name][]string{}
+	for _, tc := range tests {
+		for _, n := range tc.needs {
+			exercisedBy[n] = append(exercisedBy[n], tc.name)
+		}
+	}
+	d := opts.Decl("conf-kind")
+	if n, ok := imageCapability[d.Image.Kind()]; ok {
+		exercisedBy[n] = append(exercisedBy[n], "CreateReturnsRunningSession")
+	}
+	if n, ok := runtimeCapability[d.Runtime]; ok {
+		exercisedBy[n] = append(exercisedBy[n], "CreateReturnsRunningSession")
+	}
+	for _, img := range opts.Images {
+		if n, ok := imageCapability[img.Kind()]; ok {
+			exercisedBy[n] = append(exercisedBy[n], "ImageKinds")
+		}
+	}
+	var r ran
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t)
@@ -68,10 +123,42 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 					t.Skipf("backend %s lacks capability %s: %s", b.Platform(), n, caps.Entries[n].Reason)
 				}
 			}
+			defer func() { r.note(tc.name, !t.Failed() && !t.Skipped()) }()
 			tc.fn(&suite{t: t, b: b, opts: opts})
 		})
 	}
+	if opts.Basic {
+		return
+	}
+	// Last: every yes was exercised above, every no is refused.
+	t.Run("CapabilityWalk", func(t *testing.T) { walk(t, newBackend(t), opts, exercisedBy, &r) })
 }
+
+// basic are the floor's subtests, what a Basic run runs.
+var basic = []string{"CreateReturnsRunningSession", "ExecStreamsStdoutAndStderr", "ExitCodes", "EnvHonoured",
+	"CwdIsWorkdir", "TimeoutKills", "FilesRoundTrip", "GetAndListIncludeSession", "ConnectTwice",
+	"TerminateIsIdempotent", "ConcurrentCreatesAreIndependent"}
+
+// imageKinds starts a sandbox from each of Options.Images.
+func (s *suite) imageKinds() {
+	for i, img := range s.opts.Images {
+		d := s.decl(fmt.Sprintf("conf-image-%d", i))
+		d.Image = img
+		sess := s.create(d)
+		if got := s.exec(s.connect(sess.ID), sandbox.ExecRequest{Argv: []string{"echo", "from", string(img.Kind())}}); got.stdout != "from "+string(img.Kind())+"\n" {
+			s.t.Errorf("image %s: echo = %q %+v", img.String(), got.stdout, got.res)
+		}
+	}
+}
+
+// imageCapability and runtimeCapability are what the suite's own declaration needs.
+var (
+	imageCapability = map[spec.ImageKind]capability.Name{
+		spec.ImageHost: capability.ImageHost, spec.ImageRef: capability.ImageRef, spec.ImageOCILayout: capability.ImageOCI,
+		spec.ImageTarball: capability.ImageOCI, spec.ImageDir: capability.ImageDir,
+	}
+	runtimeCapability = map[spec.Runtime]capability.Name{spec.RuntimeGVisor: capability.GVisor, spec.RuntimeDocker: capability.DockerRuntime}
+)
 
 type suite struct {
 	t    *testing.T
