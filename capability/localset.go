@@ -5,21 +5,18 @@ import (
 	"strings"
 )
 
-// Reasons for what the local runtime does not do yet, whatever the host offers.
-const (
-	reasonRunscNotDriven   = "runsc is on PATH but the local backend does not drive it yet (issue 3)"
-	reasonPreviewNotBuilt  = "the preview proxy is not built yet (issue 6)"
-	reasonSnapshotNotBuilt = "snapshots are not built yet (issue 6)"
-	reasonDockerNotBuilt   = "the docker runtime is not built yet (issue 5)"
-)
+// reasonLocalNoDocker is the one refusal that is not a host fact: the local runtime runs
+// sandboxes itself, whatever engine the host has.
+const reasonLocalNoDocker = "the local runtime runs sandboxes itself; runtime docker is the docker platform's"
 
 // LocalMaxProcesses is the local backend's own ceiling on maxProcesses: a sandbox's user
 // namespace maps 65536 ids.
 const LocalMaxProcesses = 65536
 
-// Set maps the host's facts to the local capability set. A capability is true only when the
-// host provides what the local runtime needs for it and the runtime does it; every false
-// names the missing fact.
+// Set maps the host's facts to the local capability set: a capability is false only when the
+// host lacks what the local runtime needs for it, and every false names the missing fact.
+// What the runtime itself does is backend/local's to say: its Capabilities is this set joined
+// with its own, the one truth plan, 'airlock capabilities' and Create read.
 func (h HostProbe) Set() Set {
 	s := Set{Platform: Local, Entries: make(map[Name]Status, len(Names)), Bounds: Bounds{MaxProcesses: LocalMaxProcesses}}
 	if why := h.floorReason(); why != "" {
@@ -60,26 +57,25 @@ func (h HostProbe) Set() Set {
 	}
 
 	if h.Runsc != "" {
-		put(GVisor, reasonRunscNotDriven)
+		put(GVisor, "")
 	} else {
 		put(GVisor, "runsc not found on PATH")
 	}
-	if h.DockerCLI == "" {
-		put(DockerRuntime, "no docker, podman or nerdctl on PATH, and "+reasonDockerNotBuilt)
-	} else {
-		put(DockerRuntime, reasonDockerNotBuilt)
-	}
+	put(DockerRuntime, reasonLocalNoDocker)
 
-	put(Preview, reasonPreviewNotBuilt)
+	// The preview proxy listens on the host's loopback: nothing the floor lacks.
+	put(Preview, "")
+	freezer := ""
 	switch {
 	case h.Cgroup.Freezer:
-		put(SuspendResume, "")
 	case h.Cgroup.Version == "none":
-		put(SuspendResume, "no cgroup filesystem is mounted")
+		freezer = "no cgroup filesystem is mounted"
 	default:
-		put(SuspendResume, "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), which pauses a sandbox")
+		freezer = "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), which pauses a sandbox"
 	}
-	put(Snapshot, reasonSnapshotNotBuilt)
+	put(SuspendResume, freezer)
+	// A snapshot is captured with the sandbox frozen.
+	put(Snapshot, freezer)
 	if h.Cgroup.Version == "none" {
 		put(Stats, "no cgroup filesystem is mounted, which counts a sandbox's usage")
 	} else {

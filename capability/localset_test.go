@@ -30,14 +30,15 @@ func capableHost() HostProbe {
 	}
 }
 
-// capableLocal is what the local runtime, as built today, does on a capable host.
+// capableLocal is what a capable host allows the local runtime: everything but runtime docker,
+// which is not the local runtime's (what the runtime itself does is backend/local's to say).
 var capableLocal = map[Name]bool{
-	Files: true, Reconnect: true, Preview: false, SuspendResume: true, Snapshot: false,
+	Files: true, Reconnect: true, Preview: true, SuspendResume: true, Snapshot: true, Stats: true, LiveEgress: true,
 	DomainEgressRules: true, EgressDeny: true, PublicOnlyEgress: true,
 	EnforcedLimits: true, ProcessLimit: true, DiskLimit: true,
 	SessionLifetime: true, IdleTimeout: true,
 	Env: true, Stdin: true, PTY: true, BackgroundProcesses: true,
-	GVisor: false, Labels: true, Workdir: true,
+	GVisor: true, Labels: true, Workdir: true,
 	ImageHost: true, ImageOCI: true, ImageRef: true, ImageDir: true, DockerRuntime: false,
 }
 
@@ -91,18 +92,17 @@ func TestLocalSetFromHostFacts(t *testing.T) {
 			[]Name{ProcessLimit}, "cgroup pids controller not mounted"},
 		{"no cgroups at all", func(h *HostProbe) {
 			h.Cgroup = CgroupFacts{Version: "none"}
-		}, []Name{EnforcedLimits, ProcessLimit, SuspendResume}, "no cgroup filesystem is mounted"},
+		}, []Name{EnforcedLimits, ProcessLimit, SuspendResume, Snapshot, Stats}, "no cgroup filesystem is mounted"},
 		{"no tmpfs", func(h *HostProbe) { h.Tmpfs = false }, []Name{DiskLimit}, "no tmpfs"},
 		{"runsc absent", func(h *HostProbe) { h.Runsc = "" }, []Name{GVisor}, "runsc not found on PATH"},
-		{"runsc present, not driven yet", func(h *HostProbe) {}, []Name{GVisor}, "does not drive it yet"},
 		{"no docker cli", func(h *HostProbe) { h.DockerCLI = "" }, nil, ""},
-		{"no freezer", func(h *HostProbe) { h.Cgroup.Freezer = false }, []Name{SuspendResume}, "no cgroup freezer"},
+		{"no freezer", func(h *HostProbe) { h.Cgroup.Freezer = false }, []Name{SuspendResume, Snapshot}, "no cgroup freezer"},
 		{"swap on with memsw is fine", func(h *HostProbe) { h.SwapOn = true }, nil, ""},
 		{"no landlock is fine", func(h *HostProbe) { h.LandlockABI = 0 }, nil, ""},
 		{"not root, unprivileged userns allowed, cgroup delegated", func(h *HostProbe) {
 			h.UID, h.Root, h.CapSysAdmin, h.CapNetAdmin = 1000, false, false, false
-		}, []Name{PublicOnlyEgress, DomainEgressRules}, "needs root with CAP_NET_ADMIN"},
-		{"root without CAP_NET_ADMIN", func(h *HostProbe) { h.CapNetAdmin = false }, []Name{PublicOnlyEgress, DomainEgressRules}, "needs root with CAP_NET_ADMIN"},
+		}, []Name{PublicOnlyEgress, DomainEgressRules, LiveEgress}, "needs root with CAP_NET_ADMIN"},
+		{"root without CAP_NET_ADMIN", func(h *HostProbe) { h.CapNetAdmin = false }, []Name{PublicOnlyEgress, DomainEgressRules, LiveEgress}, "needs root with CAP_NET_ADMIN"},
 
 		// The floor: no sandbox at all, so every capability is false with the same reason.
 		{"not linux", func(h *HostProbe) { h.OS = "darwin" }, Names, "needs Linux; this host runs darwin"},

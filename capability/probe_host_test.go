@@ -148,7 +148,7 @@ func TestProbeHostGroundTruth(t *testing.T) {
 	if s.Has(EnforcedLimits) != wantLimits {
 		t.Errorf("enforcedLimits = %+v, want %v", s.Entries[EnforcedLimits], wantLimits)
 	}
-	if wantReason := map[bool]string{true: "does not drive it yet", false: "not found on PATH"}[runsc != ""]; !strings.Contains(s.Entries[GVisor].Reason, wantReason) {
+	if st := s.Entries[GVisor]; st.Supported != (runsc != "") || runsc == "" && !strings.Contains(st.Reason, "not found on PATH") {
 		t.Errorf("gvisor = %+v, runsc on PATH %q", s.Entries[GVisor], runsc)
 	}
 	if s.Has(EgressDeny) != (userErr == nil && h.Seccomp.Filter) {

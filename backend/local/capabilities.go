@@ -15,22 +15,8 @@ import (
 
 // The published set is one: the host's facts (capability.ProbeHost().Set(): namespaces,
 // seccomp, cgroup controllers, cpu quota, swap accounting, tmpfs, veth and nftables, runsc)
-// combined with what this backend enforces (probeCapabilities). A capability holds only when
+// joined with what this backend enforces (probeCapabilities). A capability holds only when
 // both say so; the host's reason wins when both refuse, since it is the one to act on.
-//
-// The one exception is a refusal that is not a host fact at all: the probe's own verdict that
-// the local backend has not built a feature yet (hostNotBuilt). The backend knows what it has
-// built, so there its answer stands. Any refusal naming a host fact is kept.
-
-// hostNotBuilt are the reasons capability.HostProbe.Set gives for features it believes the
-// local backend lacks, whatever the host. TestHostNotBuiltReasons pins them: when the probe
-// stops giving one, it goes from here too.
-var hostNotBuilt = []string{
-	"runsc is on PATH but the local backend does not drive it yet (issue 3)",
-	"the preview proxy is not built yet (issue 6)",
-	"snapshots are not built yet (issue 6)",
-	"the docker runtime is not built yet (issue 5)",
-}
 
 // reasonGVisorRootless is why a rootless backend does not run gVisor (rootless.go).
 const reasonGVisorRootless = "runsc is driven as root only; this runtime is rootless"
@@ -55,8 +41,7 @@ func combineCapabilities(host, backend capability.Set, runscOption string) capab
 		switch {
 		case h.Supported && b.Supported:
 			out.Entries[n] = capability.Status{Supported: true}
-		case !h.Supported && !slices.Contains(hostNotBuilt, h.Reason) &&
-			!(n == capability.GVisor && h.Reason == runscOffPath && runscOption != ""):
+		case !h.Supported && !(n == capability.GVisor && h.Reason == runscOffPath && runscOption != ""):
 			out.Entries[n] = h
 		case !b.Supported:
 			out.Entries[n] = b

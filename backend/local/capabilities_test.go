@@ -3,6 +3,7 @@ package local
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,13 +24,12 @@ func setOf(def capability.Status, entries map[capability.Name]capability.Status)
 var yes = capability.Status{Supported: true}
 
 // TestCombineCapabilities: a capability holds only when the host and the backend both say so;
-// a host refusal naming a host fact is never overturned, only the probe's own "not built yet".
+// a host refusal is never overturned (bar runsc off PATH when Options.RunscPath names one).
 func TestCombineCapabilities(t *testing.T) {
-	noFreezer := capability.Status{Reason: "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), and pause/resume is not built yet (issue 6)"}
+	noFreezer := capability.Status{Reason: "no cgroup freezer (v1 freezer controller or v2 cgroup.freeze), which pauses a sandbox"}
 	noNet := capability.Status{Reason: "egress filtering needs root with CAP_NET_ADMIN (a veth and nftables rules in the host network namespace)"}
 	host := setOf(yes, map[capability.Name]capability.Status{
 		capability.EnforcedLimits:    {Reason: "cgroup memory controller not mounted"},
-		capability.Preview:           {Reason: "the preview proxy is not built yet (issue 6)"},
 		capability.SuspendResume:     noFreezer,
 		capability.PublicOnlyEgress:  noNet,
 		capability.DomainEgressRules: noNet,
@@ -54,9 +54,9 @@ func TestCombineCapabilities(t *testing.T) {
 			capability.Reconnect:         yes,                                       // both
 			capability.Files:             backend.Entries[capability.Files],         // backend refuses
 			capability.EnforcedLimits:    host.Entries[capability.EnforcedLimits],   // host fact
-			capability.Preview:           yes,                                       // probe's "not built": the backend built it
+			capability.Preview:           yes,                                       // both
 			capability.DomainEgressRules: noNet,                                     // host fact
-			capability.SuspendResume:     noFreezer,                                 // a host fact joined to "not built": kept
+			capability.SuspendResume:     noFreezer,                                 // host fact
 			capability.PublicOnlyEgress:  noNet,                                     // host fact
 			capability.GVisor:            host.Entries[capability.GVisor],           // no runsc anywhere
 			capability.IdleTimeout:       host.Entries[capability.IdleTimeout],      // both refuse: the host's reason
@@ -81,10 +81,10 @@ func TestCombineCapabilities(t *testing.T) {
 	}
 }
 
-// TestHostNotBuiltReasons pins the probe's "not built" reasons this backend overrides: on a
-// host with every fact in place, each is what capability.HostProbe.Set still gives for some
-// capability. When the probe stops giving one, this fails and the override goes.
-func TestHostNotBuiltReasons(t *testing.T) {
+// TestHostFactsOnly: the host probe gives only host facts: on a host with every fact in place
+// it refuses nothing but runtime docker (not the local runtime's at all), and the backend's
+// live set is supported only where the probe agrees.
+func TestHostFactsOnly(t *testing.T) {
 	ctl := func(dir string) capability.CgroupController {
 		return capability.CgroupController{Version: 1, Dir: dir, Writable: true}
 	}
@@ -98,24 +98,21 @@ func TestHostNotBuiltReasons(t *testing.T) {
 		NFTables: capability.Feature{Available: true}, Veth: capability.Feature{Available: true},
 		Runsc: "/usr/bin/runsc", DockerCLI: "/usr/bin/docker",
 	}
-	given := map[string]bool{}
-	for _, st := range full.Set().Entries {
-		given[st.Reason] = true
-	}
-	for _, r := range hostNotBuilt {
-		if !given[r] {
-			t.Errorf("the host probe no longer says %q: remove it from hostNotBuilt", r)
+	for n, st := range full.Set().Entries {
+		if !st.Supported && n != capability.DockerRuntime {
+			t.Errorf("a host with every fact refuses %s: %q", n, st.Reason)
+		}
+		if strings.Contains(st.Reason, "not built") || strings.Contains(st.Reason, "issue") {
+			t.Errorf("%s: the host probe speaks of the runtime, not the host: %q", n, st.Reason)
 		}
 	}
-	// And the live set: supported only where the probe agrees, bar those reasons.
 	set := capability.ProbeHost().Set()
 	b := newTestBackend(t)
 	for n, st := range b.Capabilities(t.Context()).Entries {
 		if !st.Supported && st.Reason == "" {
 			t.Errorf("%s refused without a reason", n)
 		}
-		if st.Supported && !set.Entries[n].Supported && !contains(hostNotBuilt, set.Entries[n].Reason) &&
-			!(n == capability.GVisor && set.Entries[n].Reason == runscOffPath) {
+		if st.Supported && !set.Entries[n].Supported && !(n == capability.GVisor && set.Entries[n].Reason == runscOffPath) {
 			t.Errorf("%s published as supported although the host probe refuses it: %q", n, set.Entries[n].Reason)
 		}
 	}

@@ -93,6 +93,7 @@ func egressCapabilities(entries map[capability.Name]capability.Status) {
 	}
 	entries[capability.PublicOnlyEgress] = st
 	entries[capability.DomainEgressRules] = st
+	entries[capability.LiveEgress] = st // SetEgress: the same gateway, rewired
 }
 
 // egressEnforceable tells whether this host can enforce egress needing capability name: the

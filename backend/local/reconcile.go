@@ -169,9 +169,11 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
 		yes(capability.SuspendResume) // pause.go: the cgroup freezer
 		yes(capability.Snapshot)      // snapshot.go: captured under the freezer
+		yes(capability.Stats)         // stats.go: the sandbox's cgroup counters
 	} else {
 		no(capability.EnforcedLimits, "no usable cgroup hierarchy")
 		no(capability.ProcessLimit, "no usable cgroup hierarchy")
+		no(capability.Stats, "no usable cgroup hierarchy")
 	}
 	yes(capability.Preview) // preview.go
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
