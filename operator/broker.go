@@ -174,23 +174,11 @@ func classify(err error) *httpError {
 	if errors.As(err, &he) {
 		return he
 	}
-	switch {
-	case errors.Is(err, sandbox.ErrUnauthenticated):
-		return &httpError{status: http.StatusUnauthorized, code: brokerapi.CodeUnauthenticated, err: err}
-	case errors.Is(err, sandbox.ErrForbidden):
-		return &httpError{status: http.StatusForbidden, code: brokerapi.CodeForbidden, err: err}
-	case errors.Is(err, sandbox.ErrNotFound):
-		return &httpError{status: http.StatusNotFound, code: brokerapi.CodeNotFound, err: err}
-	case errors.Is(err, sandbox.ErrInvalid):
-		return &httpError{status: http.StatusBadRequest, code: brokerapi.CodeInvalid, err: err}
-	case errors.Is(err, sandbox.ErrRefused):
-		return &httpError{status: http.StatusConflict, code: brokerapi.CodeRefused, err: err}
-	case errors.Is(err, sandbox.ErrOutcomeUnknown):
-		return &httpError{status: http.StatusGatewayTimeout, code: brokerapi.CodeOutcomeUnknown, err: err}
-	case errors.Is(err, errUnavailable):
+	if errors.Is(err, errUnavailable) {
 		return &httpError{status: http.StatusServiceUnavailable, code: brokerapi.CodeUnavailable, err: err}
 	}
-	return &httpError{status: http.StatusInternalServerError, code: brokerapi.CodeInternal, err: err}
+	code, status := brokerapi.CodeOf(err) // the one table: refused 422, outcome unknown 504
+	return &httpError{status: status, code: code, err: err}
 }
 
 func (b *Broker) writeErr(w http.ResponseWriter, r *http.Request, err error) {

@@ -237,7 +237,7 @@ func TestClaimRefusals(t *testing.T) {
 			d := sbx("box", nil).Declaration()
 			d.Env = map[string]string{"X": "1"}
 			return &d
-		}()}, 409, brokerapi.CodeRefused},
+		}()}, 422, brokerapi.CodeRefused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

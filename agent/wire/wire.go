@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
@@ -134,47 +133,14 @@ type RenameRequest struct {
 	To   string `json:"to"`
 }
 
-// codes is the one table between sandbox error classes and this wire's codes and statuses.
-var codes = []struct {
-	err    error
-	code   string
-	status int
-}{
-	{sbtypes.ErrInvalid, "invalid", http.StatusBadRequest},
-	{sbtypes.ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
-	{sbtypes.ErrForbidden, "forbidden", http.StatusForbidden},
-	{sbtypes.ErrNotFound, "not_found", http.StatusNotFound},
-	{sbtypes.ErrConflict, "conflict", http.StatusConflict},
-	{sbtypes.ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
-	{sbtypes.ErrRefused, "refused", http.StatusUnprocessableEntity},
-	{sbtypes.ErrUnsupported, "unsupported", http.StatusNotImplemented},
-	{sbtypes.ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
-	{sbtypes.ErrUnreachable, "unreachable", http.StatusBadGateway},
-	{sbtypes.ErrOutcomeUnknown, "outcome_unknown", http.StatusInternalServerError},
-}
-
 // CodeInternal is an error that matches no sandbox class.
-const CodeInternal = "internal"
+const CodeInternal = sbtypes.CodeInternal
 
-// CodeOf returns the wire code and HTTP status for err.
-func CodeOf(err error) (string, int) {
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return c.code, c.status
-		}
-	}
-	return CodeInternal, http.StatusInternalServerError
-}
+// CodeOf returns the wire code and HTTP status for err: the one table, sbtypes.Codes.
+func CodeOf(err error) (string, int) { return sbtypes.CodeOf(err) }
 
 // ErrorOf returns the sandbox error class for a wire code, or nil for an unknown code.
-func ErrorOf(code string) error {
-	for _, c := range codes {
-		if c.code == code {
-			return c.err
-		}
-	}
-	return nil
-}
+func ErrorOf(code string) error { return sbtypes.ClassOf(code) }
 
 // WriteFrame writes one frame. For stdout/stderr frames the caller puts the sequence number
 // first in payload (see AppendOutput).

@@ -58,13 +58,13 @@ func TestReadFrameRefusals(t *testing.T) {
 
 func TestCodeTable(t *testing.T) {
 	seen := map[string]bool{}
-	for _, c := range codes {
-		code, status := CodeOf(fmt.Errorf("wrapped: %w", c.err))
-		if code != c.code || status != c.status {
-			t.Errorf("%v -> %s %d, want %s %d", c.err, code, status, c.code, c.status)
+	for _, c := range sbtypes.Codes {
+		code, status := CodeOf(fmt.Errorf("wrapped: %w", c.Class))
+		if code != c.Code || status != c.Status {
+			t.Errorf("%v -> %s %d, want %s %d", c.Class, code, status, c.Code, c.Status)
 		}
-		if !errors.Is(ErrorOf(code), c.err) {
-			t.Errorf("code %s maps back to %v, want %v", code, ErrorOf(code), c.err)
+		if !errors.Is(ErrorOf(code), c.Class) {
+			t.Errorf("code %s maps back to %v, want %v", code, ErrorOf(code), c.Class)
 		}
 		if seen[code] {
 			t.Errorf("code %s used twice", code)

@@ -154,27 +154,7 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the sandbox error class of the code.
-func (e *Error) Unwrap() error {
-	switch e.Code {
-	case brokerapi.CodeInvalid:
-		return sandbox.ErrInvalid
-	case brokerapi.CodeUnauthenticated:
-		return sandbox.ErrUnauthenticated
-	case brokerapi.CodeForbidden:
-		return sandbox.ErrForbidden
-	case brokerapi.CodeNotFound:
-		return sandbox.ErrNotFound
-	case brokerapi.CodeConflict:
-		return sandbox.ErrConflict
-	case brokerapi.CodeRefused:
-		return sandbox.ErrRefused
-	case brokerapi.CodeOutcomeUnknown:
-		return sandbox.ErrOutcomeUnknown
-	case brokerapi.CodeUnavailable:
-		return sandbox.ErrUnreachable
-	}
-	return nil
-}
+func (e *Error) Unwrap() error { return brokerapi.ClassOf(e.Code) }
 
 // call sends one broker request and decodes a 2xx JSON answer into out (if non-nil).
 func (b *Backend) call(ctx context.Context, method, path string, query url.Values, body, out any) error {

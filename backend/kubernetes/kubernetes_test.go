@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/operator/brokerapi"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -216,5 +218,23 @@ func TestBrokerTLS(t *testing.T) {
 	}
 	if _, err := New(Config{BrokerURL: "http://broker", Namespace: "ns", CAFile: ca}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("CAFile with an http URL: %v, want invalid", err)
+	}
+}
+
+// TestErrorUnwrap: a broker answer's code maps back to its sandbox class through the one
+// table (sbtypes.Codes), and the broker's own unavailable to ErrUnreachable.
+func TestErrorUnwrap(t *testing.T) {
+	for _, c := range sbtypes.Codes {
+		code, status := brokerapi.CodeOf(fmt.Errorf("broker: %w", c.Class))
+		e := &Error{Status: status, Code: code, Message: "m"}
+		if !errors.Is(e, c.Class) || status != c.Status {
+			t.Errorf("%s (%d): errors.Is(%v) false, or status not %d", code, status, c.Class, c.Status)
+		}
+	}
+	if !errors.Is(&Error{Status: 503, Code: brokerapi.CodeUnavailable}, sandbox.ErrUnreachable) {
+		t.Error("unavailable is not ErrUnreachable")
+	}
+	if (&Error{Status: 500, Code: brokerapi.CodeInternal}).Unwrap() != nil {
+		t.Error("internal has a class")
 	}
 }

@@ -4,6 +4,7 @@ package brokerapi
 import (
 	"time"
 
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -58,7 +59,8 @@ type Error struct {
 	Message string `json:"message"`
 }
 
-// Error codes.
+// Error codes: the sandbox classes' (sbtypes.Codes, the one table every wire answers from),
+// and unavailable, the broker's own.
 const (
 	CodeInvalid         = "invalid"
 	CodeUnauthenticated = "unauthenticated"
@@ -66,7 +68,20 @@ const (
 	CodeNotFound        = "not_found"
 	CodeConflict        = "conflict"
 	CodeRefused         = "refused"
-	CodeUnavailable     = "unavailable"
 	CodeOutcomeUnknown  = "outcome_unknown"
-	CodeInternal        = "internal"
+	CodeInternal        = sbtypes.CodeInternal
+	// CodeUnavailable (503, with Retry-After): the apiserver or a warm pod is not there yet;
+	// to a client it is sandbox.ErrUnreachable.
+	CodeUnavailable = "unavailable"
 )
+
+// CodeOf is the code and HTTP status the broker answers err with: its class's.
+func CodeOf(err error) (string, int) { return sbtypes.CodeOf(err) }
+
+// ClassOf is the sandbox error class of a broker code, nil for internal or an unknown one.
+func ClassOf(code string) error {
+	if code == CodeUnavailable {
+		return sbtypes.ErrUnreachable
+	}
+	return sbtypes.ClassOf(code)
+}

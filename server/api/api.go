@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -184,39 +185,22 @@ type Error struct {
 
 // Error codes beyond the sandbox classes.
 const (
-	CodeInternal = "internal"
+	CodeInternal = sbtypes.CodeInternal
 	CodeCanceled = "canceled"
 )
 
-// codes is the one table between sandbox error classes and this API's codes and statuses.
-// Order matters: the first class an error matches wins.
-var codes = []struct {
-	err    error
-	code   string
-	status int
-}{
-	{sandbox.ErrInvalid, "invalid", http.StatusBadRequest},
-	{sandbox.ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
-	{sandbox.ErrForbidden, "forbidden", http.StatusForbidden},
-	{sandbox.ErrNotFound, "not_found", http.StatusNotFound},
-	{sandbox.ErrConflict, "conflict", http.StatusConflict},
-	{sandbox.ErrTooLarge, "too_large", http.StatusRequestEntityTooLarge},
-	{sandbox.ErrRefused, "refused", http.StatusUnprocessableEntity},
-	{sandbox.ErrUnsupported, "unsupported", http.StatusNotImplemented},
-	{sandbox.ErrDeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
-	{context.DeadlineExceeded, "deadline_exceeded", http.StatusGatewayTimeout},
-	{sandbox.ErrUnreachable, "unreachable", http.StatusBadGateway},
-	{sandbox.ErrOutcomeUnknown, "outcome_unknown", http.StatusInternalServerError},
-	// 499 is nginx's "client closed request": nobody reads it, but logs and metrics do.
-	{context.Canceled, CodeCanceled, 499},
-}
-
-// CodeOf returns the code and HTTP status for err.
+// CodeOf returns the code and HTTP status for err: its sandbox class's (the one table,
+// sbtypes.Codes), a context deadline as deadline_exceeded, a cancelled request as canceled
+// (499, nginx's "client closed request": nobody reads it, but logs and metrics do).
 func CodeOf(err error) (code string, status int) {
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return c.code, c.status
-		}
+	if code, status = sbtypes.CodeOf(err); code != sbtypes.CodeInternal {
+		return code, status
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return sbtypes.CodeOf(sandbox.ErrDeadlineExceeded)
+	case errors.Is(err, context.Canceled):
+		return CodeCanceled, 499
 	}
 	return CodeInternal, http.StatusInternalServerError
 }
@@ -224,12 +208,10 @@ func CodeOf(err error) (code string, status int) {
 // ClassOf returns the sandbox error class of a code (context.Canceled for "canceled"), or nil
 // for an unknown code.
 func ClassOf(code string) error {
-	for _, c := range codes {
-		if c.code == code {
-			return c.err // deadline_exceeded: the sandbox class comes first in the table
-		}
+	if code == CodeCanceled {
+		return context.Canceled
 	}
-	return nil
+	return sbtypes.ClassOf(code)
 }
 
 // CodeForStatus classifies an answer without an error body (a proxy's, a 405).
@@ -237,10 +219,13 @@ func CodeForStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusLengthRequired:
 		return "invalid"
+	case http.StatusInternalServerError:
+		// A bare 500 from something between us: whether the request took effect is unknown.
+		return "outcome_unknown"
 	}
-	for _, c := range codes {
-		if c.status == status {
-			return c.code
+	for _, c := range sbtypes.Codes {
+		if c.Status == status {
+			return c.Code // 504: deadline_exceeded, the first in the table
 		}
 	}
 	return CodeInternal

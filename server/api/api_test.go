@@ -28,7 +28,7 @@ func TestErrorTable(t *testing.T) {
 		{sandbox.ErrDeadlineExceeded, "deadline_exceeded", 504, sandbox.ErrDeadlineExceeded},
 		{context.DeadlineExceeded, "deadline_exceeded", 504, sandbox.ErrDeadlineExceeded},
 		{sandbox.ErrUnreachable, "unreachable", 502, sandbox.ErrUnreachable},
-		{sandbox.ErrOutcomeUnknown, "outcome_unknown", 500, sandbox.ErrOutcomeUnknown},
+		{sandbox.ErrOutcomeUnknown, "outcome_unknown", 504, sandbox.ErrOutcomeUnknown},
 		{context.Canceled, "canceled", 499, context.Canceled},
 		{errors.New("boom"), "internal", 500, nil},
 	} {
