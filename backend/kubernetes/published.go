@@ -16,6 +16,10 @@ var unsupported = map[capability.Name]string{
 	capability.ImageDir:          "a directory root filesystem needs the local runtime",
 	capability.ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
 	capability.DockerRuntime:     "pods run under the cluster's container runtime",
+	// docs/kubernetes.md, kill scope: cgroupfs is read-only in a container.
+	capability.BackgroundProcesses: "in a pod the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends",
+	capability.Stats:               "the broker does not report a pod's usage",
+	capability.LiveEgress:          "a pod's NetworkPolicy is not changed while it runs",
 }
 
 // Published is the set this backend publishes: the operator's, the same for every cluster.
