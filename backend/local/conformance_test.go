@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -26,6 +27,11 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newTestBackend(t) }, conformance.Options{
 		Decl:   func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Host: true}} },
 		Images: []spec.Image{{Dir: root}, {OCILayout: layoutDir}, pushLayout(t, layoutDir)},
+		// Egress other than deny, against hosts the tests make in their own namespaces.
+		Extra: []conformance.Subtest{
+			{Name: "EgressAllowPublicOnly", Exercises: []capability.Name{capability.PublicOnlyEgress}, Run: TestEgressAllow},
+			{Name: "EgressAllowDomains", Exercises: []capability.Name{capability.DomainEgressRules}, Run: TestEgressAllowDomains},
+		},
 	})
 }
 

@@ -43,16 +43,10 @@ const (
 	MaxPreviewTTL     = 24 * time.Hour
 )
 
-// PreviewInfo is an exposed port.
-type PreviewInfo struct {
-	// URL opens the preview in a browser: the address plus the token as a query parameter.
-	URL string `json:"url"`
-	// Addr is the proxy's loopback host:port for this session and port.
-	Addr      string    `json:"addr"`
-	Port      int       `json:"port"`
-	Token     string    `json:"token"`
-	ExpiresAt time.Time `json:"expiresAt"`
-}
+// PreviewInfo is an exposed port (sandbox.Previewer's): Addr is the proxy's loopback host:port.
+type PreviewInfo = sandbox.PreviewInfo
+
+var _ sandbox.Previewer = (*Backend)(nil)
 
 // previews are a backend's open preview listeners, by session and port.
 type previews struct {

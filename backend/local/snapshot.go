@@ -55,6 +55,35 @@ import (
 // SnapshotInfo describes a stored snapshot.
 type SnapshotInfo = image.Snapshot
 
+var _ sandbox.Snapshotter = (*Backend)(nil)
+
+// Snapshot captures the session's files as the named snapshot (sandbox.Snapshotter).
+func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (sandbox.SnapshotInfo, error) {
+	info, err := b.takeSnapshot(ctx, sessionID, name)
+	if err != nil {
+		return sandbox.SnapshotInfo{}, err
+	}
+	return publicSnapshot(info), nil
+}
+
+// ListSnapshots returns every stored snapshot, oldest first (sandbox.Snapshotter).
+func (b *Backend) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
+	list, err := b.listSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.SnapshotInfo, len(list))
+	for i, x := range list {
+		out[i] = publicSnapshot(x)
+	}
+	return out, nil
+}
+
+func publicSnapshot(x SnapshotInfo) sandbox.SnapshotInfo {
+	return sandbox.SnapshotInfo{Name: x.Name, CreatedAt: x.CreatedAt, SessionID: x.SessionID, SandboxID: x.SandboxID,
+		Base: x.Base.Kind, Digest: x.Digest, Size: x.Size, Files: x.Stats.Files}
+}
+
 // MaxFork bounds how many sandboxes one Fork makes.
 const MaxFork = 64
 
@@ -72,7 +101,7 @@ func (b *Backend) snapshotStore() (*image.SnapshotStore, error) {
 
 // Snapshot captures the session's writable layer as the snapshot name (1 to 64 letters,
 // digits, '_' and '-'; sandbox.ErrConflict if taken).
-func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
+func (b *Backend) takeSnapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
 	if err := image.CheckSnapshotName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -409,8 +438,8 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 	return done, nil
 }
 
-// ListSnapshots returns every stored snapshot, oldest first.
-func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
+// listSnapshots returns every stored snapshot, oldest first.
+func (b *Backend) listSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
 	store, err := b.snapshotStore()
 	if err != nil {
 		return nil, err
@@ -445,7 +474,7 @@ func (b *Backend) Fork(ctx context.Context, sessionID string, n int) ([]*sandbox
 		return nil, err
 	}
 	name := "fork-" + strings.TrimPrefix(sessionID, "s-") + "-" + hex.EncodeToString(rnd[:])
-	if _, err := b.Snapshot(ctx, sessionID, name); err != nil {
+	if _, err := b.takeSnapshot(ctx, sessionID, name); err != nil {
 		return nil, err
 	}
 	parent, err := b.Get(ctx, sessionID)

@@ -36,6 +36,17 @@ type Options struct {
 	// suite with a declaration whose image holds just sh and a few tools (a directory image)
 	// or a runtime variant: the capability subtests and the walk are the main run's.
 	Basic bool
+	// Extra are the backend's own subtests for capabilities this suite cannot exercise the
+	// same way everywhere (public-only egress needs hosts the test makes in its own network
+	// namespaces): each runs inside the suite and counts for the walk like the suite's own.
+	Extra []Subtest
+}
+
+// Subtest is a backend's own subtest and the capabilities it exercises.
+type Subtest struct {
+	Name      string
+	Exercises []capability.Name
+	Run       func(t *testing.T)
 }
 
 // Run runs the suite. newBackend is called once per subtest; the backend it returns is the
@@ -112,6 +123,13 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 		}
 	}
 	var r ran
+	if !opts.Basic {
+		for _, x := range opts.Extra {
+			for _, n := range x.Exercises {
+				exercisedBy[n] = append(exercisedBy[n], x.Name)
+			}
+		}
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t)
@@ -129,6 +147,12 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 	}
 	if opts.Basic {
 		return
+	}
+	for _, x := range opts.Extra {
+		t.Run(x.Name, func(t *testing.T) {
+			defer func() { r.note(x.Name, !t.Failed() && !t.Skipped()) }()
+			x.Run(t)
+		})
 	}
 	// Last: every yes was exercised above, every no is refused.
 	t.Run("CapabilityWalk", func(t *testing.T) { walk(t, newBackend(t), opts, exercisedBy, &r) })
