@@ -51,31 +51,31 @@ func (r *ran) ok(name string) bool {
 // needsDecl makes a declaration that needs the capability, from the suite's own declaration.
 // Capabilities every declaration needs (limits, lifetime, egress deny by default...) return d
 // as it is.
-var needsDecl = map[capability.Name]func(d *spec.Sandbox, t *testing.T){
-	capability.Reconnect: func(d *spec.Sandbox, _ *testing.T) { d.Session.Reconnect = ptr(true) },
-	capability.Preview:   func(d *spec.Sandbox, _ *testing.T) { d.PreviewPorts = []int{8080} },
-	capability.Snapshot:  func(d *spec.Sandbox, _ *testing.T) { d.Image = spec.Image{Snapshot: "conformance-walk"} },
-	capability.DomainEgressRules: func(d *spec.Sandbox, _ *testing.T) {
+var needsDecl = map[capability.Name]func(d *spec.Sandbox, t testing.TB){
+	capability.Reconnect: func(d *spec.Sandbox, _ testing.TB) { d.Session.Reconnect = ptr(true) },
+	capability.Preview:   func(d *spec.Sandbox, _ testing.TB) { d.PreviewPorts = []int{8080} },
+	capability.Snapshot:  func(d *spec.Sandbox, _ testing.TB) { d.Image = spec.Image{Snapshot: "conformance-walk"} },
+	capability.DomainEgressRules: func(d *spec.Sandbox, _ testing.TB) {
 		d.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.com"}}
 	},
-	capability.EgressDeny:       func(d *spec.Sandbox, _ *testing.T) { d.Egress = spec.Egress{Mode: spec.EgressDeny} },
-	capability.PublicOnlyEgress: func(d *spec.Sandbox, _ *testing.T) { d.Egress = spec.Egress{Mode: spec.EgressAllow} },
-	capability.EnforcedLimits:   func(d *spec.Sandbox, _ *testing.T) { d.Limits.Memory = "256Mi" },
-	capability.ProcessLimit:     func(d *spec.Sandbox, _ *testing.T) { d.Limits.MaxProcesses = ptr(int64(64)) },
-	capability.DiskLimit:        func(d *spec.Sandbox, _ *testing.T) { d.Limits.Disk = "64Mi" },
-	capability.SessionLifetime:  func(d *spec.Sandbox, _ *testing.T) { d.Session.MaxLifetimeSeconds = ptr(int64(600)) },
-	capability.IdleTimeout: func(d *spec.Sandbox, _ *testing.T) {
+	capability.EgressDeny:       func(d *spec.Sandbox, _ testing.TB) { d.Egress = spec.Egress{Mode: spec.EgressDeny} },
+	capability.PublicOnlyEgress: func(d *spec.Sandbox, _ testing.TB) { d.Egress = spec.Egress{Mode: spec.EgressAllow} },
+	capability.EnforcedLimits:   func(d *spec.Sandbox, _ testing.TB) { d.Limits.Memory = "256Mi" },
+	capability.ProcessLimit:     func(d *spec.Sandbox, _ testing.TB) { d.Limits.MaxProcesses = ptr(int64(64)) },
+	capability.DiskLimit:        func(d *spec.Sandbox, _ testing.TB) { d.Limits.Disk = "64Mi" },
+	capability.SessionLifetime:  func(d *spec.Sandbox, _ testing.TB) { d.Session.MaxLifetimeSeconds = ptr(int64(600)) },
+	capability.IdleTimeout: func(d *spec.Sandbox, _ testing.TB) {
 		d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(600)), ptr(int64(60))
 	},
-	capability.Env:           func(d *spec.Sandbox, _ *testing.T) { d.Env = map[string]string{"A": "b"} },
-	capability.GVisor:        func(d *spec.Sandbox, _ *testing.T) { d.Runtime = spec.RuntimeGVisor },
-	capability.Labels:        func(d *spec.Sandbox, _ *testing.T) { d.Labels = map[string]string{"conformance": "walk"} },
-	capability.Workdir:       func(d *spec.Sandbox, _ *testing.T) { d.Workdir = "/work" },
-	capability.ImageHost:     func(d *spec.Sandbox, _ *testing.T) { d.Image = spec.Image{Host: true} },
-	capability.ImageOCI:      func(d *spec.Sandbox, t *testing.T) { d.Image = spec.Image{OCILayout: t.TempDir()} },
-	capability.ImageRef:      func(d *spec.Sandbox, _ *testing.T) { d.Image = spec.Image{Ref: "registry.invalid/conformance:walk"} },
-	capability.ImageDir:      func(d *spec.Sandbox, t *testing.T) { d.Image = spec.Image{Dir: t.TempDir()} },
-	capability.DockerRuntime: func(d *spec.Sandbox, _ *testing.T) { d.Runtime = spec.RuntimeDocker },
+	capability.Env:           func(d *spec.Sandbox, _ testing.TB) { d.Env = map[string]string{"A": "b"} },
+	capability.GVisor:        func(d *spec.Sandbox, _ testing.TB) { d.Runtime = spec.RuntimeGVisor },
+	capability.Labels:        func(d *spec.Sandbox, _ testing.TB) { d.Labels = map[string]string{"conformance": "walk"} },
+	capability.Workdir:       func(d *spec.Sandbox, _ testing.TB) { d.Workdir = "/work" },
+	capability.ImageHost:     func(d *spec.Sandbox, _ testing.TB) { d.Image = spec.Image{Host: true} },
+	capability.ImageOCI:      func(d *spec.Sandbox, t testing.TB) { d.Image = spec.Image{OCILayout: t.TempDir()} },
+	capability.ImageRef:      func(d *spec.Sandbox, _ testing.TB) { d.Image = spec.Image{Ref: "registry.invalid/conformance:walk"} },
+	capability.ImageDir:      func(d *spec.Sandbox, t testing.TB) { d.Image = spec.Image{Dir: t.TempDir()} },
+	capability.DockerRuntime: func(d *spec.Sandbox, _ testing.TB) { d.Runtime = spec.RuntimeDocker },
 }
 
 // features are the optional interfaces, by capability: a no must make sandbox.Feature refuse.
@@ -104,8 +104,8 @@ var features = map[capability.Name]func(context.Context, sandbox.Backend) error{
 
 func ptr[T any](v T) *T { return &v }
 
-// walk checks b's set against what the suite ran.
-func walk(t *testing.T, b sandbox.Backend, opts Options, exercisedBy map[capability.Name][]string, r *ran) {
+// walk checks b's set against what the suite ran, reporting each problem with t.Errorf.
+func walk(t testing.TB, b sandbox.Backend, opts Options, exercisedBy map[capability.Name][]string, r *ran) {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.OpTimeout)
 	defer cancel()
 	set := b.Capabilities(ctx)
