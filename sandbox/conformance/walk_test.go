@@ -19,7 +19,7 @@ type fakeBackend struct {
 	checks bool
 }
 
-func (f *fakeBackend) Platform() capability.Platform                { return f.set.Platform }
+func (f *fakeBackend) Platform() capability.Platform               { return f.set.Platform }
 func (f *fakeBackend) Capabilities(context.Context) capability.Set { return f.set }
 func (f *fakeBackend) Create(_ context.Context, d spec.Sandbox) (*sandbox.Session, error) {
 	if f.checks {
@@ -29,8 +29,10 @@ func (f *fakeBackend) Create(_ context.Context, d spec.Sandbox) (*sandbox.Sessio
 	}
 	return &sandbox.Session{ID: "s-1", SandboxID: d.ID}, nil
 }
-func (f *fakeBackend) Get(context.Context, string) (*sandbox.Session, error) { return nil, sandbox.ErrNotFound }
-func (f *fakeBackend) List(context.Context) ([]*sandbox.Session, error)     { return nil, nil }
+func (f *fakeBackend) Get(context.Context, string) (*sandbox.Session, error) {
+	return nil, sandbox.ErrNotFound
+}
+func (f *fakeBackend) List(context.Context) ([]*sandbox.Session, error) { return nil, nil }
 func (f *fakeBackend) Connect(context.Context, string) (sandbox.Agent, error) {
 	return nil, sandbox.ErrNotFound
 }
@@ -42,7 +44,9 @@ type recorder struct {
 	errs []string
 }
 
-func (r *recorder) Errorf(format string, a ...any) { r.errs = append(r.errs, fmt.Sprintf(format, a...)) }
+func (r *recorder) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}
 
 // TestWalk: the walk passes a backend whose yeses ran and whose noes its Create refuses, and
 // reports each way a backend can break the contract.
