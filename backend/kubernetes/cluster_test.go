@@ -204,6 +204,10 @@ func TestConformance(t *testing.T) {
 			d := baseDecl(id)
 			return d
 		},
+		// The floor only, for now: each capability subtest and the walk create sandboxes of
+		// their own declarations, which the broker claims only from Sandboxes declared the
+		// same way (conformanceIDs above); those are not declared here yet.
+		Basic: true,
 	})
 }
 
