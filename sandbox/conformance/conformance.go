@@ -59,11 +59,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 	if opts.OpTimeout == 0 {
 		opts.OpTimeout = 2 * time.Minute
 	}
-	tests := []struct {
-		name  string
-		needs []capability.Name // skipped unless the set has them; each is what it exercises
-		fn    func(*suite)
-	}{
+	tests := []suiteTest{
 		{"CreateReturnsRunningSession", nil, (*suite).createRunning},
 		{"ExecStreamsStdoutAndStderr", nil, (*suite).execStreams},
 		{"ExitCodes", nil, (*suite).exitCodes},
@@ -94,13 +90,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 		{"ImageKinds", nil, (*suite).imageKinds},
 	}
 	if opts.Basic {
-		tests = slices.DeleteFunc(tests, func(tc struct {
-			name  string
-			needs []capability.Name
-			fn    func(*suite)
-		}) bool {
-			return !slices.Contains(basic, tc.name)
-		})
+		tests = slices.DeleteFunc(tests, func(tc suiteTest) bool { return !slices.Contains(basic, tc.name) })
 	}
 	// exercisedBy is the walk's table: capability → the subtests that exercise it. The image
 	// kind the suite's own declaration uses is exercised by every subtest.
@@ -156,6 +146,14 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 	}
 	// Last: every yes was exercised above, every no is refused.
 	t.Run("CapabilityWalk", func(t *testing.T) { walk(t, newBackend(t), opts, exercisedBy, &r) })
+}
+
+// suiteTest is one of the suite's subtests: skipped unless the set has what it needs, and
+// each capability it needs is one it exercises.
+type suiteTest struct {
+	name  string
+	needs []capability.Name
+	fn    func(*suite)
 }
 
 // basic are the floor's subtests, what a Basic run runs.
