@@ -334,7 +334,7 @@ func TestRootlessChild(t *testing.T) {
 	for n, want := range map[capability.Name]bool{
 		capability.EnforcedLimits: true, capability.ProcessLimit: true, capability.SuspendResume: true,
 		capability.EgressDeny: true, capability.PublicOnlyEgress: false, capability.DomainEgressRules: false,
-		capability.GVisor: false,
+		capability.GVisor: false, capability.Stats: true, capability.LiveEgress: false,
 	} {
 		if st := caps.Entries[n]; st.Supported != want {
 			t.Errorf("capability %s: %+v, want supported %v", n, st, want)
@@ -485,8 +485,8 @@ done; true`, strings.Repeat("../", 16), strings.TrimPrefix(opts.StateDir, "/"), 
 	if s2, err := b.Create(ctx, d2); err == nil {
 		_ = b.Terminate(ctx, s2.ID)
 		t.Error("egress allow was not refused")
-	} else if !strings.Contains(err.Error(), "publicOnlyEgress") {
-		t.Errorf("egress allow refused without naming the capability: %v", err)
+	} else if !strings.Contains(err.Error(), "publicOnlyEgress") || !errors.Is(err, sandbox.ErrRefused) {
+		t.Errorf("egress allow refused without ErrRefused naming the capability: %v", err)
 	}
 }
 
