@@ -44,15 +44,9 @@ const (
 )
 
 // PreviewInfo is an exposed port.
-type PreviewInfo struct {
-	// URL opens the preview in a browser: the address plus the token as a query parameter.
-	URL string `json:"url"`
-	// Addr is the proxy's loopback host:port for this session and port.
-	Addr      string    `json:"addr"`
-	Port      int       `json:"port"`
-	Token     string    `json:"token"`
-	ExpiresAt time.Time `json:"expiresAt"`
-}
+type PreviewInfo = sandbox.PreviewInfo
+
+var _ sandbox.Previewer = (*Backend)(nil)
 
 // previews are a backend's open preview listeners, by session and port.
 type previews struct {

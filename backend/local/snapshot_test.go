@@ -79,7 +79,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "round-trip" || info.SessionID != parent.ID || info.Base.Kind != image.BaseHost || info.Digest == "" {
+	if info.Name != "round-trip" || info.SessionID != parent.ID || info.Base != image.BaseHost || info.Digest == "" || info.Files == 0 || info.Size == 0 {
 		t.Fatalf("snapshot %+v", info)
 	}
 	// The parent keeps running after the capture's freeze.
@@ -122,11 +122,14 @@ func TestSnapshotNeverFollowsSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh(t, b, s.ID, `cd "$HOME" && ln -s / root && ln -s /etc etc && ln -s /etc/shadow shadow && ln -s ../../../../proc/1/root up`)
-	info, err := b.Snapshot(ctx, s.ID, "links")
-	if err != nil {
+	if _, err := b.Snapshot(ctx, s.ID, "links"); err != nil {
 		t.Fatal(err)
 	}
 	store, err := b.snapshotStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.Get("links")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,16 +354,19 @@ func TestSnapshotOCIImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh(t, b, s.ID, `echo mine > /home/work/mine`)
-	info, err := b.Snapshot(ctx, s.ID, "oci")
+	if sum, err := b.Snapshot(ctx, s.ID, "oci"); err != nil || sum.Base != image.BaseImage {
+		t.Fatalf("snapshot %+v %v", sum, err)
+	}
+	store, err := b.snapshotStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.Get("oci")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Base.Kind != image.BaseImage || info.Base.Source == nil || info.Base.Source.OCILayout != layoutDir || info.Workdir != "/home/work" {
 		t.Fatalf("snapshot %+v", info)
-	}
-	store, err := b.snapshotStore()
-	if err != nil {
-		t.Fatal(err)
 	}
 	img, err := store.Image(info)
 	if err != nil {
