@@ -16,6 +16,10 @@ import (
 // maxPort is the highest TCP port.
 const maxPort = 65535
 
+// delegatedPreviewTTL is a delegated caller's default preview lifetime (the documented default,
+// which the caller's token may shorten).
+const delegatedPreviewTTL = time.Hour
+
 // preview exposes one of the sandbox's declared previewPorts behind an authenticated URL.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 	ctx, id := r.Context(), r.PathValue("id")
@@ -42,7 +46,23 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: ttlSeconds %d: over a year (the backend caps it lower: a day on the local runtime)", sandbox.ErrInvalid, req.TTLSeconds))
 		return
 	}
-	info, err := pv.Preview(ctx, id, req.Port, time.Duration(req.TTLSeconds)*time.Second)
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	// A delegated caller's preview ends with its token: a preview token must not outlive the
+	// credential that asked for it.
+	if p := principalOf(ctx); p.delegated() {
+		left := time.Until(time.Unix(p.claims.Expiry, 0)).Truncate(time.Second)
+		switch {
+		case left < time.Second:
+			s.writeError(w, r, forbidden("expired", "the token expires in under a second"))
+			return
+		case ttl > left:
+			s.writeError(w, r, fmt.Errorf("%w: ttlSeconds %d: a delegated token may ask for at most its own remaining %d", sandbox.ErrInvalid, req.TTLSeconds, int64(left/time.Second)))
+			return
+		case ttl == 0:
+			ttl = min(left, delegatedPreviewTTL)
+		}
+	}
+	info, err := pv.Preview(ctx, id, req.Port, ttl)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

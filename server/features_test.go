@@ -17,6 +17,7 @@ type previewingFake struct {
 	*fakeBackend
 	refuse capability.Name // this capability is unsupported, with a reason
 	calls  []string
+	ttls   []time.Duration // of each Preview
 }
 
 func (f *previewingFake) Capabilities(ctx context.Context) capability.Set {
@@ -28,6 +29,7 @@ func (f *previewingFake) Capabilities(ctx context.Context) capability.Set {
 }
 func (f *previewingFake) Preview(ctx context.Context, id string, port int, ttl time.Duration) (sandbox.PreviewInfo, error) {
 	f.calls = append(f.calls, "preview")
+	f.ttls = append(f.ttls, ttl)
 	return sandbox.PreviewInfo{Port: port, Addr: "127.0.0.1:1", URL: "http://127.0.0.1:1/", Token: "t", ExpiresAt: time.Now().Add(ttl)}, nil
 }
 func (f *previewingFake) Snapshot(ctx context.Context, id, name string) (sandbox.SnapshotInfo, error) {
@@ -128,6 +130,7 @@ func TestFeatureRequestsAndAccess(t *testing.T) {
 		return tok
 	}
 	exec, manage := mint(token.Execute), mint(token.Manage)
+	f.ttls = nil
 	for _, tc := range []struct {
 		cred, method, path, body string
 		status                   int
@@ -140,6 +143,7 @@ func TestFeatureRequestsAndAccess(t *testing.T) {
 		{manage, "POST", "/v1/sandboxes/s-1/fork", `{"count":1}`, 403, "delegated"},
 		{exec, "GET", "/v1/snapshots", "", 403, "delegated"},
 		{manage, "DELETE", "/v1/snapshots/a", "", 403, "delegated"},
+		{exec, "POST", "/v1/sandboxes/s-1/previews", `{"port":80,"ttlSeconds":3600}`, 400, ""},
 		{exec, "GET", "/v1/sandboxes/s-1/stats", "", 501, ""},
 		{manage, "GET", "/v1/sandboxes/s-1/stats", "", 501, ""},
 	} {
@@ -147,5 +151,9 @@ func TestFeatureRequestsAndAccess(t *testing.T) {
 		if w.Code != tc.status || e.Reason != tc.reason {
 			t.Errorf("%s %s with a %s token: %d %+v", tc.method, tc.path, tc.cred[:8], w.Code, e)
 		}
+	}
+	// A delegated preview never outlives the token that asked for it (a minute here).
+	if len(f.ttls) != 1 || f.ttls[0] > time.Minute || f.ttls[0] < 50*time.Second {
+		t.Errorf("the delegated preview's ttl: %v", f.ttls)
 	}
 }
