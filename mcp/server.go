@@ -71,6 +71,8 @@ type Server struct {
 	closed   bool
 	sessions map[string]*session
 	pending  int // sandbox_create calls between their slot check and registration
+	// snapshots are the names taken through sandbox_snapshot; Close deletes them.
+	snapshots map[string]bool
 }
 
 // New returns a server with every tool registered.
@@ -94,8 +96,9 @@ func New(backend sandbox.Backend, opts Options) *Server {
 	s := &Server{
 		backend: backend, opts: opts, log: opts.Logger,
 		ctx: ctx, cancel: cancel,
-		runs:     make(chan struct{}, opts.MaxConcurrentRuns),
-		sessions: map[string]*session{},
+		runs:      make(chan struct{}, opts.MaxConcurrentRuns),
+		sessions:  map[string]*session{},
+		snapshots: map[string]bool{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: Name, Title: "airlock sandboxes", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: "run_code runs a snippet of python, node or bash in a fresh, isolated, disposable sandbox " +
@@ -110,8 +113,9 @@ func New(backend sandbox.Backend, opts Options) *Server {
 // SDK returns the underlying go-sdk server, to connect any transport.
 func (s *Server) SDK() *sdk.Server { return s.srv }
 
-// Close ends every tool call in flight, waits for them, and terminates every sandbox created
-// through sandbox_create. Later calls refuse. Close is idempotent.
+// Close ends every tool call in flight, waits for them, terminates every sandbox created
+// through sandbox_create or sandbox_fork, and deletes the snapshots taken through
+// sandbox_snapshot. Later calls refuse. Close is idempotent.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -136,6 +140,7 @@ func (s *Server) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, s.deleteSnapshots(ctx)...)
 	return errors.Join(errs...)
 }
 

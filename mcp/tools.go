@@ -49,6 +49,9 @@ type createInput struct {
 	MaxProcesses    int64             `json:"max_processes,omitempty" jsonschema:"cap on processes and threads (default 256)"`
 	LifetimeSeconds int64             `json:"lifetime_seconds,omitempty" jsonschema:"the sandbox ends by itself after this many seconds, 1 to 86400 (default 1800)"`
 	Env             map[string]string `json:"env,omitempty" jsonschema:"environment variables of every command run in the sandbox"`
+	// Offered only where the platform has preview and snapshots (registerFeatures).
+	PreviewPorts []int  `json:"preview_ports,omitempty" jsonschema:"ports a web server in the sandbox will listen on (bind 127.0.0.1); sandbox_preview_url opens one in a browser"`
+	FromSnapshot string `json:"from_snapshot,omitempty" jsonschema:"start with the files of a snapshot taken with sandbox_snapshot"`
 }
 
 type sessionInfo struct {
@@ -61,6 +64,7 @@ type sessionInfo struct {
 	MaxProcesses int64  `json:"max_processes"`
 	CreatedAt    string `json:"created_at"`
 	ExpiresAt    string `json:"expires_at"`
+	PreviewPorts []int  `json:"preview_ports,omitempty"`
 }
 
 type execInput struct {
@@ -164,6 +168,7 @@ func (s *Server) register() {
 		mp.Minimum, mp.Default = ptrF(1), []byte(strconv.Itoa(runcode.DefaultMaxProcesses))
 		lt := prop(in, "lifetime_seconds")
 		lt.Minimum, lt.Maximum, lt.Default = ptrF(1), ptrF(MaxSessionLifetimeSeconds), []byte(strconv.Itoa(DefaultSessionLifetimeSeconds))
+		s.patchCreateSchema(in)
 	}, s.create)
 
 	addTool(s, &sdk.Tool{
@@ -206,6 +211,8 @@ func (s *Server) register() {
 		Description: "Destroys a sandbox from sandbox_create and everything in it.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
 	}, nil, s.terminate)
+
+	s.registerFeatures()
 }
 
 func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, string, error) {
@@ -269,17 +276,22 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if in.Network {
 		egress = spec.EgressAllow
 	}
+	img, err := s.createFeatures(ctx, in)
+	if err != nil {
+		return sessionInfo{}, "", err
+	}
 	noReconnect := false
 	decl := spec.Sandbox{
 		ID:     "mcp-" + randomHex(6),
-		Image:  s.opts.Image,
+		Image:  img,
 		Limits: spec.Limits{CPU: cpu, Memory: mem, MaxProcesses: &procs},
 		Egress: spec.Egress{Mode: egress},
 		// The idle timeout is the lifetime: sandbox_terminate, the lifetime and this server's
 		// shutdown end a session.
-		Session: spec.Session{MaxLifetimeSeconds: &life, IdleTimeoutSeconds: &life, Reconnect: &noReconnect},
-		Labels:  map[string]string{"airlock.dev/purpose": "mcp-session"},
-		Env:     in.Env,
+		Session:      spec.Session{MaxLifetimeSeconds: &life, IdleTimeoutSeconds: &life, Reconnect: &noReconnect},
+		Labels:       map[string]string{"airlock.dev/purpose": "mcp-session"},
+		Env:          in.Env,
+		PreviewPorts: in.PreviewPorts,
 	}
 	if err := runcode.Check(ctx, s.backend, decl, in.Network); err != nil {
 		return sessionInfo{}, "", err
@@ -324,6 +336,7 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 		SessionID: sess.ID, SandboxID: decl.ID, Workdir: decl.Workdir, Network: in.Network,
 		Memory: string(mem), CPU: string(cpu), MaxProcesses: procs,
 		CreatedAt: sess.CreatedAt.UTC().Format(time.RFC3339), ExpiresAt: expires.UTC().Format(time.RFC3339),
+		PreviewPorts: in.PreviewPorts,
 	}}
 	s.mu.Lock()
 	if s.closed {

@@ -13,12 +13,6 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// EgressSetter is implemented by backends that change a live sandbox's egress policy; the
-// server then serves PUT /v1/sandboxes/{id}/egress (otherwise 501 unsupported).
-type EgressSetter interface {
-	SetEgress(ctx context.Context, sessionID string, e spec.Egress) error
-}
-
 // EgressCounterSource is implemented by backends that count one sandbox's egress decisions;
 // the server then serves GET /v1/sandboxes/{id}/egress/counters (otherwise 501 unsupported).
 type EgressCounterSource interface {
@@ -29,9 +23,9 @@ type EgressCounterSource interface {
 // it: the declaration in force with this egress must validate (400) and be enforceable on
 // this platform (422), and only the egress fields are judged.
 func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
-	es, ok := s.backend.(EgressSetter)
-	if !ok {
-		s.writeError(w, r, fmt.Errorf("%w: the %s backend cannot change a live sandbox's egress", sandbox.ErrUnsupported, s.backend.Platform()))
+	es, err := sandbox.Feature[sandbox.EgressSetter](r.Context(), s.backend)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	var e spec.Egress

@@ -23,12 +23,6 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
-// StatsSource is implemented by backends that can read a sandbox's resource usage; the
-// server then serves GET /v1/sandboxes/{id}/stats and per-sandbox metrics.
-type StatsSource interface {
-	Stats(ctx context.Context, sessionID string) (sandbox.Stats, error)
-}
-
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Platform: s.backend.Platform()})
 }
@@ -244,14 +238,6 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) pauser() (sandbox.Pauser, error) {
-	p, ok := s.backend.(sandbox.Pauser)
-	if !ok {
-		return nil, fmt.Errorf("%w: the %s backend cannot pause or resume sandboxes", sandbox.ErrUnsupported, s.backend.Platform())
-	}
-	return p, nil
-}
-
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	s.pauseResume(w, r, func(p sandbox.Pauser) func(context.Context, string) error { return p.Pause })
 }
@@ -261,7 +247,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pauseResume(w http.ResponseWriter, r *http.Request, op func(sandbox.Pauser) func(context.Context, string) error) {
-	p, err := s.pauser()
+	p, err := sandbox.Feature[sandbox.Pauser](r.Context(), s.backend)
 	if err == nil {
 		err = op(p)(r.Context(), r.PathValue("id"))
 	}
@@ -273,9 +259,9 @@ func (s *Server) pauseResume(w http.ResponseWriter, r *http.Request, op func(san
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
-	src, ok := s.backend.(StatsSource)
-	if !ok {
-		s.writeError(w, r, fmt.Errorf("%w: the %s backend does not report resource usage", sandbox.ErrUnsupported, s.backend.Platform()))
+	src, err := sandbox.Feature[sandbox.StatsReader](r.Context(), s.backend)
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	st, err := src.Stats(r.Context(), r.PathValue("id"))

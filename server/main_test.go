@@ -96,7 +96,8 @@ func newHarnessWith(t *testing.T, cfg harnessConfig) *harness {
 	h := &harness{logs: &testutil.SyncBuffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
-	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, AgentPath: agentBin, CgroupParent: parent, Logger: log, Egress: cfg.egress})
+	// Images and snapshots in the test's own directory, never the host's store.
+	h.backend, err = local.New(context.Background(), local.Options{StateDir: stateDir, ImageCacheDir: filepath.Join(stateDir, "images"), AgentPath: agentBin, CgroupParent: parent, Logger: log, Egress: cfg.egress})
 	if err != nil {
 		t.Fatal(err)
 	}

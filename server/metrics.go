@@ -112,9 +112,9 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), string(st))
 	}
-	src, ok := c.b.(StatsSource)
-	if !ok {
-		return
+	src, err := sandbox.Feature[sandbox.StatsReader](ctx, c.b)
+	if err != nil {
+		return // no per-sandbox series where the backend does not count usage
 	}
 	for _, s := range list {
 		st, err := src.Stats(ctx, s.ID)

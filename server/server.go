@@ -288,6 +288,15 @@ func (s *Server) routes() []route {
 		// Egress is the creator's decision: a delegated token may not widen it.
 		{"PUT " + v + "/sandboxes/{id}/egress", accessAdmin, s.setEgress},
 		{"GET " + v + "/sandboxes/{id}/egress/counters", accessRead, s.egressCounters},
+		// A preview reaches the sandbox's port, which its execute-class holder can already
+		// reach by exec (the preview proxy takes that token too).
+		{"POST " + v + "/sandboxes/{id}/previews", accessExecute, s.preview},
+		// Snapshots live in the daemon's one store, under names of the daemon's namespace, and
+		// a fork creates sandboxes: daemon rights, like create.
+		{"POST " + v + "/sandboxes/{id}/snapshots", accessAdmin, s.snapshot},
+		{"POST " + v + "/sandboxes/{id}/fork", accessAdmin, s.fork},
+		{"GET " + v + "/snapshots", accessAdmin, s.listSnapshots},
+		{"DELETE " + v + "/snapshots/{name}", accessAdmin, s.deleteSnapshot},
 
 		{"POST " + v + "/sandboxes/{id}/exec", accessExecute, s.exec},
 		{"GET " + v + "/sandboxes/{id}/files", accessExecute, s.readFile},

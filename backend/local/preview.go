@@ -43,7 +43,7 @@ const (
 	MaxPreviewTTL     = 24 * time.Hour
 )
 
-// PreviewInfo is an exposed port (sandbox.Previewer's): Addr is the proxy's loopback host:port.
+// PreviewInfo is an exposed port.
 type PreviewInfo = sandbox.PreviewInfo
 
 var _ sandbox.Previewer = (*Backend)(nil)

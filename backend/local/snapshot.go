@@ -53,36 +53,9 @@ import (
 )
 
 // SnapshotInfo describes a stored snapshot.
-type SnapshotInfo = image.Snapshot
+type SnapshotInfo = sandbox.SnapshotInfo
 
 var _ sandbox.Snapshotter = (*Backend)(nil)
-
-// Snapshot captures the session's files as the named snapshot (sandbox.Snapshotter).
-func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (sandbox.SnapshotInfo, error) {
-	info, err := b.takeSnapshot(ctx, sessionID, name)
-	if err != nil {
-		return sandbox.SnapshotInfo{}, err
-	}
-	return publicSnapshot(info), nil
-}
-
-// ListSnapshots returns every stored snapshot, oldest first (sandbox.Snapshotter).
-func (b *Backend) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
-	list, err := b.listSnapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]sandbox.SnapshotInfo, len(list))
-	for i, x := range list {
-		out[i] = publicSnapshot(x)
-	}
-	return out, nil
-}
-
-func publicSnapshot(x SnapshotInfo) sandbox.SnapshotInfo {
-	return sandbox.SnapshotInfo{Name: x.Name, CreatedAt: x.CreatedAt, SessionID: x.SessionID, SandboxID: x.SandboxID,
-		Base: x.Base.Kind, Digest: x.Digest, Size: x.Size, Files: x.Stats.Files}
-}
 
 // MaxFork bounds how many sandboxes one Fork makes.
 const MaxFork = 64
@@ -101,43 +74,60 @@ func (b *Backend) snapshotStore() (*image.SnapshotStore, error) {
 
 // Snapshot captures the session's writable layer as the snapshot name (1 to 64 letters,
 // digits, '_' and '-'; sandbox.ErrConflict if taken).
-func (b *Backend) takeSnapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
-	if err := image.CheckSnapshotName(name); err != nil {
+func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
+	snap, err := b.snapshot(ctx, sessionID, name)
+	if err != nil {
 		return SnapshotInfo{}, err
+	}
+	return snapshotInfo(snap), nil
+}
+
+// snapshotInfo is what the contract says of a stored snapshot.
+func snapshotInfo(s image.Snapshot) SnapshotInfo {
+	return SnapshotInfo{
+		Name: s.Name, CreatedAt: s.CreatedAt, SessionID: s.SessionID, SandboxID: s.SandboxID,
+		Base: s.Base.Kind, Digest: s.Digest, Size: s.Size, Files: s.Stats.Files,
+	}
+}
+
+// snapshot is Snapshot with the store's whole record.
+func (b *Backend) snapshot(ctx context.Context, sessionID, name string) (image.Snapshot, error) {
+	if err := image.CheckSnapshotName(name); err != nil {
+		return image.Snapshot{}, err
 	}
 	s, err := b.lookup(ctx, sessionID)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	if s.rec.Runtime != "" {
-		return SnapshotInfo{}, fmt.Errorf("%w: snapshots of %s sandboxes are not implemented (native only)", sandbox.ErrUnsupported, s.rec.Runtime)
+		return image.Snapshot{}, fmt.Errorf("%w: snapshots of %s sandboxes are not implemented (native only)", sandbox.ErrUnsupported, s.rec.Runtime)
 	}
 	store, err := b.snapshotStore()
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	if _, err := store.Get(name); err == nil {
-		return SnapshotInfo{}, fmt.Errorf("%w: snapshot %q already exists", sandbox.ErrConflict, name)
+		return image.Snapshot{}, fmt.Errorf("%w: snapshot %q already exists", sandbox.ErrConflict, name)
 	}
 	base, baseImg, err := b.snapshotBase(ctx, s, store)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	raw, err := os.CreateTemp(store.Dir(), ".capture-*.tar")
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	defer os.Remove(raw.Name())
 	defer raw.Close()
 	stats, err := b.capture(ctx, s, raw)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	// Compressed once, after the sandbox runs again.
 	gzPath := raw.Name() + ".gz"
 	defer os.Remove(gzPath)
 	if err := gzipFile(raw, gzPath); err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	workdir := s.rec.Spec.Workdir
 	if workdir == "" {
@@ -147,7 +137,7 @@ func (b *Backend) takeSnapshot(ctx context.Context, sessionID, name string) (Sna
 		Name: name, SessionID: s.rec.ID, SandboxID: s.rec.SandboxID, Workdir: workdir, Base: base, Stats: stats,
 	}, baseImg, gzPath)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return image.Snapshot{}, err
 	}
 	b.log.Debug("snapshot taken", "session", sessionID, "snapshot", name, "files", stats.Files, "bytes", stats.Bytes)
 	return info, nil
@@ -438,13 +428,21 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 	return done, nil
 }
 
-// listSnapshots returns every stored snapshot, oldest first.
-func (b *Backend) listSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
+// ListSnapshots returns every stored snapshot, oldest first.
+func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
 	store, err := b.snapshotStore()
 	if err != nil {
 		return nil, err
 	}
-	return store.List()
+	list, err := store.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, len(list))
+	for i, x := range list {
+		out[i] = snapshotInfo(x)
+	}
+	return out, nil
 }
 
 // DeleteSnapshot removes a snapshot (sandbox.ErrNotFound if there is none). Sandboxes made
@@ -474,7 +472,7 @@ func (b *Backend) Fork(ctx context.Context, sessionID string, n int) ([]*sandbox
 		return nil, err
 	}
 	name := "fork-" + strings.TrimPrefix(sessionID, "s-") + "-" + hex.EncodeToString(rnd[:])
-	if _, err := b.takeSnapshot(ctx, sessionID, name); err != nil {
+	if _, err := b.Snapshot(ctx, sessionID, name); err != nil {
 		return nil, err
 	}
 	parent, err := b.Get(ctx, sessionID)

@@ -75,18 +75,18 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	sh(t, b, parent.ID, populate)
 	want := sh(t, b, parent.ID, describe)
 
-	info, err := b.takeSnapshot(ctx, parent.ID, "round-trip")
+	info, err := b.Snapshot(ctx, parent.ID, "round-trip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "round-trip" || info.SessionID != parent.ID || info.Base.Kind != image.BaseHost || info.Digest == "" {
+	if info.Name != "round-trip" || info.SessionID != parent.ID || info.Base != image.BaseHost || info.Digest == "" || info.Files == 0 || info.Size == 0 {
 		t.Fatalf("snapshot %+v", info)
 	}
 	// The parent keeps running after the capture's freeze.
 	if got, _ := b.Get(ctx, parent.ID); got.State != sandbox.StateRunning {
 		t.Fatalf("parent after snapshot: %s", got.State)
 	}
-	if _, err := b.takeSnapshot(ctx, parent.ID, "round-trip"); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := b.Snapshot(ctx, parent.ID, "round-trip"); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("the same name twice: %v", err)
 	}
 
@@ -122,11 +122,14 @@ func TestSnapshotNeverFollowsSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh(t, b, s.ID, `cd "$HOME" && ln -s / root && ln -s /etc etc && ln -s /etc/shadow shadow && ln -s ../../../../proc/1/root up`)
-	info, err := b.takeSnapshot(ctx, s.ID, "links")
-	if err != nil {
+	if _, err := b.Snapshot(ctx, s.ID, "links"); err != nil {
 		t.Fatal(err)
 	}
 	store, err := b.snapshotStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.Get("links")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,12 +176,12 @@ func TestSnapshotListDelete(t *testing.T) {
 	}
 	sh(t, b, s.ID, `echo 1 > "$HOME/f"`)
 	for _, n := range []string{"one", "two"} {
-		if _, err := b.takeSnapshot(ctx, s.ID, n); err != nil {
+		if _, err := b.Snapshot(ctx, s.ID, n); err != nil {
 			t.Fatal(err)
 		}
 	}
 	names := func() string {
-		list, err := b.listSnapshots(ctx)
+		list, err := b.ListSnapshots(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +220,7 @@ func TestSnapshotListDelete(t *testing.T) {
 		t.Fatalf("child after its snapshot was deleted: %q", out)
 	}
 	// ... and can itself be snapshotted: its base was recorded in its session directory.
-	if _, err := b.takeSnapshot(ctx, c.ID, "grandchild"); err != nil {
+	if _, err := b.Snapshot(ctx, c.ID, "grandchild"); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.DeleteSnapshot(ctx, "two"); err != nil {
@@ -238,7 +241,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.takeSnapshot(ctx, s.ID, "bad/name"); !errors.Is(err, sandbox.ErrInvalid) {
+	if _, err := b.Snapshot(ctx, s.ID, "bad/name"); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("bad name: %v", err)
 	}
 	if _, err := b.Fork(ctx, s.ID, 0); !errors.Is(err, sandbox.ErrInvalid) {
@@ -254,7 +257,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	}
 	// A snapshot bigger than the new sandbox's disk fails its create, and leaves nothing.
 	sh(t, b, s.ID, `head -c 3000000 /dev/zero > "$HOME/big"`)
-	if _, err := b.takeSnapshot(ctx, s.ID, "big"); err != nil {
+	if _, err := b.Snapshot(ctx, s.ID, "big"); err != nil {
 		t.Fatal(err)
 	}
 	small := hostDecl("small")
@@ -270,7 +273,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	if err := b.Pause(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.takeSnapshot(ctx, s.ID, "paused"); err != nil {
+	if _, err := b.Snapshot(ctx, s.ID, "paused"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := b.Get(ctx, s.ID); got.State != sandbox.StatePaused {
@@ -283,7 +286,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	if err := b.Terminate(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.takeSnapshot(ctx, s.ID, "after"); !errors.Is(err, sandbox.ErrNotFound) {
+	if _, err := b.Snapshot(ctx, s.ID, "after"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Errorf("snapshot of a terminated session: %v", err)
 	}
 	if _, err := b.Fork(ctx, s.ID, 1); !errors.Is(err, sandbox.ErrNotFound) {
@@ -351,16 +354,19 @@ func TestSnapshotOCIImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh(t, b, s.ID, `echo mine > /home/work/mine`)
-	info, err := b.takeSnapshot(ctx, s.ID, "oci")
+	if sum, err := b.Snapshot(ctx, s.ID, "oci"); err != nil || sum.Base != image.BaseImage {
+		t.Fatalf("snapshot %+v %v", sum, err)
+	}
+	store, err := b.snapshotStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := store.Get("oci")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.Base.Kind != image.BaseImage || info.Base.Source == nil || info.Base.Source.OCILayout != layoutDir || info.Workdir != "/home/work" {
 		t.Fatalf("snapshot %+v", info)
-	}
-	store, err := b.snapshotStore()
-	if err != nil {
-		t.Fatal(err)
 	}
 	img, err := store.Image(info)
 	if err != nil {
@@ -382,7 +388,7 @@ func TestSnapshotOCIImage(t *testing.T) {
 	if out := sh(t, b, child.ID, `cat /hello /workspace/mine; echo "$AIRLOCK_FROM_IMAGE"`); out != "from the image\nmine\nyes\n" {
 		t.Fatalf("child: %q", out)
 	}
-	if _, err := b.takeSnapshot(ctx, child.ID, "oci-2"); err != nil {
+	if _, err := b.Snapshot(ctx, child.ID, "oci-2"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"oci", "oci-2"} {

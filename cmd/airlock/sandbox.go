@@ -73,7 +73,7 @@ func daemonError(err error) error {
 	switch {
 	case errors.Is(err, sandbox.ErrUnreachable) && !errors.As(err, &ce):
 		return fmt.Errorf("%w\nis the daemon running? start it with 'sudo airlock serve' (or point --socket/--url at it)", err)
-	case errors.Is(err, sandbox.ErrRefused) && errors.As(err, &ce):
+	case errors.Is(err, sandbox.ErrRefused) && errors.As(err, &ce) && len(ce.Problems) > 0:
 		var b strings.Builder
 		b.WriteString("the daemon's platform cannot enforce this declaration:")
 		for _, p := range ce.Problems {
@@ -96,13 +96,19 @@ func newSandboxCmd(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "sandbox",
 		Aliases: []string{"sb"},
-		Short:   "Create, list, exec in, copy to and from, pause, resume and remove sandboxes on the daemon",
+		Short:   "Create, list, exec in, copy to and from, pause, resume, preview, snapshot, fork and remove sandboxes on the daemon",
 		Long: `Drive sandboxes held by the daemon ('airlock serve'). The daemon is reached on its unix
-socket by default, or over TCP with --url and $` + client.EnvAPIKey + ` (or a delegated token in $` + client.EnvToken + `).`,
+socket by default, or over TCP with --url and $` + client.EnvAPIKey + ` (or a delegated token in $` + client.EnvToken + `).
+
+Pause, stats, preview, snapshots and fork are capabilities of the daemon's platform ('airlock
+capabilities'); where it lacks one, the command fails naming it. A running sandbox's egress is
+changed with 'airlock egress SESSION'.`,
 	}
 	d.add(cmd)
 	cmd.AddCommand(newSandboxCreateCmd(g, d), newSandboxLsCmd(g, d), newSandboxExecCmd(d), newSandboxCpCmd(d),
-		newSandboxStateCmd(g, d, "pause"), newSandboxStateCmd(g, d, "resume"), newSandboxRmCmd(d), newSandboxTokenCmd(g, d))
+		newSandboxStateCmd(g, d, "pause"), newSandboxStateCmd(g, d, "resume"), newSandboxRmCmd(d), newSandboxTokenCmd(g, d),
+		newSandboxStatsCmd(g, d), newSandboxPreviewCmd(g, d), newSandboxSnapshotCmd(g, d), newSandboxSnapshotsCmd(g, d),
+		newSandboxForkCmd(g, d))
 	return cmd
 }
 

@@ -5,15 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/servercmd"
@@ -267,5 +273,152 @@ func TestServeFlags(t *testing.T) {
 		if code != cli.ExitUsage || !strings.Contains(errs, tc.err) {
 			t.Errorf("serve %v: %d %s; want usage error with %q", tc.args, code, errs, tc.err)
 		}
+	}
+}
+
+// TestSandboxFeatureCommands: stats, preview, snapshot, snapshots, fork against a real daemon.
+func TestSandboxFeatureCommands(t *testing.T) {
+	sock := startServe(t)
+	t.Setenv(client.EnvSocket, sock)
+	t.Setenv(client.EnvToken, "")
+	t.Setenv(client.EnvAPIKey, "")
+	t.Setenv(client.EnvURL, "")
+	ctx := context.Background()
+	c, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	dir := t.TempDir()
+	decl := filepath.Join(dir, "web.yaml")
+	os.WriteFile(decl, []byte("id: web\nimage: host\npreviewPorts: [8080]\nsession: {maxLifetimeSeconds: 600}\n"), 0o644)
+	code, out, errs := cliIn(t, "", "sandbox", "create", "-f", decl)
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer c.Sandbox(id).Terminate(ctx)
+	if code, _, errs := cliIn(t, "", "sandbox", "exec", id, "--sh", "mkdir site && echo hello from web > site/index.html && echo v1 > state.txt"); code != 0 {
+		t.Fatalf("exec: %d %s", code, errs)
+	}
+	if _, err := c.Sandbox(id).StartProcess(ctx, client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
+		Argv: []string{"python3", "-m", "http.server", "8080", "--bind", "127.0.0.1", "--directory", "site"}, Timeout: 10 * time.Minute,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	probe := `for i in $(seq 400); do python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8080/")' 2>/dev/null && exit 0; sleep 0.05; done; exit 1`
+	if code, _, errs := cliIn(t, "", "sandbox", "exec", id, "--sh", probe); code != 0 {
+		t.Fatalf("the web server never answered: %d %s", code, errs)
+	}
+
+	// preview: the URL opens the sandbox's page in a browser (a cookie jar follows the redirect).
+	code, out, errs = cliIn(t, "", "sandbox", "preview", id, "8080")
+	if code != 0 || !strings.HasPrefix(out, "http://127.0.0.1:") {
+		t.Fatalf("preview: %d %q %s", code, out, errs)
+	}
+	jar, _ := cookiejar.New(nil)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Jar: jar, Transport: tr}).Get(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(page) != "hello from web\n" {
+		t.Fatalf("opening the preview: %d %q", resp.StatusCode, page)
+	}
+	code, out, _ = cliIn(t, "", "sandbox", "preview", id, "8080", "--ttl", "2m", "-o", "json")
+	var pv sandbox.PreviewInfo
+	if code != 0 || json.Unmarshal([]byte(out), &pv) != nil || pv.Port != 8080 || pv.Token == "" || time.Until(pv.ExpiresAt) > 2*time.Minute+time.Second {
+		t.Fatalf("preview -o json: %d %q", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{id, "8081"}, 1, "previewPorts"},
+		{[]string{id, "http"}, 2, "TCP port"},
+		{[]string{id, "8080", "--ttl", "-1s"}, 2, "--ttl"},
+		{[]string{id, "8080", "--ttl", "48h"}, 1, "ttl"},
+	} {
+		if code, _, errs := cliIn(t, "", append([]string{"sandbox", "preview"}, tc.args...)...); code != tc.code || !strings.Contains(errs, tc.err) {
+			t.Errorf("preview %v: %d %s; want %d %q", tc.args, code, errs, tc.code, tc.err)
+		}
+	}
+
+	// stats: as the daemon's capability set says.
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cliIn(t, "", "sandbox", "stats", id)
+	if caps.Entries[capability.Stats].Supported {
+		if code != 0 || !strings.Contains(out, "memory") || !strings.Contains(out, "cpu") {
+			t.Errorf("stats: %d %q %s", code, out, errs)
+		}
+		code, out, _ = cliIn(t, "", "sandbox", "stats", id, "-o", "json")
+		var st sandbox.Stats
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.MemoryBytes <= 0 {
+			t.Errorf("stats -o json: %d %q", code, out)
+		}
+	} else if code != 1 || !strings.Contains(errs, "unsupported: stats on local") {
+		t.Errorf("stats where the platform has none: %d %q %s", code, out, errs)
+	}
+
+	// snapshot, snapshots, fork, snapshots rm. The daemon's store is the host's: unique names.
+	name := fmt.Sprintf("cli-test-%d", time.Now().UnixNano())
+	if code, out, errs := cliIn(t, "", "sandbox", "snapshot", id, name); code != 0 || out != name+"\n" {
+		t.Fatalf("snapshot: %d %q %s", code, out, errs)
+	}
+	defer c.DeleteSnapshot(ctx, name)
+	if code, _, errs := cliIn(t, "", "sandbox", "snapshot", id, name); code != 1 || !strings.Contains(errs, "already exists") {
+		t.Errorf("snapshot twice: %d %s", code, errs)
+	}
+	if code, _, errs := cliIn(t, "", "sandbox", "snapshot", id); code != 2 {
+		t.Errorf("snapshot without a name: %d %s", code, errs)
+	}
+	code, out, errs = cliIn(t, "", "sandbox", "fork", id, "-n", "2")
+	kids := strings.Fields(out)
+	if code != 0 || len(kids) != 2 {
+		t.Fatalf("fork: %d %q %s", code, out, errs)
+	}
+	for _, k := range kids {
+		defer c.Sandbox(k).Terminate(ctx)
+		if code, out, errs := cliIn(t, "", "sandbox", "exec", k, "--", "cat", "state.txt"); code != 0 || out != "v1\n" {
+			t.Errorf("exec in fork %s: %d %q %s", k, code, out, errs)
+		}
+	}
+	if code, _, errs := cliIn(t, "", "sandbox", "fork", id, "-n", "0"); code != 2 || !strings.Contains(errs, "at least 1") {
+		t.Errorf("fork -n 0: %d %s", code, errs)
+	}
+	kid, err := c.Get(ctx, kids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkSnap := kid.Spec.Image.Snapshot
+	defer c.DeleteSnapshot(ctx, forkSnap)
+	code, out, _ = cliIn(t, "", "sandbox", "snapshots")
+	if code != 0 || !strings.HasPrefix(out, "NAME") || !strings.Contains(out, name) || !strings.Contains(out, forkSnap) {
+		t.Fatalf("snapshots: %d\n%s", code, out)
+	}
+	code, out, _ = cliIn(t, "", "sandbox", "snapshots", "-o", "json")
+	var list []sandbox.SnapshotInfo
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || !slices.ContainsFunc(list, func(s sandbox.SnapshotInfo) bool { return s.Name == name && s.SessionID == id && s.Base == "host" }) {
+		t.Fatalf("snapshots -o json: %d %q", code, out)
+	}
+	if code, out, errs := cliIn(t, "", "sandbox", "snapshots", "rm", name, forkSnap); code != 0 || out != name+"\n"+forkSnap+"\n" {
+		t.Fatalf("snapshots rm: %d %q %s", code, out, errs)
+	}
+	if code, _, errs := cliIn(t, "", "sandbox", "snapshots", "rm", name); code != 1 || !strings.Contains(errs, "not found") {
+		t.Errorf("snapshots rm twice: %d %s", code, errs)
+	}
+	if code, out, _ := cliIn(t, "", "sandbox", "snapshots", "-o", "json"); code != 0 || strings.Contains(out, name) {
+		t.Errorf("snapshots after rm: %d %q", code, out)
+	}
+	if code, _, errs := cliIn(t, "", "sandbox", "rm", id, kids[0], kids[1]); code != 0 {
+		t.Fatalf("rm: %d %s", code, errs)
 	}
 }

@@ -153,6 +153,40 @@ type EgressCounters struct {
 	PacketsDropped uint64 `json:"packetsDropped"`
 }
 
+// PreviewRequest is the body of POST /v1/sandboxes/{id}/previews.
+type PreviewRequest struct {
+	// Port is one of the sandbox's declared previewPorts.
+	Port int `json:"port"`
+	// TTLSeconds is the preview token's lifetime; 0 means the backend's default (1 hour on
+	// local). It never outlives the sandbox.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
+}
+
+// Preview is the answer of POST /v1/sandboxes/{id}/previews: the port's URL and its token.
+type Preview = sandbox.PreviewInfo
+
+// SnapshotRequest is the body of POST /v1/sandboxes/{id}/snapshots.
+type SnapshotRequest struct {
+	// Name is 1 to 64 letters, digits, '_' and '-', unique on the daemon; a new sandbox
+	// starts from it with image: {snapshot: NAME}.
+	Name string `json:"name"`
+}
+
+// Snapshot is a stored snapshot: the answer of POST /v1/sandboxes/{id}/snapshots.
+type Snapshot = sandbox.SnapshotInfo
+
+// SnapshotList is the answer of GET /v1/snapshots, oldest first.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork; the answer is a SandboxList of
+// the new sandboxes.
+type ForkRequest struct {
+	// Count is how many sandboxes to start from the sandbox's files, at least 1.
+	Count int `json:"count"`
+}
+
 // Capabilities is the answer of GET /v1/capabilities.
 type Capabilities = capability.Set
 
