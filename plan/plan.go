@@ -108,11 +108,11 @@ type Result struct {
 	Platform capability.Platform `json:"platform"`
 	Refusals []*Refusal          `json:"refusals"`
 	// Sandboxes are the stack's sandboxes in declaration order (none for an unknown platform).
-	Sandboxes []Sandbox `json:"sandboxes"`
+	Sandboxes []SandboxValues `json:"sandboxes"`
 }
 
-// Sandbox is what one sandbox's undeclared properties become on the platform.
-type Sandbox struct {
+// SandboxValues is what one sandbox's undeclared properties become on the platform.
+type SandboxValues struct {
 	ID string `json:"id"`
 	// Undeclared lists each property the declaration leaves out, in capability.Properties
 	// order, with the value it takes; a default the platform can neither hold nor replace is a
@@ -172,7 +172,7 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 	if st == nil {
 		st = &spec.Stack{}
 	}
-	res := Result{Platform: platform, Refusals: []*Refusal{}, Sandboxes: []Sandbox{}}
+	res := Result{Platform: platform, Refusals: []*Refusal{}, Sandboxes: []SandboxValues{}}
 	var items []item
 
 	known := slices.Contains(capability.Platforms, platform)
@@ -192,7 +192,7 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 		for i := range st.Sandboxes {
 			c := checkSandbox(platform, set, i, st.Sandboxes[i])
 			items = append(items, c.items...)
-			res.Sandboxes = append(res.Sandboxes, Sandbox{ID: c.sb.ID, Undeclared: c.undeclared})
+			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
 		}
 	}
 
@@ -479,4 +479,38 @@ func joinMap(m map[string]string, withValues bool) string {
 		}
 	}
 	return strings.Join(keys, ",")
+}
+
+// Defaults is declared with airlock's default filled in for every undeclared property the
+// platform holds, and left unset where the platform's own value applies instead
+// (capability.Set.PlatformValues): the declaration a backend is given to create, so that it
+// applies only what it enforces and never takes a platform value for a declared one. Refusals
+// are Check's; Defaults fills what it can whatever they are.
+func Defaults(platform capability.Platform, set capability.Set, declared spec.Sandbox) spec.Sandbox {
+	c := checkSandbox(platform, set, 0, declared)
+	sb := c.sb
+	for _, v := range c.undeclared {
+		if v.Source != SourcePlatform {
+			continue
+		}
+		switch v.Field {
+		case capability.PropCPU:
+			sb.Limits.CPU = ""
+		case capability.PropMemory:
+			sb.Limits.Memory = ""
+		case capability.PropDisk:
+			sb.Limits.Disk = ""
+		case capability.PropMaxProcesses:
+			sb.Limits.MaxProcesses = nil
+		case capability.PropLifetime:
+			sb.Session.MaxLifetimeSeconds = nil
+		case capability.PropIdleTimeout:
+			sb.Session.IdleTimeoutSeconds = nil
+		case capability.PropReconnect:
+			sb.Session.Reconnect = nil
+		case capability.PropWorkdir:
+			sb.Workdir = ""
+		}
+	}
+	return sb
 }

@@ -532,3 +532,33 @@ func TestEveryPublishedSetPlansAnUndeclaredSandbox(t *testing.T) {
 		}
 	}
 }
+
+// Defaults fills what the platform holds and leaves the platform's values unset; declared
+// values stay as written.
+func TestDefaults(t *testing.T) {
+	aws, err := capability.For(capability.AWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Defaults(capability.AWS, aws, hostSandbox(func(s *spec.Sandbox) { s.Limits.Memory = "1Gi" }))
+	if got.Limits.CPU != "" || got.Limits.Disk != "" || got.Limits.MaxProcesses != nil {
+		t.Errorf("aws platform-sized properties were filled: %+v", got.Limits)
+	}
+	if got.Limits.Memory != "1Gi" {
+		t.Errorf("declared memory became %q", got.Limits.Memory)
+	}
+	if got.Egress.Mode != spec.EgressDeny || got.Session.Lifetime() != spec.DefaultMaxLifetimeSeconds ||
+		got.Session.MaxLifetimeSeconds == nil || got.Session.IdleTimeoutSeconds == nil || got.Workdir != spec.DefaultWorkdir || got.Runtime != spec.RuntimeNative {
+		t.Errorf("aws held defaults not filled: %+v", got)
+	}
+
+	want := hostSandbox(nil)
+	want.ApplyDefaults()
+	if got := Defaults(capability.Local, fullSet(capability.Local), hostSandbox(nil)); !reflect.DeepEqual(got, want) {
+		t.Errorf("a platform that holds every default:\n got  %+v\n want %+v", got, want)
+	}
+	// A default the platform neither holds nor replaces is filled (and Check refuses it).
+	if got := Defaults(capability.Local, without(fullSet(capability.Local), capability.DiskLimit), hostSandbox(nil)); got.Limits.Disk != spec.DefaultDisk {
+		t.Errorf("refused default disk = %q", got.Limits.Disk)
+	}
+}
