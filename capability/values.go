@@ -4,8 +4,8 @@ package capability
 // a sandbox: "limits.cpu", "session.idleTimeoutSeconds".
 type Property string
 
-// The defaulted properties, in declaration order. The runtime is not one: its default, native,
-// is each platform's own boundary.
+// The defaulted properties, in declaration order. The runtime is left out: its default,
+// native, is each platform's own boundary, so there is nothing for a platform to replace.
 const (
 	PropCPU          Property = "limits.cpu"
 	PropMemory       Property = "limits.memory"
