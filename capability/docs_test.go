@@ -68,6 +68,7 @@ func renderCapabilityTables() string {
 		{"maxCpuMillis", func(x Bounds) int64 { return x.MaxCPUMillis }},
 		{"maxMemoryBytes", func(x Bounds) int64 { return x.MaxMemoryBytes }},
 		{"maxDomains", func(x Bounds) int64 { return int64(x.MaxDomains) }},
+		{"minIdleTimeoutSeconds", func(x Bounds) int64 { return x.MinIdleTimeoutSeconds }},
 	} {
 		fmt.Fprintf(&b, "| `%s` |", row.name)
 		for _, s := range sets {
@@ -75,6 +76,28 @@ func renderCapabilityTables() string {
 				fmt.Fprintf(&b, " %d |", v)
 			} else {
 				b.WriteString(" none |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n### What an undeclared property becomes\n\n")
+	b.WriteString("`default` is airlock's default, which the platform holds; anything else is the platform's own value, which `airlock plan` prints.\n\n")
+	b.WriteString("| property |")
+	for _, s := range sets {
+		fmt.Fprintf(&b, " %s |", s.Platform)
+	}
+	b.WriteString("\n|---|")
+	for range sets {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, p := range Properties {
+		fmt.Fprintf(&b, "| `%s` |", p)
+		for _, s := range sets {
+			if v, ok := s.PlatformValues[p]; ok {
+				fmt.Fprintf(&b, " %s |", v)
+			} else {
+				b.WriteString(" default |")
 			}
 		}
 		b.WriteString("\n")

@@ -43,11 +43,13 @@ func For(p Platform) (Set, error) {
 	return d.set(p), nil
 }
 
-// design is a platform's published set: reasons for what it does not enforce; every name
-// not listed is supported.
+// design is a platform's published set: reasons for what it does not enforce (every name not
+// listed is supported), its bounds, and what an undeclared property becomes there where the
+// platform cannot hold airlock's default.
 type design struct {
 	unsupported map[Name]string
 	bounds      Bounds
+	values      map[Property]string
 }
 
 func (d design) set(p Platform) Set {
@@ -59,74 +61,55 @@ func (d design) set(p Platform) Set {
 			s.Entries[n] = Status{Supported: true}
 		}
 	}
+	if len(d.values) > 0 {
+		s.PlatformValues = make(map[Property]string, len(d.values))
+		for k, v := range d.values {
+			s.PlatformValues[k] = v
+		}
+	}
 	return s
 }
 
-// Lifetime ceilings of the cloud platforms as our backends use them (the longest session each
-// platform's sandbox service lets us keep).
+// Ceilings of the cloud platforms as our backends use them.
 const (
-	AWSMaxLifetimeSeconds   = 8 * 3600
-	AzureMaxLifetimeSeconds = 4 * 3600
-	GCPMaxLifetimeSeconds   = 24 * 3600
+	// AWSMaxLifetimeSeconds: RunMicrovm's maximumDurationInSeconds is 1 to 28800.
+	AWSMaxLifetimeSeconds = 8 * 3600
+	// AWSMinIdleTimeoutSeconds: the idle policy's maxIdleDurationSeconds is at least 60.
+	AWSMinIdleTimeoutSeconds = 60
+	// Azure's largest documented sandbox tier (L): 2 cores, 4 GB.
+	AzureMaxCPUMillis   = 2000
+	AzureMaxMemoryBytes = 4 << 30
 )
+
+// AWSDefaultTier is the MicroVM memory tier an undeclared size gets (notes/cloud-apis.md §1.4):
+// a 2048 MiB baseline that bursts to 8 GiB and 4 vCPU, with an 8 GiB disk.
+const AWSDefaultTier = "aws tier 2048 MiB"
 
 // Reasons shared by several platforms.
 const (
-	reasonPreviewLocalOnly  = "the preview proxy is designed for the local runtime only (issue 6)"
-	reasonPauseLocalOnly    = "pause/resume is designed for the local runtime only (issue 6)"
-	reasonSnapshotLocalOnly = "snapshots are designed for the local runtime only (issue 6)"
-	reasonNoHostRoot        = "a root assembled from the host's /usr needs the local runtime"
-	reasonNoDirRoot         = "a directory root filesystem needs the local runtime"
-	reasonDockerLocal       = "runtime docker is a local choice (the docker backend)"
+	reasonNoHostRoot  = "a root assembled from the host's /usr needs the local runtime"
+	reasonNoDirRoot   = "a directory root filesystem needs the local runtime"
+	reasonDockerLocal = "runtime docker is a local choice (the docker backend)"
 )
-
-// cloud returns the reasons a cloud platform's design gives for everything that only our
-// runtime or a cluster enforces.
-func cloud(p string) map[Name]string {
-	notDesigned := func(what string) string {
-		return "the " + p + " backend's design has no " + what
-	}
-	return map[Name]string{
-		Preview:           reasonPreviewLocalOnly,
-		SuspendResume:     reasonPauseLocalOnly,
-		Snapshot:          reasonSnapshotLocalOnly,
-		DomainEgressRules: notDesigned("egress proxy in the sandbox's network path"),
-		EgressDeny:        notDesigned("egress policy: network access is the platform's default"),
-		PublicOnlyEgress:  notDesigned("egress policy that keeps private and metadata addresses out"),
-		EnforcedLimits:    "sandbox sizes are the platform's, not the declared cpu and memory ceilings",
-		ProcessLimit:      notDesigned("process limit"),
-		DiskLimit:         notDesigned("disk limit"),
-		IdleTimeout:       notDesigned("idle reaper"),
-		GVisor:            "the platform chooses its own isolation boundary, not gVisor",
-		Labels:            notDesigned("per-sandbox labels"),
-		ImageHost:         reasonNoHostRoot,
-		ImageDir:          reasonNoDirRoot,
-		ImageOCI:          notDesigned("way to load a local OCI layout or tarball"),
-		ImageRef:          notDesigned("way to run a declared image: the platform provides the image"),
-		DockerRuntime:     reasonDockerLocal,
-	}
-}
-
-func with(base map[Name]string, extra map[Name]string) map[Name]string {
-	for k, v := range extra {
-		base[k] = v
-	}
-	return base
-}
 
 // designs is built at first use: its maps are only read for a platform other than this
 // host's, and every start of the CLI would pay for them at init.
+//
+// The cloud sets are what the bindings of issues 21 (aws), 22 (azure) and 23 (gcp) are designed
+// to enforce, from the services' facts in ../shared/notes/cloud-apis.md; each binding publishes
+// its own set from the real API when it lands, and these give way to it.
 var designs = sync.OnceValue(func() map[Platform]design {
 	return map[Platform]design{
-		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless allowed,
-		// memory/cpu/pids limits, read-only root, our agent bind-mounted as the entrypoint; the
-		// workdir and /tmp share one host tmpfs of the disk size (so diskLimit holds).
+		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless
+		// allowed, memory/cpu/pids limits, read-only root, our agent bind-mounted as the
+		// entrypoint; the workdir and /tmp share one host tmpfs of the disk size (so diskLimit
+		// holds). backend/docker publishes the set its Create checks; this is the same design.
 		Docker: {unsupported: map[Name]string{
-			Preview:           reasonPreviewLocalOnly,
-			SuspendResume:     reasonPauseLocalOnly,
-			Snapshot:          reasonSnapshotLocalOnly,
+			Preview:           "the docker backend has no preview proxy",
+			SuspendResume:     "the docker backend does not pause containers",
+			Snapshot:          "the docker backend has no snapshots",
 			DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
-			PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private addresses",
+			PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private and metadata addresses",
 			Stats:             "the docker backend does not read a container's usage",
 			LiveEgress:        "the docker backend cannot change a container's network while it runs",
 			GVisor:            "the docker backend does not choose the engine's OCI runtime; use the local runtime with runsc",
@@ -135,11 +118,13 @@ var designs = sync.OnceValue(func() map[Platform]design {
 		}},
 		// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
 		// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
-		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod).
+		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod). Every
+		// default is held, so nothing takes a platform value. backend/kubernetes publishes the
+		// same set.
 		Kubernetes: {unsupported: map[Name]string{
-			Preview:           reasonPreviewLocalOnly,
+			Preview:           "the preview proxy is designed for the local runtime only (issue 6)",
 			SuspendResume:     "pods cannot be paused",
-			Snapshot:          reasonSnapshotLocalOnly,
+			Snapshot:          "snapshots are designed for the local runtime only (issue 6)",
 			DomainEgressRules: "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
 			GVisor:            "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
 			ImageHost:         reasonNoHostRoot,
@@ -147,18 +132,103 @@ var designs = sync.OnceValue(func() map[Platform]design {
 			ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
 			DockerRuntime:     "pods run under the cluster's container runtime",
 		}},
-		// A cloud microVM with our agent as the guest service.
-		AWS: {unsupported: cloud("aws"), bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds}},
-		// Azure's session data plane runs code but not our agent, and moves no files.
-		Azure: {unsupported: with(cloud("azure"), map[Name]string{
-			Files:               "Azure's session data plane has no file transfer",
-			Stdin:               "Azure's session data plane takes code, not a stdin stream",
-			PTY:                 "Azure's session data plane has no terminal",
-			BackgroundProcesses: "Azure's session data plane runs one execution at a time, to completion",
-			Env:                 "Azure's session data plane takes code, not a process environment",
-			Workdir:             "Azure's session data plane has no working directory setting",
-		}), bounds: Bounds{MaxLifetimeSeconds: AzureMaxLifetimeSeconds}},
-		// A GCP sandbox lives inside a hosting workload (Sandbox.HostedBy) and runs our agent.
-		GCP: {unsupported: cloud("gcp"), bounds: Bounds{MaxLifetimeSeconds: GCPMaxLifetimeSeconds}},
+
+		// AWS Lambda MicroVMs (issue 21): a Firecracker MicroVM per sandbox, booted from an image
+		// airlock builds (a Dockerfile from the declared reference with our agent added); our
+		// agent is the guest service, reached through the MicroVM's authenticated endpoint, so
+		// exec, files, env, stdin, pty, background processes and workdir are the agent's. Reconnect
+		// by GetMicrovm; suspend/resume and the idle policy are the service's; preview is an auth
+		// token scoped to one declared port. Egress deny is a VPC egress connector whose security
+		// group allows nothing out; the binding runs MicroVMs without an execution role, so the
+		// instance metadata service (169.254.169.254, which no connector governs) holds no
+		// credentials.
+		AWS: {unsupported: map[Name]string{
+			Snapshot:          "Lambda MicroVMs have no snapshot of a running MicroVM that can start another (their snapshots are the image's)",
+			Stats:             "the MicroVM API reports no resource usage of a running MicroVM",
+			LiveEgress:        "a MicroVM's network connectors are fixed when it is run: neither suspend nor resume changes them",
+			DomainEgressRules: "a Lambda network connector has no hostname allowlist, and the aws design puts no egress proxy in the MicroVM's path",
+			PublicOnlyEgress:  "without a connector a MicroVM also reaches the instance metadata service at 169.254.169.254, which no connector governs",
+			EnforcedLimits:    "MicroVM sizes are memory tiers (baselines 512 MiB to 8 GiB, bursting to 4x with 1 to 16 vCPU), not ceilings: a declared cpu or memory ceiling cannot be held",
+			ProcessLimit:      "a MicroVM has no per-sandbox process limit",
+			DiskLimit:         "a MicroVM's disk is its tier's (8 GiB up to the 2048 MiB tier), not a declared size",
+			GVisor:            "a MicroVM is a Firecracker VM: the platform's boundary, not gVisor",
+			Labels:            "RunMicrovm takes no labels or tags",
+			ImageHost:         reasonNoHostRoot,
+			ImageDir:          reasonNoDirRoot,
+			ImageOCI:          "a MicroVM image is built from a Dockerfile: push a local OCI layout or tarball to a registry and declare its reference",
+			DockerRuntime:     reasonDockerLocal,
+		}, bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds, MinIdleTimeoutSeconds: AWSMinIdleTimeoutSeconds},
+			values: map[Property]string{
+				PropCPU:          "platform-sized (" + AWSDefaultTier + ": bursts to 4 vCPU)",
+				PropMemory:       "platform-sized (" + AWSDefaultTier + ": 2048 MiB baseline, bursts to 8 GiB)",
+				PropDisk:         "platform-sized (" + AWSDefaultTier + ": 8 GiB)",
+				PropMaxProcesses: "unbounded within the MicroVM (aws has no process limit)",
+			}},
+
+		// Azure Container Apps sandboxes (issue 22): a hardware-isolated sandbox per declaration
+		// in a sandbox group, sized by free-form cpu and memory (tiers XS to L), created from a
+		// disk image built from an OCI reference, with a per-sandbox egress policy (defaultAction
+		// Deny, host rules) that can be replaced while it runs, ports published as URLs, files
+		// through the data plane's file operations, env at create and a working directory per
+		// command. What needs our agent inside (stdin, pty, background processes) waits for the
+		// binding to reach it through a published port.
+		Azure: {unsupported: map[Name]string{
+			SuspendResume:       "the data plane's suspend operation is not known on the wire (only auto-suspend on idle and resume are)",
+			Snapshot:            "the data plane's snapshot operations are not known on the wire",
+			Stats:               "the data plane reports no resource usage of a sandbox",
+			PublicOnlyEgress:    "Azure's egress policy is not known to refuse private and metadata addresses while allowing the public internet",
+			ProcessLimit:        "an Azure sandbox has no process limit",
+			DiskLimit:           "an Azure sandbox's disk is its tier's (20 GB, 40 GB at tier L), not a declared size",
+			SessionLifetime:     "the data plane has no known per-sandbox wall-clock ceiling (only auto-suspend and auto-delete policies)",
+			IdleTimeout:         "the data plane suspends an idle sandbox rather than ending it",
+			Stdin:               "executeShellCommand takes a command, not a stdin stream; stdin needs our agent inside the sandbox (issue 22)",
+			PTY:                 "executeShellCommand has no terminal; a pty needs our agent inside the sandbox (issue 22)",
+			BackgroundProcesses: "executeShellCommand runs one command to completion; background processes need our agent inside the sandbox (issue 22)",
+			GVisor:              "an Azure sandbox is a hardware-isolated microVM: the platform's boundary, not gVisor",
+			ImageHost:           reasonNoHostRoot,
+			ImageDir:            reasonNoDirRoot,
+			ImageOCI:            "a disk image is built from an OCI image in a registry: push a local OCI layout or tarball and declare its reference",
+			DockerRuntime:       reasonDockerLocal,
+		}, bounds: Bounds{MaxCPUMillis: AzureMaxCPUMillis, MaxMemoryBytes: AzureMaxMemoryBytes},
+			values: map[Property]string{
+				PropDisk:         "platform-sized (azure tier disk: 20 GB, 40 GB at tier L)",
+				PropMaxProcesses: "unbounded within the sandbox (azure has no process limit)",
+				PropLifetime:     "unbounded (until terminated, or the sandbox group's auto-delete policy)",
+				PropIdleTimeout:  "the sandbox group's auto-suspend policy (an idle sandbox is suspended, not ended)",
+			}},
+
+		// Cloud Run sandboxes (issue 23): nested gVisor sandboxes started by the launcher CLI
+		// inside the Cloud Run instance of the workload that hosts them (Sandbox.HostedBy), with
+		// our agent inside. The root is the hosting container's own image, read-only (image: host);
+		// no network unless --allow-egress (deny holds, open is the flag); no per-sandbox cpu,
+		// memory, disk or process limit, no lifetime, no list.
+		GCP: {unsupported: map[Name]string{
+			Reconnect:         "sandbox ids live in one Cloud Run instance and the launcher cannot list them: a caller routed to another instance cannot reattach",
+			Preview:           "a Cloud Run sandbox has no ingress or endpoint of its own",
+			SuspendResume:     "the launcher cannot pause a sandbox",
+			Snapshot:          "the launcher's fork is not durable: it lives and dies with its instance",
+			Stats:             "the launcher reports no resource usage of a sandbox",
+			LiveEgress:        "--allow-egress is fixed when the launcher creates a sandbox",
+			DomainEgressRules: "the launcher's network is all or nothing (--allow-egress): it has no hostname allowlist",
+			PublicOnlyEgress:  "--allow-egress is not documented to keep private and metadata addresses out",
+			EnforcedLimits:    "Cloud Run sandboxes share their instance's cpu and memory: the launcher has no per-sandbox ceiling",
+			ProcessLimit:      "the launcher has no pids limit, and the gVisor sentry does not enforce RLIMIT_NPROC (google/gvisor#169)",
+			DiskLimit:         "a sandbox writes only /tmp, in the instance's memory, with no size of its own",
+			SessionLifetime:   "the launcher has no lifetime: a sandbox lives until it is deleted or its instance ends",
+			IdleTimeout:       "the launcher has no idle timeout",
+			Labels:            "the launcher takes no labels",
+			ImageRef:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host and put what it needs in the workload's image",
+			ImageOCI:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
+			ImageDir:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
+			DockerRuntime:     reasonDockerLocal,
+		}, values: map[Property]string{
+			PropCPU:          "platform-sized (the hosting Cloud Run instance's cpu, shared with the workload and its other sandboxes)",
+			PropMemory:       "platform-sized (the hosting Cloud Run instance's memory, shared with the workload and its other sandboxes)",
+			PropDisk:         "platform-sized (/tmp only, in the hosting instance's memory)",
+			PropMaxProcesses: "unbounded within the sandbox (the launcher has no process limit)",
+			PropLifetime:     "until deleted, at most the hosting Cloud Run instance's life",
+			PropIdleTimeout:  "none (the launcher has no idle timeout)",
+			PropReconnect:    "from the same Cloud Run instance only",
+		}},
 	}
 })

@@ -4,6 +4,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -24,12 +25,25 @@ const (
 	RulePlatformUnknown = "platform.unknown"
 	// RuleGCPRequiresHost: a gcp sandbox must name the workload that hosts it.
 	RuleGCPRequiresHost = "gcp.requiresHost"
+	// RuleKubernetesHostedBy: the operator runs no sandbox inside a workload (hostedBy is gcp's).
+	RuleKubernetesHostedBy = "kubernetes.hostedBy"
+	// RuleKubernetesLabel: the operator's own label keys (the airlock.dev/ prefix and
+	// app.kubernetes.io/managed-by) select pods for claims and NetworkPolicy.
+	RuleKubernetesLabel = "kubernetes.reservedLabel"
 	// The platform's own ceilings (capability.Bounds).
 	RuleBoundLifetime  = "bound.lifetime"
 	RuleBoundDomains   = "bound.domains"
 	RuleBoundCPU       = "bound.cpu"
 	RuleBoundMemory    = "bound.memory"
 	RuleBoundProcesses = "bound.processes"
+	RuleBoundIdle      = "bound.idleTimeout"
+)
+
+// Label keys the Kubernetes operator keeps for itself (operator/labels.go); a declaration may not
+// set them. operator's TestPlanAgreesWithAccept holds the two to the same verdict.
+const (
+	kubernetesLabelPrefix    = "airlock.dev/"
+	kubernetesLabelManagedBy = "app.kubernetes.io/managed-by"
 )
 
 // Refusal is one reason a stack cannot run as declared on a platform. It unwraps to
@@ -89,10 +103,47 @@ func (r *Refusal) Needs() string {
 
 // Result is every refusal of one stack on one platform, in stable order: stack-level first,
 // then each sandbox in declaration order (fields in declaration order within it), then
-// workloads.
+// workloads; and what each sandbox's undeclared properties become there.
 type Result struct {
 	Platform capability.Platform `json:"platform"`
 	Refusals []*Refusal          `json:"refusals"`
+	// Sandboxes are the stack's sandboxes in declaration order (none for an unknown platform).
+	Sandboxes []SandboxValues `json:"sandboxes"`
+}
+
+// SandboxValues is what one sandbox's undeclared properties become on the platform.
+type SandboxValues struct {
+	ID string `json:"id"`
+	// Undeclared lists each property the declaration leaves out, in capability.Properties
+	// order, with the value it takes; a default the platform can neither hold nor replace is a
+	// refusal instead, and is not listed.
+	Undeclared []Value `json:"undeclared"`
+}
+
+// Value is what one undeclared property becomes.
+type Value struct {
+	Field  capability.Property `json:"field"`
+	Value  string              `json:"value"`
+	Source Source              `json:"source"`
+}
+
+// Source says where an undeclared property's value comes from.
+type Source string
+
+const (
+	// SourceDefault: airlock's default (spec.Default*), held by the platform.
+	SourceDefault Source = "default"
+	// SourcePlatform: the platform's own value (capability.Set.PlatformValues), because the
+	// platform cannot hold airlock's default.
+	SourcePlatform Source = "platform"
+)
+
+// Words is the source as plan prints it.
+func (s Source) Words() string {
+	if s == SourcePlatform {
+		return "platform value"
+	}
+	return "airlock default"
 }
 
 // Refused reports whether anything was refused.
@@ -110,15 +161,18 @@ func (r Result) Err() error {
 
 // Check refuses everything in st that platform, publishing set, cannot run as declared. It
 // validates the declaration as written, then checks capabilities and bounds against the
-// declaration AFTER defaults: a default is enforced like a declared value, so a platform that
-// cannot hold the default memory ceiling refuses rather than silently running unbounded.
-// The one property that needs no capability of its own is an idle timeout no shorter than an
-// enforced lifetime. st is not modified.
+// declaration AFTER defaults. A declared value the platform cannot hold is refused. An
+// undeclared one takes airlock's default where the platform holds it, else the platform's own
+// value where the set publishes one (set.PlatformValues), else it is refused like a declared
+// value: a platform that can neither hold the default memory ceiling nor say what it gives
+// instead refuses rather than silently running unbounded. The one property that needs no
+// capability of its own is an idle timeout no shorter than an enforced lifetime. st is not
+// modified.
 func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Result {
 	if st == nil {
 		st = &spec.Stack{}
 	}
-	res := Result{Platform: platform, Refusals: []*Refusal{}}
+	res := Result{Platform: platform, Refusals: []*Refusal{}, Sandboxes: []SandboxValues{}}
 	var items []item
 
 	known := slices.Contains(capability.Platforms, platform)
@@ -136,11 +190,9 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 
 	if known {
 		for i := range st.Sandboxes {
-			c := checker{platform: platform, set: set, index: i, declared: st.Sandboxes[i]}
-			c.sb = st.Sandboxes[i] // a copy: ApplyDefaults assigns fields, never writes through pointers
-			c.sb.ApplyDefaults()
-			c.check()
+			c := checkSandbox(platform, set, i, st.Sandboxes[i])
 			items = append(items, c.items...)
+			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
 		}
 	}
 
@@ -208,14 +260,27 @@ func fromFieldError(fe *spec.FieldError) item {
 	return item{group: groupSandbox, index: idx, rank: fieldRank(m[3]), r: r}
 }
 
-// checker collects the capability and bound refusals of one sandbox.
+// checker collects the capability and bound refusals of one sandbox, and what its undeclared
+// properties become.
 type checker struct {
-	platform capability.Platform
-	set      capability.Set
-	index    int
-	declared spec.Sandbox // as written
-	sb       spec.Sandbox // after defaults
-	items    []item
+	platform   capability.Platform
+	set        capability.Set
+	index      int
+	declared   spec.Sandbox // as written
+	sb         spec.Sandbox // after defaults
+	items      []item
+	undeclared []Value
+}
+
+// checkSandbox checks declared, the sandbox at index i of its stack (its refusals' paths are
+// sandboxes[i].…), against platform's set. Stack-level rules (id.duplicate, hostedBy.unknown) and
+// validation are Check's.
+func checkSandbox(platform capability.Platform, set capability.Set, i int, declared spec.Sandbox) *checker {
+	c := &checker{platform: platform, set: set, index: i, declared: declared, undeclared: []Value{}}
+	c.sb = declared // a copy: ApplyDefaults assigns fields, never writes through pointers
+	c.sb.ApplyDefaults()
+	c.check()
+	return c
 }
 
 func (c *checker) add(field, value string, cap capability.Name, rule, msg string) {
@@ -241,6 +306,30 @@ func (c *checker) need(n capability.Name, field, value, what string, defaulted b
 	c.add(field, value, n, RuleCapability, fmt.Sprintf("%s cannot be honoured on %s: %s", what, c.platform, why))
 }
 
+// property checks defaulted property p, whose value after defaults is value, against capability
+// n ("" when p needs none). A declared value needs n. An undeclared one is airlock's default
+// when the platform has n, else the platform's own value when the set publishes one, else it
+// needs n like a declared value. It reports whether airlock's value (declared or default) is
+// the one that applies, so that the caller checks it against the platform's bounds.
+func (c *checker) property(p capability.Property, declared bool, n capability.Name, value, what string) bool {
+	if declared {
+		if n != "" {
+			c.need(n, string(p), value, what, false)
+		}
+		return true
+	}
+	if n == "" || c.set.Has(n) {
+		c.undeclared = append(c.undeclared, Value{Field: p, Value: value, Source: SourceDefault})
+		return true
+	}
+	if v, ok := c.set.PlatformValues[p]; ok && v != "" && p.Replaceable() {
+		c.undeclared = append(c.undeclared, Value{Field: p, Value: v, Source: SourcePlatform})
+		return false
+	}
+	c.need(n, string(p), value, what, true)
+	return true
+}
+
 var imageCapability = map[spec.ImageKind]capability.Name{
 	spec.ImageHost:      capability.ImageHost,
 	spec.ImageRef:       capability.ImageRef,
@@ -258,28 +347,34 @@ func (c *checker) check() {
 		c.need(n, "image", sb.Image.String(), "image "+sb.Image.String(), false)
 	}
 
-	c.need(capability.EnforcedLimits, "limits.cpu", string(sb.Limits.CPU), "cpu ceiling "+string(sb.Limits.CPU), d.Limits.CPU == "")
-	if m, err := sb.Limits.CPU.MilliValue(); err == nil && b.MaxCPUMillis > 0 && m > b.MaxCPUMillis {
-		c.add("limits.cpu", string(sb.Limits.CPU), "", RuleBoundCPU,
-			fmt.Sprintf("cpu %s exceeds %s's ceiling of %dm", sb.Limits.CPU, c.platform, b.MaxCPUMillis))
+	cpu := string(sb.Limits.CPU)
+	if c.property(capability.PropCPU, d.Limits.CPU != "", capability.EnforcedLimits, cpu, "cpu ceiling "+cpu) {
+		if m, err := sb.Limits.CPU.MilliValue(); err == nil && b.MaxCPUMillis > 0 && m > b.MaxCPUMillis {
+			c.add("limits.cpu", cpu, "", RuleBoundCPU,
+				fmt.Sprintf("cpu %s exceeds %s's ceiling of %dm", sb.Limits.CPU, c.platform, b.MaxCPUMillis))
+		}
 	}
-	c.need(capability.EnforcedLimits, "limits.memory", string(sb.Limits.Memory), "memory ceiling "+string(sb.Limits.Memory), d.Limits.Memory == "")
-	if n, err := sb.Limits.Memory.Bytes(); err == nil && b.MaxMemoryBytes > 0 && n > b.MaxMemoryBytes {
-		c.add("limits.memory", string(sb.Limits.Memory), "", RuleBoundMemory,
-			fmt.Sprintf("memory %s exceeds %s's ceiling of %d bytes", sb.Limits.Memory, c.platform, b.MaxMemoryBytes))
+	mem := string(sb.Limits.Memory)
+	if c.property(capability.PropMemory, d.Limits.Memory != "", capability.EnforcedLimits, mem, "memory ceiling "+mem) {
+		if n, err := sb.Limits.Memory.Bytes(); err == nil && b.MaxMemoryBytes > 0 && n > b.MaxMemoryBytes {
+			c.add("limits.memory", mem, "", RuleBoundMemory,
+				fmt.Sprintf("memory %s exceeds %s's ceiling of %d bytes", sb.Limits.Memory, c.platform, b.MaxMemoryBytes))
+		}
 	}
-	c.need(capability.DiskLimit, "limits.disk", string(sb.Limits.Disk), "disk limit "+string(sb.Limits.Disk), d.Limits.Disk == "")
+	disk := string(sb.Limits.Disk)
+	c.property(capability.PropDisk, d.Limits.Disk != "", capability.DiskLimit, disk, "disk limit "+disk)
 	procs := strconv.FormatInt(sb.Limits.Processes(), 10)
-	c.need(capability.ProcessLimit, "limits.maxProcesses", procs, "process limit "+procs, d.Limits.MaxProcesses == nil)
-	if b.MaxProcesses > 0 && sb.Limits.Processes() > b.MaxProcesses {
-		c.add("limits.maxProcesses", procs, "", RuleBoundProcesses,
-			fmt.Sprintf("maxProcesses %s exceeds %s's ceiling of %d", procs, c.platform, b.MaxProcesses))
+	if c.property(capability.PropMaxProcesses, d.Limits.MaxProcesses != nil, capability.ProcessLimit, procs, "process limit "+procs) {
+		if b.MaxProcesses > 0 && sb.Limits.Processes() > b.MaxProcesses {
+			c.add("limits.maxProcesses", procs, "", RuleBoundProcesses,
+				fmt.Sprintf("maxProcesses %s exceeds %s's ceiling of %d", procs, c.platform, b.MaxProcesses))
+		}
 	}
 
 	mode := string(sb.Egress.Mode)
 	switch sb.Egress.Mode {
 	case spec.EgressDeny:
-		c.need(capability.EgressDeny, "egress.mode", mode, "egress mode deny", d.Egress.Mode == "")
+		c.property(capability.PropEgressMode, d.Egress.Mode != "", capability.EgressDeny, mode, "egress mode deny")
 	case spec.EgressAllow:
 		c.need(capability.PublicOnlyEgress, "egress.mode", mode, "egress mode allow (public internet only)", false)
 	case spec.EgressAllowDomains:
@@ -288,24 +383,39 @@ func (c *checker) check() {
 			c.add("egress.domains", strings.Join(sb.Egress.Domains, ","), "", RuleBoundDomains,
 				fmt.Sprintf("%d domains exceed %s's limit of %d", len(sb.Egress.Domains), c.platform, b.MaxDomains))
 		}
+	case spec.EgressOpen:
+		// No restriction asks nothing of a platform: every network path can be left open.
 	}
 
 	life := sb.Session.Lifetime()
 	lifeS := strconv.FormatInt(life, 10)
-	c.need(capability.SessionLifetime, "session.maxLifetimeSeconds", lifeS, "max lifetime "+lifeS+"s", d.Session.MaxLifetimeSeconds == nil)
-	if b.MaxLifetimeSeconds > 0 && life > b.MaxLifetimeSeconds {
-		c.add("session.maxLifetimeSeconds", lifeS, "", RuleBoundLifetime,
-			fmt.Sprintf("max lifetime %ss exceeds %s's ceiling of %ds", lifeS, c.platform, b.MaxLifetimeSeconds))
+	lifeHeld := false
+	if c.property(capability.PropLifetime, d.Session.MaxLifetimeSeconds != nil, capability.SessionLifetime, lifeS, "max lifetime "+lifeS+"s") {
+		lifeHeld = c.set.Has(capability.SessionLifetime)
+		if b.MaxLifetimeSeconds > 0 && life > b.MaxLifetimeSeconds {
+			c.add("session.maxLifetimeSeconds", lifeS, "", RuleBoundLifetime,
+				fmt.Sprintf("max lifetime %ss exceeds %s's ceiling of %ds", lifeS, c.platform, b.MaxLifetimeSeconds))
+		}
 	}
 	// An idle timeout no shorter than the lifetime is held by the lifetime itself: the sandbox
 	// ends no later than the idle timeout could end it.
-	idle := strconv.FormatInt(sb.Session.IdleTimeout(), 10)
-	if !(sb.Session.IdleTimeout() >= life && c.set.Has(capability.SessionLifetime)) {
-		c.need(capability.IdleTimeout, "session.idleTimeoutSeconds", idle, "idle timeout "+idle+"s", d.Session.IdleTimeoutSeconds == nil)
+	idle := sb.Session.IdleTimeout()
+	idleS := strconv.FormatInt(idle, 10)
+	idleNeeds := capability.IdleTimeout
+	if idle >= life && lifeHeld {
+		idleNeeds = ""
 	}
-	if sb.Session.CanReconnect() {
-		c.need(capability.Reconnect, "session.reconnect", "true", "reconnect", d.Session.Reconnect == nil)
+	if c.property(capability.PropIdleTimeout, d.Session.IdleTimeoutSeconds != nil, idleNeeds, idleS, "idle timeout "+idleS+"s") &&
+		idleNeeds != "" && b.MinIdleTimeoutSeconds > 0 && idle < b.MinIdleTimeoutSeconds {
+		c.add("session.idleTimeoutSeconds", idleS, "", RuleBoundIdle,
+			fmt.Sprintf("idle timeout %ss is shorter than %s's minimum of %ds", idleS, c.platform, b.MinIdleTimeoutSeconds))
 	}
+	reconnect := strconv.FormatBool(sb.Session.CanReconnect())
+	reconnectNeeds := capability.Reconnect
+	if !sb.Session.CanReconnect() {
+		reconnectNeeds = ""
+	}
+	c.property(capability.PropReconnect, d.Session.Reconnect != nil, reconnectNeeds, reconnect, "reconnect")
 
 	if len(sb.Labels) > 0 {
 		c.need(capability.Labels, "labels", joinMap(sb.Labels, true), "labels", false)
@@ -321,16 +431,38 @@ func (c *checker) check() {
 		// Names only: environment values are often secrets.
 		c.need(capability.Env, "env", joinMap(sb.Env, false), "environment variables", false)
 	}
-	c.need(capability.Workdir, "workdir", sb.Workdir, "workdir "+sb.Workdir, d.Workdir == "")
+	c.property(capability.PropWorkdir, d.Workdir != "", capability.Workdir, sb.Workdir, "workdir "+sb.Workdir)
 	switch sb.Runtime {
 	case spec.RuntimeGVisor:
 		c.need(capability.GVisor, "runtime", string(sb.Runtime), "runtime gvisor", false)
 	case spec.RuntimeDocker:
 		c.need(capability.DockerRuntime, "runtime", string(sb.Runtime), "runtime docker", false)
 	}
-	if c.platform == capability.GCP && sb.HostedBy == "" {
-		c.add("hostedBy", "", "", RuleGCPRequiresHost,
-			"a gcp sandbox runs inside a hosting workload: set hostedBy to the id of a workload in this stack")
+	c.platformRules()
+}
+
+// platformRules are what a platform refuses beyond its capabilities.
+func (c *checker) platformRules() {
+	sb := c.sb
+	switch c.platform {
+	case capability.GCP:
+		if sb.HostedBy == "" {
+			c.add("hostedBy", "", "", RuleGCPRequiresHost,
+				"a gcp sandbox runs inside a hosting workload: set hostedBy to the id of a workload in this stack")
+		}
+	case capability.Kubernetes:
+		// The operator's Accept (operator/accept.go) refuses both.
+		for _, k := range slices.Sorted(maps.Keys(sb.Labels)) {
+			if strings.HasPrefix(k, kubernetesLabelPrefix) || k == kubernetesLabelManagedBy {
+				c.add("labels["+k+"]", k+"="+sb.Labels[k], "", RuleKubernetesLabel,
+					fmt.Sprintf("label %s is the operator's own (the %s prefix and %s select pods for claims and NetworkPolicy): use another key",
+						k, kubernetesLabelPrefix, kubernetesLabelManagedBy))
+			}
+		}
+		if sb.HostedBy != "" {
+			c.add("hostedBy", sb.HostedBy, "", RuleKubernetesHostedBy,
+				"the operator runs no sandbox inside a workload (hostedBy is for gcp): leave it empty")
+		}
 	}
 }
 
@@ -347,4 +479,38 @@ func joinMap(m map[string]string, withValues bool) string {
 		}
 	}
 	return strings.Join(keys, ",")
+}
+
+// Defaults is declared with airlock's default filled in for every undeclared property the
+// platform holds, and left unset where the platform's own value applies instead
+// (capability.Set.PlatformValues): the declaration a backend is given to create, so that it
+// applies only what it enforces and never takes a platform value for a declared one. Refusals
+// are Check's; Defaults fills what it can whatever they are.
+func Defaults(platform capability.Platform, set capability.Set, declared spec.Sandbox) spec.Sandbox {
+	c := checkSandbox(platform, set, 0, declared)
+	sb := c.sb
+	for _, v := range c.undeclared {
+		if v.Source != SourcePlatform {
+			continue
+		}
+		switch v.Field {
+		case capability.PropCPU:
+			sb.Limits.CPU = ""
+		case capability.PropMemory:
+			sb.Limits.Memory = ""
+		case capability.PropDisk:
+			sb.Limits.Disk = ""
+		case capability.PropMaxProcesses:
+			sb.Limits.MaxProcesses = nil
+		case capability.PropLifetime:
+			sb.Session.MaxLifetimeSeconds = nil
+		case capability.PropIdleTimeout:
+			sb.Session.IdleTimeoutSeconds = nil
+		case capability.PropReconnect:
+			sb.Session.Reconnect = nil
+		case capability.PropWorkdir:
+			sb.Workdir = ""
+		}
+	}
+	return sb
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -190,8 +191,33 @@ func TestCheckRules(t *testing.T) {
 		{name: "processes beyond the bound", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Limits.MaxProcesses = i64(300) })),
 			set: bounded(full, capability.Bounds{MaxProcesses: 256}), want: []string{"sandboxes[0].limits.maxProcesses bound.processes"}},
 		{name: "defaults within every bound", stack: stackOf(hostSandbox(nil)), set: bounded(full, capability.Bounds{
-			MaxLifetimeSeconds: 3600, MaxCPUMillis: 1000, MaxMemoryBytes: 512 << 20, MaxProcesses: 256, MaxDomains: 1,
+			MaxLifetimeSeconds: 3600, MaxCPUMillis: 1000, MaxMemoryBytes: 512 << 20, MaxProcesses: 256, MaxDomains: 1, MinIdleTimeoutSeconds: 600,
 		}), want: []string{}},
+		{name: "idle timeout below the floor", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Session.IdleTimeoutSeconds = i64(59) })),
+			set: bounded(full, capability.Bounds{MinIdleTimeoutSeconds: 60}), want: []string{"sandboxes[0].session.idleTimeoutSeconds bound.idleTimeout"}},
+		{name: "idle timeout at the floor", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Session.IdleTimeoutSeconds = i64(60) })),
+			set: bounded(full, capability.Bounds{MinIdleTimeoutSeconds: 60}), want: []string{}},
+		{name: "a short lifetime holds a short idle timeout below the floor", stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
+			s.Session.MaxLifetimeSeconds = i64(30)
+		})), set: bounded(full, capability.Bounds{MinIdleTimeoutSeconds: 60}), want: []string{}},
+
+		// Egress open asks nothing of a platform.
+		{name: "egress open", stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Egress.Mode = spec.EgressOpen })),
+			set:  without(full, capability.PublicOnlyEgress, capability.EgressDeny, capability.DomainEgressRules, capability.LiveEgress),
+			want: []string{}},
+
+		// Kubernetes: the operator's own rules beyond capabilities.
+		{name: "kubernetes: hostedBy", platform: capability.Kubernetes, set: fullSet(capability.Kubernetes), stack: &spec.Stack{
+			APIVersion: spec.APIVersion,
+			Sandboxes:  []spec.Sandbox{hostSandbox(func(s *spec.Sandbox) { s.HostedBy = "app" })},
+			Workloads:  []spec.Workload{{ID: "app"}},
+		}, want: []string{"sandboxes[0].hostedBy kubernetes.hostedBy"}},
+		{name: "kubernetes: the operator's labels", platform: capability.Kubernetes, set: fullSet(capability.Kubernetes),
+			stack: stackOf(hostSandbox(func(s *spec.Sandbox) {
+				s.Labels = map[string]string{"airlock.dev/client": "true", "team": "a", "app.kubernetes.io/managed-by": "me", "x.airlock.dev/y": "ok"}
+			})), want: []string{"sandboxes[0].labels[airlock.dev/client] kubernetes.reservedLabel", "sandboxes[0].labels[app.kubernetes.io/managed-by] kubernetes.reservedLabel"}},
+		{name: "off kubernetes the operator's labels are labels", set: full,
+			stack: stackOf(hostSandbox(func(s *spec.Sandbox) { s.Labels = map[string]string{"airlock.dev/client": "true"} })), want: []string{}},
 
 		{name: "a set without an entry refuses", stack: stackOf(hostSandbox(nil)),
 			set: func() capability.Set {
@@ -330,7 +356,13 @@ func TestResultJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(b) != `{"platform":"local","refusals":[]}` {
+	want := `{"platform":"local","refusals":[],"sandboxes":[{"id":"py","undeclared":[` +
+		`{"field":"limits.cpu","value":"1","source":"default"},{"field":"limits.memory","value":"512Mi","source":"default"},` +
+		`{"field":"limits.disk","value":"1Gi","source":"default"},{"field":"limits.maxProcesses","value":"256","source":"default"},` +
+		`{"field":"egress.mode","value":"deny","source":"default"},{"field":"session.maxLifetimeSeconds","value":"3600","source":"default"},` +
+		`{"field":"session.idleTimeoutSeconds","value":"600","source":"default"},{"field":"session.reconnect","value":"true","source":"default"},` +
+		`{"field":"workdir","value":"/workspace","source":"default"}]}]}`
+	if string(b) != want {
 		t.Errorf("clean result JSON %s", b)
 	}
 	res := Check(stackOf(hostSandbox(nil)), capability.Local, without(fullSet(capability.Local), capability.Workdir))
@@ -366,5 +398,167 @@ func TestCheckAgainstPublishedSets(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(rules, " "), RuleBoundLifetime) {
 		t.Errorf("aws did not refuse a 9h lifetime: %q", rules)
+	}
+}
+
+// withValues publishes platform values for undeclared properties.
+func withValues(s capability.Set, v map[capability.Property]string) capability.Set {
+	s.PlatformValues = v
+	return s
+}
+
+// An undeclared property the platform cannot hold takes the platform's value, reported; a
+// declared one is still refused; the egress mode's default is never replaced.
+func TestUndeclaredTakesThePlatformValue(t *testing.T) {
+	values := map[capability.Property]string{
+		capability.PropCPU: "platform cpu", capability.PropMemory: "platform memory", capability.PropDisk: "platform disk",
+		capability.PropMaxProcesses: "platform procs", capability.PropEgressMode: "open network",
+		capability.PropLifetime: "platform life", capability.PropIdleTimeout: "platform idle",
+		capability.PropReconnect: "platform reconnect", capability.PropWorkdir: "the image's",
+	}
+	cannot := []capability.Name{capability.EnforcedLimits, capability.DiskLimit, capability.ProcessLimit, capability.EgressDeny,
+		capability.SessionLifetime, capability.IdleTimeout, capability.Reconnect, capability.Workdir}
+	set := bounded(withValues(without(fullSet(capability.AWS), cannot...), values),
+		capability.Bounds{MaxCPUMillis: 1, MaxMemoryBytes: 1, MaxProcesses: 1, MaxLifetimeSeconds: 1, MinIdleTimeoutSeconds: 10000})
+
+	res := Check(stackOf(hostSandbox(nil)), capability.AWS, set)
+	// The egress default (deny) is a promise about reach: refused, never an open network.
+	if got, want := summary(res), []string{"sandboxes[0].egress.mode egressDeny"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("undeclared refusals:\n got  %q\n want %q", got, want)
+	}
+	if !strings.Contains(res.Refusals[0].Message, "egress mode deny (default)") {
+		t.Errorf("egress refusal %q", res.Refusals[0].Message)
+	}
+	want := []Value{
+		{capability.PropCPU, "platform cpu", SourcePlatform}, {capability.PropMemory, "platform memory", SourcePlatform},
+		{capability.PropDisk, "platform disk", SourcePlatform}, {capability.PropMaxProcesses, "platform procs", SourcePlatform},
+		{capability.PropLifetime, "platform life", SourcePlatform}, {capability.PropIdleTimeout, "platform idle", SourcePlatform},
+		{capability.PropReconnect, "platform reconnect", SourcePlatform}, {capability.PropWorkdir, "the image's", SourcePlatform},
+	}
+	if len(res.Sandboxes) != 1 || res.Sandboxes[0].ID != "py" || !reflect.DeepEqual(res.Sandboxes[0].Undeclared, want) {
+		t.Errorf("undeclared values:\n got  %+v\n want %+v", res.Sandboxes, want)
+	}
+
+	declared := stackOf(hostSandbox(func(s *spec.Sandbox) {
+		s.Limits = spec.Limits{CPU: "1", Memory: "1Gi", Disk: "1Gi", MaxProcesses: i64(10)}
+		s.Egress.Mode = spec.EgressOpen
+		s.Session = spec.Session{MaxLifetimeSeconds: i64(600), IdleTimeoutSeconds: i64(60), Reconnect: yes()}
+		s.Workdir = "/w"
+	}))
+	res = Check(declared, capability.AWS, set)
+	wantRefused := []string{
+		"sandboxes[0].limits.cpu enforcedLimits", "sandboxes[0].limits.cpu bound.cpu",
+		"sandboxes[0].limits.memory enforcedLimits", "sandboxes[0].limits.memory bound.memory",
+		"sandboxes[0].limits.disk diskLimit",
+		"sandboxes[0].limits.maxProcesses processLimit", "sandboxes[0].limits.maxProcesses bound.processes",
+		"sandboxes[0].session.maxLifetimeSeconds sessionLifetime", "sandboxes[0].session.maxLifetimeSeconds bound.lifetime",
+		"sandboxes[0].session.idleTimeoutSeconds idleTimeout", "sandboxes[0].session.idleTimeoutSeconds bound.idleTimeout",
+		"sandboxes[0].session.reconnect reconnect",
+		"sandboxes[0].workdir workdir",
+	}
+	if got := summary(res); !reflect.DeepEqual(got, wantRefused) {
+		t.Errorf("declared refusals:\n got  %q\n want %q", got, wantRefused)
+	}
+	if len(res.Sandboxes) != 1 || len(res.Sandboxes[0].Undeclared) != 0 {
+		t.Errorf("a fully declared sandbox lists undeclared values: %+v", res.Sandboxes)
+	}
+
+	// An empty value publishes nothing: the default is refused as before.
+	res = Check(stackOf(hostSandbox(nil)), capability.AWS,
+		withValues(without(fullSet(capability.AWS), capability.DiskLimit), map[capability.Property]string{capability.PropDisk: ""}))
+	if got, want := summary(res), []string{"sandboxes[0].limits.disk diskLimit"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("empty platform value:\n got  %q\n want %q", got, want)
+	}
+}
+
+// What held defaults and refused ones list: airlock's value where held, nothing where refused.
+func TestUndeclaredDefaults(t *testing.T) {
+	res := Check(stackOf(hostSandbox(func(s *spec.Sandbox) {
+		s.Limits.CPU = "2"
+		s.Session.MaxLifetimeSeconds = i64(300)
+	})), capability.Local, without(fullSet(capability.Local), capability.DiskLimit, capability.IdleTimeout))
+	if got, want := summary(res), []string{"sandboxes[0].limits.disk diskLimit"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("refusals %q, want %q", got, want)
+	}
+	var fields []string
+	for _, v := range res.Sandboxes[0].Undeclared {
+		if v.Source != SourceDefault {
+			t.Errorf("%s: source %q", v.Field, v.Source)
+		}
+		fields = append(fields, string(v.Field)+"="+v.Value)
+	}
+	// cpu and the lifetime are declared; the disk default is refused; the idle timeout (300,
+	// the lifetime) is held by the lifetime.
+	want := []string{"limits.memory=512Mi", "limits.maxProcesses=256", "egress.mode=deny",
+		"session.idleTimeoutSeconds=300", "session.reconnect=true", "workdir=/workspace"}
+	if !reflect.DeepEqual(fields, want) {
+		t.Errorf("undeclared:\n got  %q\n want %q", fields, want)
+	}
+	if got := Check(stackOf(hostSandbox(nil)), "openstack", capability.Set{}); len(got.Sandboxes) != 0 {
+		t.Errorf("an unknown platform resolves values: %+v", got.Sandboxes)
+	}
+}
+
+// The published sets plan the examples' shapes: every platform accepts an undeclared sandbox of
+// an image kind it runs, and egress open, and refuses allow where it cannot keep private and
+// metadata addresses out.
+func TestEveryPublishedSetPlansAnUndeclaredSandbox(t *testing.T) {
+	image := map[capability.Platform]spec.Image{
+		capability.Local: {Host: true}, capability.Docker: {Ref: "python:3.12"}, capability.Kubernetes: {Ref: "python:3.12"},
+		capability.AWS: {Ref: "python:3.12"}, capability.Azure: {Ref: "python:3.12"}, capability.GCP: {Host: true},
+	}
+	for _, p := range capability.Platforms {
+		if p == capability.Local {
+			continue // probed from this host; cmd/airlock's goldens plan local against a fixed host
+		}
+		set, err := capability.For(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []spec.EgressMode{"", spec.EgressOpen} {
+			st := &spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{{ID: "a", Image: image[p], Egress: spec.Egress{Mode: mode}}}}
+			if p == capability.GCP {
+				st.Sandboxes[0].HostedBy = "app"
+				st.Workloads = []spec.Workload{{ID: "app"}}
+			}
+			if got := summary(Check(st, p, set)); len(got) != 0 {
+				t.Errorf("%s, egress %q: refused %q", p, mode, got)
+			}
+		}
+		allow := stackOf(spec.Sandbox{ID: "a", Image: image[p], Egress: spec.Egress{Mode: spec.EgressAllow}})
+		refused := slices.Contains(summary(Check(allow, p, set)), "sandboxes[0].egress.mode publicOnlyEgress")
+		if refused == set.Has(capability.PublicOnlyEgress) {
+			t.Errorf("%s: egress allow refused %v, publicOnlyEgress %v", p, refused, set.Has(capability.PublicOnlyEgress))
+		}
+	}
+}
+
+// Defaults fills what the platform holds and leaves the platform's values unset; declared
+// values stay as written.
+func TestDefaults(t *testing.T) {
+	aws, err := capability.For(capability.AWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Defaults(capability.AWS, aws, hostSandbox(func(s *spec.Sandbox) { s.Limits.Memory = "1Gi" }))
+	if got.Limits.CPU != "" || got.Limits.Disk != "" || got.Limits.MaxProcesses != nil {
+		t.Errorf("aws platform-sized properties were filled: %+v", got.Limits)
+	}
+	if got.Limits.Memory != "1Gi" {
+		t.Errorf("declared memory became %q", got.Limits.Memory)
+	}
+	if got.Egress.Mode != spec.EgressDeny || got.Session.Lifetime() != spec.DefaultMaxLifetimeSeconds ||
+		got.Session.MaxLifetimeSeconds == nil || got.Session.IdleTimeoutSeconds == nil || got.Workdir != spec.DefaultWorkdir || got.Runtime != spec.RuntimeNative {
+		t.Errorf("aws held defaults not filled: %+v", got)
+	}
+
+	want := hostSandbox(nil)
+	want.ApplyDefaults()
+	if got := Defaults(capability.Local, fullSet(capability.Local), hostSandbox(nil)); !reflect.DeepEqual(got, want) {
+		t.Errorf("a platform that holds every default:\n got  %+v\n want %+v", got, want)
+	}
+	// A default the platform neither holds nor replaces is filled (and Check refuses it).
+	if got := Defaults(capability.Local, without(fullSet(capability.Local), capability.DiskLimit), hostSandbox(nil)); got.Limits.Disk != spec.DefaultDisk {
+		t.Errorf("refused default disk = %q", got.Limits.Disk)
 	}
 }

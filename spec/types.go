@@ -110,7 +110,9 @@ var EgressModes = []EgressMode{EgressDeny, EgressAllow, EgressAllowDomains, Egre
 
 // Egress is tagged by Mode; Domains is only valid with allowDomains.
 type Egress struct {
-	// Mode is deny (default: no connections), allow (public internet only) or allowDomains.
+	// Mode is deny (default: no connections), allow (public internet only: never private,
+	// loopback, link-local or metadata addresses), allowDomains, or open (no restriction at all;
+	// never the default).
 	Mode EgressMode `json:"mode,omitempty"`
 	// Domains are exact names ("api.example.com") or wildcards ("*.example.com", which matches
 	// names below example.com but not example.com itself); only with mode allowDomains, IP literals refused.

@@ -82,6 +82,7 @@ func formatBounds(b capability.Bounds) string {
 	add("memory", b.MaxMemoryBytes, " bytes")
 	add("maxProcesses", b.MaxProcesses, "")
 	add("domains", int64(b.MaxDomains), "")
+	add("minIdleTimeout", b.MinIdleTimeoutSeconds, "s")
 	if len(parts) == 0 {
 		return "none"
 	}

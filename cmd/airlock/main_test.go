@@ -185,6 +185,21 @@ func TestExamplePromises(t *testing.T) {
 			[]string{"needs=bound.lifetime", "exceeds aws's ceiling of 28800s"}, []string{"not-shown-in-refusals"}},
 		{[]string{"plan", "-f", "examples/kitchen-sink.yaml", "--platform", "gcp"}, 1,
 			[]string{"sandbox=builder   field=sandboxes[1].hostedBy"}, []string{"sandbox=notebook  field=sandboxes[0].hostedBy", "bound.lifetime"}},
+		{[]string{"plan", "-f", "examples/kitchen-sink.yaml", "--platform", "kubernetes"}, 1,
+			[]string{"field=sandboxes[0].hostedBy", "needs=kubernetes.hostedBy"}, nil},
+		// One stack per platform plans clean there, and shows what its undeclared properties become.
+		{[]string{"plan", "-f", "examples/local.yaml", "--platform", "local", "--capabilities-file", localSet}, 0,
+			[]string{"UNDECLARED  sandbox=scratch  limits.cpu                  airlock default  1", "OK  1 sandbox can run on local as declared"}, []string{"REFUSED"}},
+		{[]string{"plan", "-f", "examples/docker.yaml", "--platform", "docker"}, 0,
+			[]string{"OK  1 sandbox can run on docker as declared"}, []string{"REFUSED"}},
+		{[]string{"plan", "-f", "examples/kubernetes.yaml", "--platform", "kubernetes"}, 0,
+			[]string{"OK  1 sandbox can run on kubernetes as declared"}, []string{"REFUSED"}},
+		{[]string{"plan", "-f", "examples/aws.yaml", "--platform", "aws"}, 0,
+			[]string{"limits.cpu           platform value   platform-sized (aws tier 2048 MiB", "OK  1 sandbox can run on aws as declared"}, []string{"REFUSED"}},
+		{[]string{"plan", "-f", "examples/azure.yaml", "--platform", "azure"}, 0,
+			[]string{"limits.disk                 platform value   platform-sized (azure tier disk", "OK  1 sandbox can run on azure as declared"}, []string{"REFUSED"}},
+		{[]string{"plan", "-f", "examples/gcp.yaml", "--platform", "gcp"}, 0,
+			[]string{"session.reconnect           platform value   from the same Cloud Run instance only", "OK  1 sandbox can run on gcp as declared"}, []string{"REFUSED"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[:5], " "), func(t *testing.T) {
@@ -256,7 +271,9 @@ func TestCLI(t *testing.T) {
 		{name: "capabilities file garbage", args: []string{"plan", "-f", "examples/python-tool.yaml", "--capabilities-file", garbage}, code: 2,
 			stderr: []string{"garbage.json"}, noStdout: true},
 		{name: "capabilities azure", args: []string{"capabilities", "--platform", "azure"}, code: 0,
-			stdout: []string{"azure capabilities", "files                no        Azure's session data plane has no file transfer", "reconnect            yes\n", "bounds: maxLifetime 14400s"}},
+			stdout: []string{"azure capabilities", "stdin                no        executeShellCommand takes a command, not a stdin stream", "reconnect            yes\n", "bounds: cpu 2000m, memory 4294967296 bytes"}},
+		{name: "capabilities aws", args: []string{"capabilities", "--platform", "aws"}, code: 0,
+			stdout: []string{"bounds: maxLifetime 28800s, minIdleTimeout 60s"}},
 		{name: "capabilities kubernetes", args: []string{"capabilities", "--platform", "kubernetes"}, code: 0,
 			stdout: []string{"domainEgressRules    no        hostname allowlists need the egress proxy in the pod's network path", "bounds: none"}},
 		{name: "capabilities unknown platform", args: []string{"capabilities", "--platform", "openstack"}, code: 2,

@@ -25,9 +25,10 @@ func newPlanCmd(g *cli.Globals) *cobra.Command {
 		Long: `Check every sandbox of a stack file against what a platform enforces, and print every
 refusal (field, and the capability or rule it needs) in a stable order.
 
-Defaults are applied before the capabilities are checked: a default ceiling the platform cannot
-hold is refused like a declared one. Exit status: 0 nothing refused, 1 something refused,
-2 usage or input error.`,
+A declared value the platform cannot hold is refused. An undeclared one takes airlock's default
+where the platform holds it, else the platform's own value (printed as UNDECLARED rows, with
+its source), else it is refused like a declared one. Exit status: 0 nothing refused,
+1 something refused, 2 usage or input error.`,
 		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
@@ -106,6 +107,9 @@ func printPlan(w io.Writer, output string, res plan.Result, sandboxes int) error
 	if err := writeTable(w, rows); err != nil {
 		return err
 	}
+	if err := printUndeclared(w, res); err != nil {
+		return err
+	}
 	var err error
 	switch n := len(res.Refusals); {
 	case n == 0:
@@ -115,6 +119,18 @@ func printPlan(w io.Writer, output string, res plan.Result, sandboxes int) error
 			len(refused), plural(sandboxes, "sandbox", "sandboxes"))
 	}
 	return err
+}
+
+// printUndeclared prints, per sandbox, what each property it leaves undeclared becomes on the
+// platform: airlock's default, or the platform's own value where it cannot hold the default.
+func printUndeclared(w io.Writer, res plan.Result) error {
+	var rows [][]string
+	for _, sb := range res.Sandboxes {
+		for _, v := range sb.Undeclared {
+			rows = append(rows, []string{"UNDECLARED", "sandbox=" + sb.ID, string(v.Field), v.Source.Words(), v.Value})
+		}
+	}
+	return writeTable(w, rows)
 }
 
 func plural(n int, one, many string) string {
