@@ -65,21 +65,29 @@ func (b *bctx) control(dialAddr, host string, sni *string, local string) {
 	}
 }
 
-// httpCase is the common shape: one request that deny cannot send, allow lets through to
-// want, and allowDomains refuses with domainsReason (or lets through when it is "").
+// httpCase is the common shape: one request that deny cannot send, allow refuses with
+// allowReason and allowDomains with domainsReason (each lets it through to want when its
+// reason is ""), and open lets through.
 func (b *bctx) httpCase(dialAddr, host string, sni *string, want string, allowReason, domainsReason Reason, refusedName string) {
+	b.t.Helper()
+	b.httpCaseModes(dialAddr, host, sni, want, map[spec.EgressMode]Reason{spec.EgressAllow: allowReason, spec.EgressAllowDomains: domainsReason}, refusedName)
+}
+
+// httpCaseModes is httpCase with the refusal reason of every mode but deny given by mode
+// (missing: let through).
+func (b *bctx) httpCaseModes(dialAddr, host string, sni *string, want string, reasons map[spec.EgressMode]Reason, refusedName string) {
 	b.t.Helper()
 	before, m := b.e.hits.get(want), b.s.mark()
 	body, err := b.s.request(b.ctx, dialAddr, host, sni)
-	reason := map[spec.EgressMode]Reason{spec.EgressAllow: allowReason, spec.EgressAllowDomains: domainsReason}[b.mode]
+	reason := reasons[b.mode]
 	switch {
 	case b.is(spec.EgressDeny):
 		b.unreachable(err)
 	case reason == "":
 		b.reached(body, err, want)
 	default:
-		if b.is(spec.EgressAllow) {
-			refusedName = "" // allow does not read names
+		if !b.is(spec.EgressAllowDomains) {
+			refusedName = "" // only allowDomains reads names
 		}
 		b.refused(err, m, reason, refusedName, want, before)
 	}
@@ -156,7 +164,7 @@ var batteryCases = []struct {
 		switch b.mode {
 		case spec.EgressDeny:
 			b.unreachable(err)
-		case spec.EgressAllow: // public TCP is what allow means
+		case spec.EgressAllow, spec.EgressOpen: // public TCP is what allow means
 			if err != nil || rc != dnsmessage.RCodeSuccess || !slices.Equal(addrs, []netip.Addr{ipEvil}) {
 				b.t.Fatalf("allow: DNS over TCP to a public resolver: %v %v %v", rc, addrs, err)
 			}
@@ -180,15 +188,31 @@ var batteryCases = []struct {
 		b.control("10.0.0.5:80", "rebind.example.com", nil, "10.0.0.5:80")
 		m := b.s.mark()
 		rc, addrs, err := b.s.resolve(b.ctx, "udp", "rebind.example.com")
-		if b.is(spec.EgressDeny) {
+		switch b.mode {
+		case spec.EgressDeny:
 			b.unreachable(err)
-		} else {
+		case spec.EgressOpen: // a name of a private address is what open is for
+			if err != nil || rc != dnsmessage.RCodeSuccess || !slices.Equal(addrs, []netip.Addr{ipPrivate}) {
+				b.t.Fatalf("open: private answer not passed: %v %v %v", rc, addrs, err)
+			}
+			if recs := b.e.logs.refusals(b.s.id)[m:]; len(recs) != 0 {
+				b.t.Fatalf("open: refusals logged: %v", recs)
+			}
+		default:
 			if err != nil || rc != dnsmessage.RCodeSuccess || len(addrs) != 0 {
 				b.t.Fatalf("rebinding answer not stripped: %v %v %v", rc, addrs, err)
 			}
 			b.s.requireRefusal(b.t, m, ReasonNonPublicAnswer, "rebind.example.com")
 		}
 		b.httpCase("10.0.0.5:80", "rebind.example.com", nil, "10.0.0.5:80", ReasonNonPublicDst, ReasonNonPublicDst, "rebind.example.com")
+	}},
+	{"Private/Ranges", func(b *bctx) {
+		// Each RFC 1918 range and CGNAT: a service of the host's network that only open reaches.
+		for _, ip := range []netip.Addr{ipPrivate, ipPrivate172, ipPrivate192, ipCGNAT} {
+			addr := netip.AddrPortFrom(ip, 80).String()
+			b.control(addr, "svc.internal", nil, addr)
+			b.httpCase(addr, "svc.internal", nil, addr, ReasonNonPublicDst, ReasonNonPublicDst, "svc.internal")
+		}
 	}},
 	{"Metadata", func(b *bctx) {
 		b.control("169.254.169.254:80", "allowed.example.com", nil, "169.254.169.254:80")
@@ -204,7 +228,8 @@ var batteryCases = []struct {
 			gw = netip.MustParseAddr("10.200.0.1")
 		}
 		addr := netip.AddrPortFrom(gw, 80).String()
-		b.httpCase(addr, "allowed.example.com", nil, addr, ReasonNonPublicDst, ReasonNonPublicDst, "")
+		b.httpCaseModes(addr, "allowed.example.com", nil, addr, map[spec.EgressMode]Reason{
+			spec.EgressAllow: ReasonNonPublicDst, spec.EgressAllowDomains: ReasonNonPublicDst, spec.EgressOpen: ReasonSandboxLink}, "")
 	}},
 	{"HostAddress/UDP", func(b *bctx) {
 		gw := b.s.att.Resolver()
@@ -221,7 +246,8 @@ var batteryCases = []struct {
 	{"OtherSandbox/TCP", func(b *bctx) {
 		addr := netip.AddrPortFrom(b.other.att.SandboxAddr(), 9000).String()
 		b.control(addr, "allowed.example.com", nil, addr)
-		b.httpCase(addr, "allowed.example.com", nil, addr, ReasonNonPublicDst, ReasonNonPublicDst, "")
+		b.httpCaseModes(addr, "allowed.example.com", nil, addr, map[spec.EgressMode]Reason{
+			spec.EgressAllow: ReasonNonPublicDst, spec.EgressAllowDomains: ReasonNonPublicDst, spec.EgressOpen: ReasonSandboxLink}, "")
 	}},
 	{"OtherSandbox/UDP", func(b *bctx) {
 		addr := netip.AddrPortFrom(b.other.att.SandboxAddr(), 9001).String()
@@ -250,7 +276,7 @@ var batteryCases = []struct {
 		switch b.mode {
 		case spec.EgressDeny:
 			b.unreachable(err)
-		case spec.EgressAllow:
+		case spec.EgressAllow, spec.EgressOpen:
 			if err != nil || !slices.Equal(addrs, []netip.Addr{ipEvil}) {
 				b.t.Fatalf("allow: evil-example.com: %v %v %v", rc, addrs, err)
 			}
@@ -445,6 +471,7 @@ func TestBattery(t *testing.T) {
 		{Mode: spec.EgressDeny},
 		{Mode: spec.EgressAllow},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com"}},
+		{Mode: spec.EgressOpen},
 	} {
 		t.Run(string(p.Mode), func(t *testing.T) {
 			s := e.newSandbox("bat-"+string(p.Mode), p)

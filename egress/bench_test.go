@@ -63,7 +63,8 @@ type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 func benchPaths(b *testing.B, e *env) map[string]dialFunc {
 	s := e.newSandbox("bench-allow", Policy{Mode: spec.EgressAllow})
 	d := e.newSandbox("bench-domains", Policy{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com"}})
-	return map[string]dialFunc{"host-direct": hostDial(e), "sandbox-allow": s.dial, "sandbox-allowDomains": d.dial}
+	o := e.newSandbox("bench-open", Policy{Mode: spec.EgressOpen})
+	return map[string]dialFunc{"host-direct": hostDial(e), "sandbox-allow": s.dial, "sandbox-allowDomains": d.dial, "sandbox-open": o.dial}
 }
 
 func BenchmarkThroughput(b *testing.B) {
@@ -110,7 +111,7 @@ func BenchmarkThroughput(b *testing.B) {
 func BenchmarkConnect(b *testing.B) {
 	e := newEnv(b)
 	paths := benchPaths(b, e)
-	for _, name := range []string{"host-direct", "sandbox-allow", "sandbox-allowDomains"} {
+	for _, name := range []string{"host-direct", "sandbox-allow", "sandbox-allowDomains", "sandbox-open"} {
 		dial := paths[name]
 		b.Run("http/"+name, func(b *testing.B) {
 			for range b.N {

@@ -314,11 +314,17 @@ func (n *network) answer(ctx context.Context, query []byte, overTCP bool) []byte
 		a.log.Debug("egress: upstream DNS failed", "name", name, "err", err)
 		return reply(h, &q, dnsmessage.RCodeServerFailure, nil, nil, limit)
 	}
+	// Under open every address is one the sandbox may reach: answers pass as upstream gave
+	// them (a private name resolving to 10.x is what open is for).
+	public := a.g.cls.public
+	if pol.Mode == spec.EgressOpen {
+		public = func(netip.Addr) bool { return true }
+	}
 	var answers []dnsmessage.Resource
 	for _, rr := range m.Answers {
 		switch b := rr.Body.(type) {
 		case *dnsmessage.AResource:
-			if !a.g.cls.public(netip.AddrFrom4(b.A)) {
+			if !public(netip.AddrFrom4(b.A)) {
 				continue
 			}
 		case *dnsmessage.AAAAResource:
@@ -332,14 +338,14 @@ func (n *network) answer(ctx context.Context, query []byte, overTCP bool) []byte
 			auth = append(auth, rr)
 		}
 	}
-	public, sawNonPublic, ttl := chainAddrs(m, name, a.g.cls.public)
+	addrs, sawNonPublic, ttl := chainAddrs(m, name, public)
 	if sawNonPublic {
 		a.ctr.dnsDenied.Add(1)
 		a.refuse("dns", name, netip.AddrPort{}, ReasonNonPublicAnswer)
 	} else {
 		a.ctr.dnsAllowed.Add(1)
 	}
-	a.answers.remember(name, public, time.Duration(ttl)*time.Second, time.Now())
+	a.answers.remember(name, addrs, time.Duration(ttl)*time.Second, time.Now())
 	return reply(h, &q, m.RCode, answers, auth, limit)
 }
 

@@ -43,14 +43,22 @@ func newUnitEnv(t *testing.T, p Policy) *unitEnv {
 	}
 	up.records["many.example.com"] = many
 
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", pc.LocalAddr().String())
-	if err != nil {
+	// The same port for UDP and TCP: the UDP port the kernel picks may be taken for TCP by
+	// another test's socket, so pick again (a few times) rather than fail.
+	var pc net.PacketConn
+	var ln net.Listener
+	for try := 0; ; try++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp4", pc.LocalAddr().String()); err == nil {
+			break
+		}
 		pc.Close()
-		t.Fatal(err)
+		if try == 20 {
+			t.Fatal(err)
+		}
 	}
 	up.serve(pc, ln)
 	t.Cleanup(up.close)
@@ -204,6 +212,26 @@ func TestResolverAllowAndDeny(t *testing.T) {
 	if len(addrsOf(m)) != 0 || u.lastReason() != string(ReasonNonPublicAnswer) {
 		t.Fatalf("allow: private answers are stripped; got %v, reason %q", addrsOf(m), u.lastReason())
 	}
+	// open: nothing is stripped, and nothing is logged as a refusal.
+	u.a.pol.Store(&Policy{Mode: spec.EgressOpen})
+	for name, want := range map[string][]string{
+		"rebind.example.com": {"10.0.0.5"},
+		"meta.example.com":   {"169.254.169.254"},
+		"a.example.com":      {"198.51.100.11", "10.0.0.7"},
+		"evil-example.com":   {"203.0.113.66"},
+	} {
+		logs := len(u.logs.refusals("unit"))
+		m = u.ask(t, name, dnsmessage.TypeA, false, false)
+		if m.RCode != dnsmessage.RCodeSuccess || !slices.Equal(addrsOf(m), want) {
+			t.Fatalf("open: %s: got %v %v, want %v", name, m.RCode, addrsOf(m), want)
+		}
+		if len(u.logs.refusals("unit")) != logs {
+			t.Fatalf("open: %s: a refusal was logged: %q", name, u.lastReason())
+		}
+	}
+	if m = u.ask(t, "v6.example.com", dnsmessage.TypeAAAA, false, false); len(addrsOf(m)) != 0 {
+		t.Fatalf("open: AAAA answered on an IPv4-only link: %v", addrsOf(m))
+	}
 	u.a.pol.Store(&Policy{Mode: spec.EgressDeny})
 	before := u.up.count(u.upAP.String())
 	m = u.ask(t, "allowed.example.com", dnsmessage.TypeA, false, false)
@@ -217,6 +245,7 @@ func TestDecide(t *testing.T) {
 	wild := &Policy{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com"}}
 	allow := &Policy{Mode: spec.EgressAllow}
 	deny := &Policy{Mode: spec.EgressDeny}
+	open := &Policy{Mode: spec.EgressOpen}
 	u.a.answers.remember("remembered.example.com", []netip.Addr{netip.MustParseAddr("198.51.100.99")}, time.Minute, time.Now())
 	cases := []struct {
 		pol  *Policy
@@ -246,6 +275,18 @@ func TestDecide(t *testing.T) {
 		{allow, "", "169.254.169.254:80", ReasonNonPublicDst},
 		{allow, "", "192.0.2.1:80", ReasonNonPublicDst}, // TEST-NET-1 is not in this ExtraPublic
 		{deny, "", "198.51.100.10:80", ReasonPolicyDeny},
+		{open, "", "203.0.113.66:80", ""},
+		{open, "", "10.0.0.5:80", ""},
+		{open, "", "172.16.0.5:5432", ""},
+		{open, "", "192.168.1.1:22", ""},
+		{open, "", "100.64.0.1:80", ""},
+		{open, "", "169.254.169.254:80", ""},
+		{open, "", "192.0.2.1:80", ""},
+		{open, "", "[::ffff:10.0.0.5]:80", ""},
+		{open, "", "10.200.0.6:9000", ReasonSandboxLink}, // another sandbox
+		{open, "", "10.200.0.1:80", ReasonSandboxLink},   // a gateway
+		{open, "", "127.0.0.1:80", ReasonSandboxLink},
+		{open, "", "0.0.0.0:80", ReasonSandboxLink},
 	}
 	for _, c := range cases {
 		t.Run(string(c.pol.Mode)+"/"+c.name+"/"+c.dst, func(t *testing.T) {

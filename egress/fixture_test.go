@@ -29,6 +29,8 @@ import (
 //
 //	sandbox netns ──veth (Setup)── "host" netns ──up0/up1── "internet" netns
 //	                                 10.0.0.5 private svc        198.51.100.10 allowed.example.com
+//	                                 172.16.0.5, 192.168.0.5,
+//	                                 100.64.0.5 private too
 //	                                 169.254.169.254 metadata    198.51.100.11 a.example.com
 //	                                 192.0.2.2 the host itself   203.0.113.66  evil-example.com
 //	                                 forwarding on (worst case)  203.0.113.53  our upstream DNS
@@ -39,19 +41,22 @@ import (
 // the host forwarded would get an answer: only our rules stand in the way.
 
 var (
-	ipAllowed  = netip.MustParseAddr("198.51.100.10")
-	ipA        = netip.MustParseAddr("198.51.100.11")
-	ipForeign  = netip.MustParseAddr("198.51.100.53")
-	ipEvil     = netip.MustParseAddr("203.0.113.66")
-	ipUpstream = netip.MustParseAddr("203.0.113.53")
-	ipWeb6     = netip.MustParseAddr("2001:db8::10")
-	ipPrivate  = netip.MustParseAddr("10.0.0.5")
-	ipMetadata = netip.MustParseAddr("169.254.169.254")
-	ipHost     = netip.MustParseAddr("192.0.2.2")
-	ipInetUp   = netip.MustParseAddr("192.0.2.1")
-	ipHost6    = netip.MustParseAddr("2001:db8:1::2")
-	ipInet6    = netip.MustParseAddr("2001:db8:1::1")
-	rogue6Net  = netip.MustParsePrefix("fd00:5b::/64")
+	ipAllowed    = netip.MustParseAddr("198.51.100.10")
+	ipA          = netip.MustParseAddr("198.51.100.11")
+	ipForeign    = netip.MustParseAddr("198.51.100.53")
+	ipEvil       = netip.MustParseAddr("203.0.113.66")
+	ipUpstream   = netip.MustParseAddr("203.0.113.53")
+	ipWeb6       = netip.MustParseAddr("2001:db8::10")
+	ipPrivate    = netip.MustParseAddr("10.0.0.5")
+	ipPrivate172 = netip.MustParseAddr("172.16.0.5")
+	ipPrivate192 = netip.MustParseAddr("192.168.0.5")
+	ipCGNAT      = netip.MustParseAddr("100.64.0.5")
+	ipMetadata   = netip.MustParseAddr("169.254.169.254")
+	ipHost       = netip.MustParseAddr("192.0.2.2")
+	ipInetUp     = netip.MustParseAddr("192.0.2.1")
+	ipHost6      = netip.MustParseAddr("2001:db8:1::2")
+	ipInet6      = netip.MustParseAddr("2001:db8:1::1")
+	rogue6Net    = netip.MustParsePrefix("fd00:5b::/64")
 )
 
 type env struct {
@@ -145,6 +150,9 @@ func newEnv(tb testing.TB) *env {
 	addAddr(tb, ih, up1, ipInet6.String()+"/64")
 	addAddr(tb, hh, priv0, ipPrivate.String()+"/32")
 	addAddr(tb, hh, priv0, ipMetadata.String()+"/32")
+	for _, a := range []netip.Addr{ipPrivate172, ipPrivate192, ipCGNAT} {
+		addAddr(tb, hh, priv0, a.String()+"/32")
+	}
 	for _, a := range []netip.Addr{ipAllowed, ipA, ipForeign, ipEvil, ipUpstream} {
 		addAddr(tb, ih, web0, a.String()+"/32")
 	}

@@ -57,8 +57,8 @@ func exchange(ctx context.Context, dial func(context.Context, string, string) (n
 	return bodies, nil
 }
 
-// keepAliveCase sends reqs to kaAddr on one connection. deny cannot connect; allow passes
-// every request; allowDomains passes the first refuseAt requests and refuses the one at
+// keepAliveCase sends reqs to kaAddr on one connection. deny cannot connect; allow and open
+// pass every request; allowDomains passes the first refuseAt requests and refuses the one at
 // refuseAt (-1: none) with reason, and the server never sees it (nor any later one).
 func (b *bctx) keepAliveCase(pipelined bool, reqs []string, refuseAt int, reason Reason, name string) {
 	b.t.Helper()
@@ -82,7 +82,7 @@ func (b *bctx) keepAliveCase(pipelined bool, reqs []string, refuseAt int, reason
 	switch {
 	case b.is(spec.EgressDeny):
 		b.unreachable(err)
-	case b.is(spec.EgressAllow) || refuseAt < 0:
+	case b.is(spec.EgressAllow) || b.is(spec.EgressOpen) || refuseAt < 0:
 		if err != nil || len(bodies) != len(reqs) {
 			b.t.Fatalf("%s: %d of %d answers: %v", b.mode, len(bodies), len(reqs), err)
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,28 @@ func TestSetPolicyLive(t *testing.T) {
 	set(Policy{Mode: spec.EgressAllow})
 	reach("198.51.100.10:80", "198.51.100.10", "198.51.100.10:80")
 	refuse("10.0.0.5:80", "allowed.example.com", ReasonNonPublicDst)
+	refuse("169.254.169.254:80", "allowed.example.com", ReasonNonPublicDst)
+	if _, addrs, _ := s.resolve(ctx, "udp", "rebind.example.com"); len(addrs) != 0 {
+		t.Fatalf("allow: a private answer passed: %v", addrs)
+	}
+
+	// open: private and metadata addresses too, and private answers pass; a connection
+	// opened under allow lives on.
+	set(Policy{Mode: spec.EgressOpen})
+	reach("10.0.0.5:80", "private.internal", "10.0.0.5:80")
+	reach("169.254.169.254:80", "metadata", "169.254.169.254:80")
+	reach("198.51.100.10:80", "allowed.example.com", "198.51.100.10:80")
+	if _, addrs, err := s.resolve(ctx, "udp", "rebind.example.com"); err != nil || !slices.Equal(addrs, []netip.Addr{ipPrivate}) {
+		t.Fatalf("open: rebind.example.com resolves to %v (%v), want %v", addrs, err, ipPrivate)
+	}
+	if body, err := ka.get("allowed.example.com"); err != nil || !contains(body, "198.51.100.10:80") {
+		t.Fatalf("an established connection must survive allow → open: %q %v", body, err)
+	}
+	// And back to allow: the private address is refused again at once.
+	set(Policy{Mode: spec.EgressAllow})
+	refuse("10.0.0.5:80", "private.internal", ReasonNonPublicDst)
+	set(Policy{Mode: spec.EgressOpen})
+	reach("10.0.0.5:80", "private.internal", "10.0.0.5:80")
 
 	// deny: the link goes, and the open connection with it.
 	hostIf := hostIfName(s.id)
@@ -171,8 +194,13 @@ func TestSetPolicyLive(t *testing.T) {
 	}
 	requireNoTrace(t, e, s, hostIf)
 
-	// And back: the link is rebuilt.
+	// And back to open from deny: the link is rebuilt.
+	set(Policy{Mode: spec.EgressOpen})
+	reach("10.0.0.5:80", "private.internal", "10.0.0.5:80")
+
+	// And to allowDomains.
 	set(Policy{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com"}})
+	refuse("10.0.0.5:80", "private.internal", ReasonNonPublicDst)
 	if got := string(s.att.ResolvConf()); !strings.Contains(got, "nameserver "+s.att.Resolver().String()+"\n") {
 		t.Fatalf("resolv.conf %q", got)
 	}

@@ -1,9 +1,10 @@
-// Package egress enforces a sandbox's outbound network policy: deny, public-only, or a hostname allowlist.
+// Package egress enforces a sandbox's outbound network policy: deny, public-only, a hostname allowlist, or open.
 package egress
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -30,7 +31,7 @@ func PolicyFromSpec(e spec.Egress) Policy {
 // Validate reports the first problem with p, naming the field, the value and what is allowed.
 func (p Policy) Validate() error {
 	switch p.Mode {
-	case spec.EgressDeny, spec.EgressAllow:
+	case spec.EgressDeny, spec.EgressAllow, spec.EgressOpen:
 		if len(p.Domains) > 0 {
 			return fmt.Errorf("%w: egress.domains is only valid with mode %q, got mode %q", sandbox.ErrInvalid, spec.EgressAllowDomains, p.Mode)
 		}
@@ -48,7 +49,11 @@ func (p Policy) Validate() error {
 			}
 		}
 	default:
-		return fmt.Errorf("%w: egress.mode %q: allowed are %q, %q, %q", sandbox.ErrInvalid, p.Mode, spec.EgressDeny, spec.EgressAllow, spec.EgressAllowDomains)
+		allowed := make([]string, len(spec.EgressModes))
+		for i, m := range spec.EgressModes {
+			allowed[i] = strconv.Quote(string(m))
+		}
+		return fmt.Errorf("%w: egress.mode %q: allowed are %s", sandbox.ErrInvalid, p.Mode, strings.Join(allowed, ", "))
 	}
 	return nil
 }
@@ -93,7 +98,7 @@ func normalizeName(s string) string {
 // allows reports whether the compiled policy permits name (already normalized).
 func (p Policy) allows(name string) bool {
 	switch p.Mode {
-	case spec.EgressAllow:
+	case spec.EgressAllow, spec.EgressOpen:
 		return true
 	case spec.EgressAllowDomains:
 		for _, d := range p.Domains {

@@ -13,6 +13,7 @@ func TestPolicyValidate(t *testing.T) {
 	good := []Policy{
 		{Mode: spec.EgressDeny},
 		{Mode: spec.EgressAllow},
+		{Mode: spec.EgressOpen},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"example.com"}},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"*.example.com", "api.github.com", "xn--bcher-kva.example"}},
 		{Mode: spec.EgressAllowDomains, Domains: []string{"Example.com", "example.org."}}, // spec: case-insensitive, one trailing dot
@@ -27,7 +28,9 @@ func TestPolicyValidate(t *testing.T) {
 		want string // must appear in the error: the field and the value
 	}{
 		{Policy{Mode: ""}, `egress.mode ""`},
-		{Policy{Mode: "wide"}, `egress.mode "wide"`},
+		{Policy{Mode: "wide"}, `egress.mode "wide": allowed are "deny", "allow", "allowDomains", "open"`},
+		{Policy{Mode: "Open"}, `egress.mode "Open"`},
+		{Policy{Mode: spec.EgressOpen, Domains: []string{"a.com"}}, "egress.domains"},
 		{Policy{Mode: spec.EgressAllow, Domains: []string{"a.com"}}, "egress.domains"},
 		{Policy{Mode: spec.EgressDeny, Domains: []string{"a.com"}}, "egress.domains"},
 		{Policy{Mode: spec.EgressAllowDomains}, "egress.domains"},
@@ -66,6 +69,9 @@ func TestPolicyAllows(t *testing.T) {
 	}
 	if !(Policy{Mode: spec.EgressAllow}).allows("anything.test") {
 		t.Error("allow mode must allow any name")
+	}
+	if !(Policy{Mode: spec.EgressOpen}).allows("anything.test") {
+		t.Error("open mode must allow any name")
 	}
 	if (Policy{Mode: spec.EgressDeny}).allows("a.example.com") {
 		t.Error("deny must allow nothing")

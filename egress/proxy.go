@@ -35,6 +35,7 @@ const (
 	ReasonAmbiguousHost    Reason = "request URI host and Host header differ"          //
 	ReasonNonPublicDst     Reason = "destination is not a public address"              // private, metadata, other sandboxes
 	ReasonHostAddr         Reason = "destination is an address of the host"            //
+	ReasonSandboxLink      Reason = "destination is a sandbox link"                    // open: the pool (other sandboxes, gateways); loopback
 	ReasonAddrMismatch     Reason = "destination is not an address of the server name" // SNI/Host disagrees with the IP dialled
 	ReasonNoPublicAddr     Reason = "server name has no public address"                //
 	ReasonResolveFailed    Reason = "server name could not be resolved"                //
@@ -111,7 +112,7 @@ func (n *network) handle(c *net.TCPConn) {
 	switch pol.Mode {
 	case spec.EgressAllowDomains:
 		name, head, reason = peekName(c, a.g.opts.PeekLimit, time.Now().Add(a.g.opts.PeekTimeout))
-	case spec.EgressAllow:
+	case spec.EgressAllow, spec.EgressOpen:
 	default:
 		reason = ReasonPolicyDeny
 	}
@@ -365,6 +366,17 @@ func (t *tap) relay(k int, send func([]byte) bool) bool {
 // "" to allow it. Each check is separate so that each has its own refusal reason.
 func (a *Attachment) decide(ctx context.Context, pol *Policy, name string, dst netip.AddrPort) Reason {
 	ip := dst.Addr().Unmap()
+	if pol.Mode == spec.EgressOpen {
+		// Anything the host can reach, private, link-local and the host's own addresses
+		// included, but not airlock's own plumbing: the pool's links are other sandboxes and
+		// their gateways (whose resolver and proxy serve only their own sandbox), and a
+		// loopback or unspecified address here could only mean the host's, which the
+		// sandbox cannot name (its 127.0.0.1 is its own).
+		if a.g.opts.Pool.Contains(ip) || ip.IsLoopback() || ip.IsUnspecified() {
+			return ReasonSandboxLink
+		}
+		return ""
+	}
 	if !a.g.cls.public(ip) {
 		return ReasonNonPublicDst
 	}

@@ -59,7 +59,7 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 		refuse("spec.runtime %q: allowed on kubernetes is native", d.Runtime)
 	}
 	if d.Egress.Mode == spec.EgressAllowDomains {
-		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny and allow (public internet only)")
+		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny, allow (public internet only) and open (no restriction)")
 	}
 	if len(written.PreviewPorts) > 0 {
 		refuse("spec.previewPorts %v: the operator has no preview proxy; leave it empty", written.PreviewPorts)

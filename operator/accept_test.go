@@ -40,6 +40,10 @@ func TestAccept(t *testing.T) {
 		{"id equal to the name", func(s *v1alpha1.SandboxSpec) { s.ID = "box" }, "", nil, ""},
 		{"gvisor (RLIMIT_NPROC not enforced by the sentry)", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeGVisor }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.runtime gvisor"},
 		{"public-only egress", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = spec.EgressAllow }, "", nil, ""},
+		{"open egress", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = spec.EgressOpen }, "", nil, ""},
+		{"open egress with domains", func(s *v1alpha1.SandboxSpec) {
+			s.Egress = spec.Egress{Mode: spec.EgressOpen, Domains: []string{"example.org"}}
+		}, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "egress.domains"},
 		{"id differs from the name", func(s *v1alpha1.SandboxSpec) { s.ID = "other" }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "spec.id"},
 		{"negative pool", func(s *v1alpha1.SandboxSpec) { s.PoolSize = -1 }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "spec.poolSize"},
 		{"huge pool", func(s *v1alpha1.SandboxSpec) { s.PoolSize = MaxPoolSize + 1 }, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "spec.poolSize"},
@@ -52,7 +56,7 @@ func TestAccept(t *testing.T) {
 		{"docker runtime", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeDocker }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.runtime"},
 		{"domain allowlist", func(s *v1alpha1.SandboxSpec) {
 			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.org"}}
-		}, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "allowDomains"},
+		}, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "open (no restriction)"},
 		{"preview ports", func(s *v1alpha1.SandboxSpec) { s.PreviewPorts = []int{8080} }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.previewPorts"},
 		{"declared process limit", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(64) }, "", nil, ""},
 		{"declared idle timeout", func(s *v1alpha1.SandboxSpec) { s.Session.IdleTimeoutSeconds = i64(60) }, "", nil, ""},

@@ -224,7 +224,9 @@ var privateRanges = map[bool][]string{
 
 // BuildNetworkPolicy returns the policy for sb's pods: ingress only to the agent port and only
 // from the broker and from pods labelled airlock.dev/client=true in the sandbox's namespace;
-// egress none (deny) or the public internet only (allow).
+// egress none (deny), the public internet only (allow), or everything (open: one empty rule,
+// which matches every destination and port, so that the sandbox's own policy grants it
+// as allow's rule grants the public internet).
 func BuildNetworkPolicy(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions) *networkingv1.NetworkPolicy {
 	tcp := corev1.ProtocolTCP
 	port := intstr.FromInt32(o.AgentPort)
@@ -251,11 +253,14 @@ func BuildNetworkPolicy(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions) *net
 			Egress: []networkingv1.NetworkPolicyEgressRule{}, // deny: no rule allows anything
 		},
 	}
-	if d.Egress.Mode == spec.EgressAllow {
+	switch d.Egress.Mode {
+	case spec.EgressAllow:
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
 			{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: privateRanges[false]}},
 			{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: privateRanges[true]}},
 		}}}
+	case spec.EgressOpen:
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
 	}
 	return np
 }

@@ -157,7 +157,7 @@ func TestAgentConfigHoldsPublicKeysOnly(t *testing.T) {
 }
 
 func TestNetworkPolicy(t *testing.T) {
-	for _, mode := range []spec.EgressMode{spec.EgressDeny, spec.EgressAllow} {
+	for _, mode := range []spec.EgressMode{spec.EgressDeny, spec.EgressAllow, spec.EgressOpen} {
 		t.Run(string(mode), func(t *testing.T) {
 			sb := sbx("box", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = mode })
 			d, err := Accept(sb)
@@ -171,9 +171,17 @@ func TestNetworkPolicy(t *testing.T) {
 			if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != DefaultAgentPort {
 				t.Fatalf("ingress %+v, want only the agent port", np.Spec.Ingress)
 			}
-			if mode == spec.EgressDeny {
+			switch mode {
+			case spec.EgressDeny:
 				if len(np.Spec.Egress) != 0 {
 					t.Fatalf("deny has egress rules %+v", np.Spec.Egress)
+				}
+				return
+			case spec.EgressOpen:
+				// One rule with no peer and no port: every destination, every port, every
+				// protocol; nothing excepted.
+				if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].To) != 0 || len(np.Spec.Egress[0].Ports) != 0 {
+					t.Fatalf("open: egress %+v, want one rule that matches everything", np.Spec.Egress)
 				}
 				return
 			}

@@ -220,3 +220,11 @@ func (e *apiEngine) remove(ctx context.Context, id string) error {
 	}
 	return e.classify("remove container "+id, err)
 }
+
+func (e *apiEngine) networkInspect(ctx context.Context, name string) (networkInfo, error) {
+	r, err := e.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if err != nil {
+		return networkInfo{}, e.classify("network "+name, err)
+	}
+	return networkInfo{Name: r.Network.Name, Internal: r.Network.Internal}, nil
+}

@@ -258,3 +258,23 @@ func cliEnv(name, host string) []string {
 	}
 	return env
 }
+
+func (e *cliEngine) networkInspect(ctx context.Context, name string) (networkInfo, error) {
+	out, err := e.run(ctx, nil, "network", "inspect", name)
+	if err != nil {
+		if ce := (*cliError)(nil); errors.As(err, &ce) && ce.notFound() {
+			return networkInfo{}, fmt.Errorf("%w: network %s: %v", sandbox.ErrNotFound, name, err)
+		}
+		return networkInfo{}, err
+	}
+	// docker and nerdctl say "Name" and "Internal", podman "name" and "internal"; encoding/json
+	// matches either.
+	var nets []networkInfo
+	if err := json.Unmarshal(out, &nets); err != nil {
+		return networkInfo{}, fmt.Errorf("%s network inspect %s: %w", e.name, name, err)
+	}
+	if len(nets) != 1 {
+		return networkInfo{}, fmt.Errorf("%w: network %s: %s network inspect returned %d networks", sandbox.ErrNotFound, name, e.name, len(nets))
+	}
+	return nets[0], nil
+}

@@ -101,8 +101,12 @@ type Options struct {
 	Engine string
 	// Host is the Engine API address (and DOCKER_HOST for the docker CLI); default
 	// $DOCKER_HOST, else DefaultHost.
-	Host   string
-	Logger *slog.Logger
+	Host string
+	// OpenNetwork is the engine network a sandbox whose egress is open joins; empty means the
+	// engine's default network ("podman" for podman, else "bridge"). It must exist and not
+	// be internal: open means the container reaches whatever that network routes to.
+	OpenNetwork string
+	Logger      *slog.Logger
 }
 
 // Backend runs sandboxes as containers.
@@ -239,6 +243,9 @@ type resolved struct {
 	lifetime                       time.Duration
 	idle                           time.Duration // 0: the lifetime ends the sandbox first
 	workdir                        string
+	// network is what the container joins: "none" (egress deny), or for open the engine
+	// network Create found ("" until then).
+	network string
 }
 
 func resolve(decl spec.Sandbox) (*resolved, error) {
@@ -253,19 +260,24 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 	default:
 		return nil, fmt.Errorf("%w: runtime %q: the docker backend runs the engine's own OCI runtime (allowed: native, docker); use the local backend for gvisor", sandbox.ErrUnsupported, decl.Runtime)
 	}
+	r := &resolved{network: "none"}
 	switch decl.Egress.Mode {
 	case "", spec.EgressDeny:
+	case spec.EgressOpen:
+		if len(decl.Egress.Domains) > 0 {
+			return nil, bad("egress.domains", strings.Join(decl.Egress.Domains, ","), "only valid with mode allowDomains")
+		}
+		r.network = "" // the engine's network, chosen and checked by Create
 	case spec.EgressAllow:
 		return nil, fmt.Errorf("%w: egress mode allow: the docker backend cannot keep a container on a bridge away from private and metadata addresses (capability %s); use deny, or the local runtime", sandbox.ErrUnsupported, capability.PublicOnlyEgress)
 	case spec.EgressAllowDomains:
 		return nil, fmt.Errorf("%w: egress mode allowDomains: the docker backend has no egress proxy in the container's network path (capability %s)", sandbox.ErrUnsupported, capability.DomainEgressRules)
 	default:
-		return nil, bad("egress.mode", string(decl.Egress.Mode), "must be deny, allow or allowDomains")
+		return nil, bad("egress.mode", string(decl.Egress.Mode), "must be deny, allow, allowDomains or open")
 	}
 	if len(decl.PreviewPorts) > 0 {
 		return nil, fmt.Errorf("%w: previewPorts: the docker backend has no preview proxy (capability %s)", sandbox.ErrUnsupported, capability.Preview)
 	}
-	r := &resolved{}
 	var err error
 	if r.cpuMillis, err = decl.Limits.CPUMillis(); err != nil {
 		return nil, fmt.Errorf("%w: limits.cpu: %v", sandbox.ErrInvalid, err)
@@ -325,6 +337,31 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 	return r, nil
 }
 
+// openNetwork is the network an open sandbox joins: Options.OpenNetwork or the engine's
+// default, refused when the engine has no such network (a dockerd started with
+// --bridge=none has no "bridge") or when it is internal (no route out), rather than giving
+// the container less network than open asks for.
+func (b *Backend) openNetwork(ctx context.Context) (string, error) {
+	name := b.opts.OpenNetwork
+	if name == "" {
+		name = "bridge"
+		if b.eng.kind() == "podman" {
+			name = "podman"
+		}
+	}
+	info, err := b.eng.networkInspect(ctx, name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return "", fmt.Errorf("%w: egress mode open: the %s has no network %q for the container to join (a dockerd started with --bridge=none has no default bridge); create one (docker network create NAME) and name it in the docker backend's OpenNetwork: %v", sandbox.ErrUnsupported, b.eng.describe(), name, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("egress mode open: network %q: %w", name, err)
+	}
+	if info.Internal {
+		return "", fmt.Errorf("%w: egress mode open: network %q of the %s is internal (it routes nowhere); name a network that reaches out in the docker backend's OpenNetwork", sandbox.ErrUnsupported, name, b.eng.describe())
+	}
+	return name, nil
+}
+
 // ensureImage makes the declared image present in the engine and returns it. A reference is
 // pulled when absent; an OCI layout or tarball is loaded under a tag naming its config digest,
 // so the same image is loaded once.
@@ -381,6 +418,11 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	r, err := resolve(decl)
 	if err != nil {
 		return nil, err
+	}
+	if r.network == "" {
+		if r.network, err = b.openNetwork(ctx); err != nil {
+			return nil, err
+		}
 	}
 	ref, img, err := b.ensureImage(ctx, decl.Image)
 	if err != nil {
@@ -466,7 +508,7 @@ func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, ses
 			{Source: workspace, Target: r.workdir},
 			{Source: tmp, Target: "/tmp"},
 		},
-		Network:         "none",
+		Network:         r.network,
 		MemoryBytes:     r.memory,
 		MemorySwapBytes: r.memory,
 		NanoCPUs:        r.cpuMillis * 1_000_000,

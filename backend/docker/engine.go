@@ -32,6 +32,9 @@ type engine interface {
 	list(ctx context.Context, labels map[string]string) ([]containerInfo, error)
 	// remove force-removes a container; an absent container is not an error.
 	remove(ctx context.Context, id string) error
+	// networkInspect describes a network of the engine; an error wrapping sandbox.ErrNotFound
+	// when there is none of that name.
+	networkInspect(ctx context.Context, name string) (networkInfo, error)
 	close() error
 }
 
@@ -40,6 +43,13 @@ type imageInfo struct {
 	ID      string
 	Env     []string
 	Volumes []string // the image's VOLUME paths, sorted
+}
+
+// networkInfo is what the backend needs to know about a network.
+type networkInfo struct {
+	Name string
+	// Internal networks have no route out of the engine's host (docker network create --internal).
+	Internal bool
 }
 
 // containerInfo is what the backend needs to know about a container.
@@ -70,7 +80,8 @@ type runSpec struct {
 	WorkingDir string
 	Env        []string
 	Binds      []bind
-	// Network is always "none": there is no egress proxy in a container's network path.
+	// Network is "none" (egress deny) or, for egress open, an engine network that reaches out:
+	// there is no egress proxy in a container's network path to enforce anything between.
 	Network     string
 	MemoryBytes int64
 	// MemorySwapBytes equal to MemoryBytes means no swap on top of the memory limit.

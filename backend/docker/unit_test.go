@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,6 +295,10 @@ func TestResolveRefuses(t *testing.T) {
 		{"egress domains", func(d *spec.Sandbox) {
 			d.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.com"}}
 		}, sandbox.ErrUnsupported, []string{"allowDomains", string(capability.DomainEgressRules)}},
+		{"egress open with domains", func(d *spec.Sandbox) {
+			d.Egress = spec.Egress{Mode: spec.EgressOpen, Domains: []string{"example.com"}}
+		}, sandbox.ErrInvalid, []string{"egress.domains"}},
+		{"egress mode unknown", func(d *spec.Sandbox) { d.Egress.Mode = "wide" }, sandbox.ErrInvalid, []string{`"wide"`, "open"}},
 		{"gvisor", func(d *spec.Sandbox) { d.Runtime = spec.RuntimeGVisor }, sandbox.ErrUnsupported, []string{"gvisor"}},
 		{"preview ports", func(d *spec.Sandbox) { d.PreviewPorts = []int{8080} }, sandbox.ErrUnsupported, []string{"previewPorts"}},
 		{"host image", func(d *spec.Sandbox) { d.Image = spec.Image{Host: true} }, sandbox.ErrUnsupported, []string{"host", string(capability.ImageHost)}},
@@ -458,5 +463,84 @@ func TestResolveIdle(t *testing.T) {
 		if r.idle != tc.want || r.lifetime != time.Duration(tc.life)*time.Second {
 			t.Errorf("life %d idle %d: resolved lifetime %v idle %v, want idle %v", tc.life, tc.idle, r.lifetime, r.idle, tc.want)
 		}
+	}
+}
+
+// netEngine is an engine that knows networks and nothing else.
+type netEngine struct {
+	engine
+	k    string
+	nets map[string]networkInfo
+}
+
+func (e *netEngine) kind() string     { return e.k }
+func (e *netEngine) describe() string { return e.k + " engine" }
+func (e *netEngine) networkInspect(ctx context.Context, name string) (networkInfo, error) {
+	if n, ok := e.nets[name]; ok {
+		return n, nil
+	}
+	return networkInfo{}, fmt.Errorf("%w: network %s", sandbox.ErrNotFound, name)
+}
+
+// TestOpenNetwork: egress open joins OpenNetwork or the engine's default network, which must
+// exist and reach out; deny stays on --network none.
+func TestOpenNetwork(t *testing.T) {
+	nets := map[string]networkInfo{
+		"bridge": {Name: "bridge"}, "podman": {Name: "podman"}, "mine": {Name: "mine"},
+		"closed": {Name: "closed", Internal: true},
+	}
+	for _, tc := range []struct {
+		kind, opt string
+		nets      map[string]networkInfo
+		want      string
+		class     error
+		words     []string
+	}{
+		{"api", "", nets, "bridge", nil, nil},
+		{"docker", "", nets, "bridge", nil, nil},
+		{"nerdctl", "", nets, "bridge", nil, nil},
+		{"podman", "", nets, "podman", nil, nil},
+		{"api", "mine", nets, "mine", nil, nil},
+		{"podman", "mine", nets, "mine", nil, nil},
+		{"api", "", map[string]networkInfo{}, "", sandbox.ErrUnsupported, []string{`network "bridge"`, "--bridge=none", "OpenNetwork"}},
+		{"podman", "absent", nets, "", sandbox.ErrUnsupported, []string{`network "absent"`, "OpenNetwork"}},
+		{"api", "closed", nets, "", sandbox.ErrUnsupported, []string{`network "closed"`, "internal"}},
+	} {
+		t.Run(tc.kind+"/"+tc.opt, func(t *testing.T) {
+			b := &Backend{opts: Options{OpenNetwork: tc.opt}, eng: &netEngine{k: tc.kind, nets: tc.nets}}
+			got, err := b.openNetwork(context.Background())
+			if tc.class == nil {
+				if err != nil || got != tc.want {
+					t.Fatalf("openNetwork = %q, %v; want %q", got, err, tc.want)
+				}
+				return
+			}
+			if !errors.Is(err, tc.class) {
+				t.Fatalf("openNetwork = %q, %v; want %v", got, err, tc.class)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	// resolve leaves open's network to Create and keeps deny on none; the container carries it.
+	for mode, want := range map[spec.EgressMode]string{spec.EgressDeny: "none", spec.EgressOpen: ""} {
+		d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}, Egress: spec.Egress{Mode: mode}}
+		d.ApplyDefaults()
+		r, err := resolve(d)
+		if err != nil || r.network != want {
+			t.Fatalf("resolve(%s): network %q, %v; want %q", mode, r.network, err, want)
+		}
+	}
+	rs := testSpec(t)
+	rs.Network = "mine"
+	args, err := cliCreateArgs("docker", rs)
+	if err != nil || !containsSeq(args, []string{"--network", "mine"}) {
+		t.Errorf("create args %q (%v) lack --network mine", args, err)
+	}
+	if _, hc := apiConfigs(rs); hc.NetworkMode != "mine" {
+		t.Errorf("API network mode %q, want mine", hc.NetworkMode)
 	}
 }

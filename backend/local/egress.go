@@ -25,7 +25,7 @@ import (
 )
 
 // Egress wiring (docs/egress.md). A sandbox whose egress is deny gets nothing here: its network
-// namespace has only loopback, as it always had. Any other mode is attached to the backend's
+// namespace has only loopback, as it always had. Any other mode (allow, allowDomains, open) is attached to the backend's
 // egress.Gateway after clone and before init gets its config (init blocks on the config pipe,
 // so no code runs before the policy holds), and init binds <session>/run/resolv.conf, naming
 // the gateway's resolver, over /etc/resolv.conf.
@@ -133,6 +133,11 @@ func checkEgress(e spec.Egress, gvisor bool, enforceable func(capability.Name) e
 		name = capability.DomainEgressRules
 	}
 	if err := enforceable(name); err != nil {
+		if p.Mode == spec.EgressOpen {
+			// open restricts nothing, but its path out is the same gateway (veth, nftables
+			// redirect to the proxy) that publicOnlyEgress probes.
+			return fmt.Errorf("%w: egress mode %q needs the egress gateway (a veth pair and nftables in the host namespace; probed as capability %s), which this host lacks: %v", sandbox.ErrUnsupported, p.Mode, name, err)
+		}
 		return fmt.Errorf("%w: egress mode %q needs capability %s, which this host lacks: %v", sandbox.ErrUnsupported, p.Mode, name, err)
 	}
 	return nil

@@ -58,7 +58,7 @@ var (
 	egIPInetUp   = netip.MustParseAddr("203.0.113.1")
 	egIPPrivate  = netip.MustParseAddr("10.0.0.5")
 	egIPMetadata = netip.MustParseAddr("169.254.169.254")
-	egRecords    = map[string]netip.Addr{"allowed.example.com": egIPAllowed, "evil-example.com": egIPEvil}
+	egRecords    = map[string]netip.Addr{"allowed.example.com": egIPAllowed, "evil-example.com": egIPEvil, "private.example.com": egIPPrivate}
 )
 
 type egressWorld struct {
@@ -498,6 +498,84 @@ func TestEgressAllow(t *testing.T) {
 	}
 }
 
+// TestEgressOpen: open reaches what allow refuses (private, metadata, the host's own
+// addresses) as well as the public internet, and resolves names to private addresses; a
+// live change to allow refuses the private ones again, and back to open reaches them.
+func TestEgressOpen(t *testing.T) {
+	w := newEgressWorld(t)
+	b := w.backend(testStateDir(t))
+	ctx := context.Background()
+	s, a := w.create(b, "eg-open", spec.Egress{Mode: spec.EgressOpen})
+	att := b.attachment(s.ID)
+	if att == nil {
+		t.Fatal("no attachment for an open sandbox")
+	}
+	if got := egSh(t, a, "cat /etc/resolv.conf"); !strings.Contains(got, "nameserver "+att.Resolver().String()+"\n") {
+		t.Errorf("resolv.conf: %q", got)
+	}
+	private, metadata, uplink := egIPPrivate.String()+":8080", egIPMetadata.String()+":8080", egIPHostUp.String()+":8080"
+	reachable := []struct {
+		what, target string
+		probe        egProbe
+	}{
+		{"a public name", egIPAllowed.String() + ":8080", egProbe{host: "allowed.example.com", port: 8080}},
+		{"a public IP literal", egIPEvil.String() + ":8080", egProbe{host: egIPEvil.String(), port: 8080}},
+		{"private 10.x", private, egProbe{host: egIPPrivate.String(), port: 8080}},
+		{"private 10.x by a name", private, egProbe{host: "private.example.com", port: 8080}},
+		{"metadata", metadata, egProbe{host: egIPMetadata.String(), port: 8080}},
+		{"the host's uplink address", uplink, egProbe{host: egIPHostUp.String(), port: 8080}},
+	}
+	var probes []egProbe
+	for _, r := range reachable {
+		probes = append(probes, r.probe)
+	}
+	before := w.hitCount(private)
+	got := egressProbes(t, a, probes...)
+	for i, r := range reachable {
+		wantOK(t, "open: "+r.what, got[i], r.target)
+	}
+	if n := w.hitCount(private); n != before+2 {
+		t.Errorf("the private server counted %d requests, want 2", n-before)
+	}
+	// Never airlock's own plumbing or the host's loopback.
+	lport, _ := strconv.Atoi(w.loopback[strings.LastIndexByte(w.loopback, ':')+1:])
+	gw := netip.AddrPortFrom(att.Resolver(), 8080).String()
+	before, beforeGW := w.hitCount(w.loopback), w.hitCount(gw)
+	got = egressProbes(t, a, egProbe{host: "127.0.0.1", port: lport}, egProbe{host: att.Resolver().String(), port: 8080})
+	w.wantRefused(t, "open: this host's loopback", got[0], w.loopback, before, func() error { return httpGet(w.loopback) })
+	w.wantRefused(t, "open: the gateway address", got[1], gw, beforeGW, func() error { return w.hostGet(gw) })
+
+	// Live: to allow, the private addresses are refused at once; back to open, reached.
+	egMust(t, b.SetEgress(ctx, s.ID, spec.Egress{Mode: spec.EgressAllow}), "set allow")
+	before = w.hitCount(private)
+	got = egressProbes(t, a, egProbe{host: egIPPrivate.String(), port: 8080}, egProbe{host: "allowed.example.com", port: 8080}, egProbe{host: "private.example.com", port: 8080})
+	w.wantRefused(t, "allow after open: private", got[0], private, before, func() error { return w.hostGet(private) })
+	wantOK(t, "allow after open: public", got[1], egIPAllowed.String()+":8080")
+	if !strings.HasPrefix(got[2], "dns ") {
+		t.Errorf("allow after open: a name of a private address resolved: %q", got[2])
+	}
+	egMust(t, b.SetEgress(ctx, s.ID, spec.Egress{Mode: spec.EgressOpen}), "set open")
+	wantOK(t, "open after allow: private", egressProbes(t, a, egProbe{host: egIPPrivate.String(), port: 8080})[0], private)
+	if rec, err := readEgressRecord(filepath.Join(b.opts.StateDir, s.ID)); err != nil || rec.Egress.Mode != spec.EgressOpen {
+		t.Errorf("egress record: %+v, %v", rec, err)
+	}
+	// To deny: the link goes.
+	egMust(t, b.SetEgress(ctx, s.ID, spec.Egress{Mode: spec.EgressDeny}), "set deny")
+	before = w.hitCount(private)
+	got = egressProbes(t, a, egProbe{host: egIPPrivate.String(), port: 8080})
+	if !strings.HasPrefix(got[0], "connect ") {
+		t.Errorf("deny after open: %q, want no route", got[0])
+	}
+	w.wantRefused(t, "deny after open", got[0], private, before, func() error { return w.hostGet(private) })
+
+	// A sandbox born under deny, widened straight to open.
+	d, da := w.create(b, "eg-open-late", spec.Egress{})
+	egMust(t, b.SetEgress(ctx, d.ID, spec.Egress{Mode: spec.EgressOpen}), "widen deny-born to open")
+	got = egressProbes(t, da, egProbe{host: "private.example.com", port: 8080}, egProbe{host: egIPMetadata.String(), port: 8080})
+	wantOK(t, "deny-born, widened to open: private by name", got[0], private)
+	wantOK(t, "deny-born, widened to open: metadata", got[1], metadata)
+}
+
 func TestEgressAllowDomains(t *testing.T) {
 	w := newEgressWorld(t)
 	b := w.backend(testStateDir(t))
@@ -893,6 +971,10 @@ func TestCheckEgress(t *testing.T) {
 		{"bad domain", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"*"}}, false, nil, sandbox.ErrInvalid, ""},
 		{"allow, enforceable", spec.Egress{Mode: spec.EgressAllow}, false, nil, nil, capability.PublicOnlyEgress},
 		{"allow, not enforceable", spec.Egress{Mode: spec.EgressAllow}, false, lacks, sandbox.ErrUnsupported, capability.PublicOnlyEgress},
+		{"open under gvisor", spec.Egress{Mode: spec.EgressOpen}, true, nil, sandbox.ErrUnsupported, ""},
+		{"domains with open", spec.Egress{Mode: spec.EgressOpen, Domains: []string{"a.example.com"}}, false, nil, sandbox.ErrInvalid, ""},
+		{"open, enforceable", spec.Egress{Mode: spec.EgressOpen}, false, nil, nil, capability.PublicOnlyEgress},
+		{"open, no gateway", spec.Egress{Mode: spec.EgressOpen}, false, lacks, sandbox.ErrUnsupported, capability.PublicOnlyEgress},
 		{"allowDomains, not enforceable", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"a.example.com"}}, false, lacks, sandbox.ErrUnsupported, capability.DomainEgressRules},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
