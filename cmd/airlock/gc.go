@@ -23,8 +23,10 @@ func newGCCmd(g *cli.Globals) *cobra.Command {
 	var minAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m] [--spares]",
-		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups",
-		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test):
+		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups (local runtime)",
+		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test).
+It looks after the local runtime only, whatever $AIRLOCK_PLATFORM or the config file say: a
+container engine and a cluster clean up after themselves.
 
   - session records in each --state-dir whose sandbox is gone, by the local runtime's own
     reconcile (live sandboxes there are adopted and left running);

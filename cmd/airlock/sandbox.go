@@ -102,7 +102,7 @@ socket by default, or over TCP with --url and $` + client.EnvAPIKey + ` (or a de
 	}
 	d.add(cmd)
 	cmd.AddCommand(newSandboxCreateCmd(g, d), newSandboxLsCmd(g, d), newSandboxExecCmd(d), newSandboxCpCmd(d),
-		newSandboxStateCmd(g, d, "pause"), newSandboxStateCmd(g, d, "resume"), newSandboxRmCmd(d), newSandboxTokenCmd(g, d))
+		newSandboxStateCmd(g, d, "pause"), newSandboxStateCmd(g, d, "resume"), newSandboxRmCmd(d), newSandboxTokenCmd(g, d), newSandboxCapabilitiesCmd(g, d))
 	return cmd
 }
 
