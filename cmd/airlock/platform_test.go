@@ -359,3 +359,49 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// Every command that opens a platform refuses the same way: a platform whose binding is not
+// built names its issue and what works instead; an unknown one is a usage error naming where
+// it came from.
+func TestPlatformRefusals(t *testing.T) {
+	t.Setenv(platform.EnvConfig, writeConfigFile(t, ""))
+	t.Setenv(platform.EnvPlatform, "")
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	stack, err := filepath.Abs("../../examples/python-tool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		server bool
+		env    string
+		args   []string
+		code   int
+		stderr []string
+	}{
+		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
+			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
+		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"binding not built yet (issue 23)"}},
+		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
+		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"binding not built yet (issue 22)"}},
+		{env: "lambda", args: []string{"run", "-c", "1"}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
+		{env: "lambda", args: []string{"plan", "-f", stack}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
+		{args: []string{"run", "--platform", "kubernetes", "--cgroup-parent", "x", "-c", "1"}, code: 2, stderr: []string{"--cgroup-parent is the local runtime's; the platform is kubernetes (from --platform)"}},
+	} {
+		t.Setenv(platform.EnvPlatform, tc.env)
+		var code int
+		var errs string
+		if tc.server {
+			code, _, errs = serverIn(t, tc.args...)
+		} else {
+			code, _, errs = cliIn(t, "", tc.args...)
+		}
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d: %s", tc.args, code, tc.code, errs)
+		}
+		for _, w := range tc.stderr {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%q: stderr %q does not say %q", tc.args, errs, w)
+			}
+		}
+	}
+}

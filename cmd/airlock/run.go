@@ -128,6 +128,10 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	}
 	f.backend.OneShot = useSpares
 	b, ch, err := f.backend.Open(ctx, cmd.ErrOrStderr(), cmd.ErrOrStderr(), log)
+	var usage *cli.ExitError
+	if errors.As(err, &usage) {
+		return err // the platform settings are wrong: a usage error
+	}
 	if err != nil {
 		return &cli.ExitError{Code: exitRunFailed, Err: err}
 	}
