@@ -190,20 +190,29 @@ func firstLine(s string) string {
 
 func indent(err error) string { return strings.ReplaceAll(err.Error(), "\n", "\n    ") }
 
-// openLocal starts the local runtime, explaining what to do when this host cannot run it.
+// openLocal starts the local runtime.
 func openLocal(ctx context.Context, c Config) (Backend, string, error) {
-	lb, err := local.New(ctx, local.Options{StateDir: c.Local.StateDir, CgroupParent: c.Local.CgroupParent,
-		Logger: c.Logger, OneShot: c.Local.OneShot, ImageProgress: c.Local.ImageProgress})
-	if err == nil {
-		return lb, "", nil
+	lb, err := Local(ctx, c.Local, c.Logger)
+	if err != nil {
+		return nil, "", err
 	}
+	return lb, "", nil
+}
+
+// Local starts the local runtime itself, for what exists only there (spares, the warm pool's
+// owner, gc's reconcile), explaining what to do when this host cannot run it.
+func Local(ctx context.Context, c LocalConfig, log *slog.Logger) (*local.Backend, error) {
+	lb, err := local.New(ctx, local.Options{StateDir: c.StateDir, CgroupParent: c.CgroupParent,
+		Logger: log, OneShot: c.OneShot, ImageProgress: c.ImageProgress})
 	switch {
+	case err == nil:
+		return lb, nil
 	case os.Geteuid() != 0 && errors.Is(err, sandbox.ErrUnsupported):
-		return nil, "", fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
+		return nil, fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
 	case errors.Is(err, sandbox.ErrUnsupported):
-		return nil, "", fmt.Errorf("%w\nsee 'airlock capabilities --platform local' for what this host lacks and why", err)
+		return nil, fmt.Errorf("%w\nsee 'airlock capabilities --platform local' for what this host lacks and why", err)
 	}
-	return nil, "", err
+	return nil, err
 }
 
 // openDocker connects to a docker-compatible engine.

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/gc"
+	"github.com/airlock-sandbox/airlock/platform"
 )
 
 func init() { commands = append(commands, cli.Command{Names: []string{"gc"}, New: newGCCmd}) }
@@ -116,7 +117,7 @@ func retireSpares(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string
 	var ids []string
 	var errs []error
 	for _, dir := range stateDirs {
-		b, err := local.New(cmd.Context(), local.Options{StateDir: dir, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		b, err := platform.Local(cmd.Context(), platform.LocalConfig{StateDir: dir}, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 			continue

@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
@@ -259,32 +258,6 @@ func (b *BackendFlags) Open(ctx context.Context, progress, stderr io.Writer, log
 		fmt.Fprintln(stderr, n)
 	}
 	return be, ch, nil
-}
-
-// OpenLocal starts the local runtime for the commands that exist only there (spares, gc):
-// the platform settings must allow it.
-func (b *BackendFlags) OpenLocal(ctx context.Context, command string, log *slog.Logger) (*local.Backend, error) {
-	if err := LocalOnly(b.flags, b.Platform, command); err != nil {
-		return nil, err
-	}
-	lb, err := local.New(ctx, local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log, OneShot: b.OneShot})
-	if err != nil {
-		return nil, err
-	}
-	return lb, nil
-}
-
-// LocalOnly refuses a command that exists only on the local runtime when --platform, the
-// environment or the config file name another platform.
-func LocalOnly(fs *pflag.FlagSet, flag, command string) error {
-	c, err := PlatformSettings(fs, flag)
-	if err != nil {
-		return err
-	}
-	if c.Platform != platform.Auto && c.Platform != string(capability.Local) {
-		return UsageError("%s works on the local runtime only; the platform is %s (from %s)", command, c.Platform, c.From)
-	}
-	return nil
 }
 
 // ParseImage reads --image; local paths are made absolute, since the sandbox is built
