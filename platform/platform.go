@@ -166,13 +166,23 @@ func (o openers) auto(ctx context.Context, c Config) (Backend, Choice, error) {
 	ch.PassedOver = firstLine(lerr.Error())
 	b, engine, derr := o.docker(ctx, c)
 	if derr != nil {
-		return nil, ch, fmt.Errorf("%w: no platform can run sandboxes here (auto):\n  local: %v\n  docker: %v\nor give --platform kubernetes with a cluster's broker in the config file ($%s, default %s)",
-			sandbox.ErrUnsupported, indent(lerr), indent(derr), EnvConfig, DefaultConfigFile)
+		ch.Why = "auto: nothing can run sandboxes here"
+		return nil, ch, &noPlatformError{local: lerr, docker: derr}
 	}
 	ch.Platform, ch.Engine = capability.Docker, engine
 	ch.Why = fmt.Sprintf("auto: the local runtime cannot run here (%s); docker can (%s)", ch.PassedOver, engine)
 	return b, ch, nil
 }
+
+// noPlatformError is auto's failure: neither the local runtime nor docker can run here.
+type noPlatformError struct{ local, docker error }
+
+func (e *noPlatformError) Error() string {
+	return fmt.Sprintf("%v: no platform can run sandboxes here (auto):\n  local: %v\n  docker: %v\nor give --platform kubernetes with a cluster's broker in the config file ($%s, default %s)",
+		sandbox.ErrUnsupported, indent(e.local), indent(e.docker), EnvConfig, DefaultConfigFile)
+}
+
+func (e *noPlatformError) Unwrap() error { return sandbox.ErrUnsupported }
 
 // openError is a backend's failure to open, with the platform it was opened as.
 type openError struct {

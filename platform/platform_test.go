@@ -294,6 +294,24 @@ func TestCapabilities(t *testing.T) {
 			t.Errorf("%s: source %+v; want instance %v, %q (set equal: %v)", tc.c.Platform, src, tc.instance, tc.text, reflect.DeepEqual(set, tc.want))
 		}
 	}
+	// Auto with nothing to open: this host's probed local set, saying why nothing runs.
+	o.local = func(context.Context, Config) (Backend, string, error) {
+		return nil, "", fmt.Errorf("%w: not root: no subordinate ids", sandbox.ErrUnsupported)
+	}
+	set, src, err := o.capabilities(t.Context(), Config{Platform: Auto})
+	wantText := "probed from this host; nothing can run sandboxes here: local: unsupported: not root: no subordinate ids; docker: unsupported: no container engine found"
+	if err != nil || set.Platform != capability.Local || src.Instance || src.Text != wantText || !src.Choice.Auto {
+		t.Errorf("auto, nothing opens: %v, source %+v; want the local probe, %q", err, src, wantText)
+	}
+	// Auto whose local runtime fails for another reason (its state dir): the probe, and why.
+	o.local = func(context.Context, Config) (Backend, string, error) {
+		return nil, "", fmt.Errorf("%w: stateDir: permission denied", sandbox.ErrInvalid)
+	}
+	set, src, err = o.capabilities(t.Context(), Config{Platform: Auto})
+	wantText = "probed from this host; the local runtime cannot start here: invalid: stateDir: permission denied"
+	if err != nil || set.Platform != capability.Local || src.Text != wantText {
+		t.Errorf("auto, local fails: %v, source %+v; want the local probe, %q", err, src, wantText)
+	}
 	if _, _, err := o.capabilities(t.Context(), Config{Platform: "lambda"}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("unknown platform: err = %v; want ErrInvalid", err)
 	}

@@ -339,6 +339,14 @@ func TestAutoAsUnprivilegedUser(t *testing.T) {
 			t.Errorf("stderr does not say %q:\n%s", want, errs)
 		}
 	}
+	// capabilities (and plan) still answer there: this host's probe, and why nothing runs.
+	caps := exec.Command(userBin, "capabilities")
+	caps.Env, caps.SysProcAttr = append(cmd.Env, "XDG_RUNTIME_DIR="+home), cmd.SysProcAttr
+	got, err := caps.Output()
+	if err != nil || !strings.HasPrefix(string(got), "platform: local (auto: nothing can run sandboxes here)\nlocal capabilities (probed from this host; nothing can run sandboxes here: local: unsupported: not root") ||
+		!strings.Contains(string(got), "; docker: unsupported: the docker backend needs root") {
+		t.Errorf("capabilities as an unprivileged user: %v\n%s", err, got)
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {
