@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/platform"
 )
@@ -219,6 +222,49 @@ func TestPlatformDocker(t *testing.T) {
 			code, _, errs = runBin(t, env, bin, append(mcpArgs, "--pool", "2")...)
 			if code != 2 || !strings.Contains(errs, "--pool: the warm pool is the local runtime's; the platform is docker") {
 				t.Errorf("mcp --pool 2: exit %d, %q", code, errs)
+			}
+
+			// The daemon on docker: its health, its set, and airlock sandbox say so.
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "a.sock")
+			serve := exec.Command(bin, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
+			serve.Env = append(os.Environ(), env...)
+			serve.Stdout, serve.Stderr = &logs, &logs
+			if err := serve.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- serve.Wait() }()
+			defer func() {
+				_ = serve.Process.Signal(syscall.SIGTERM)
+				if err := <-exited; err != nil {
+					t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
+				}
+			}()
+			for ready := false; !ready; {
+				select {
+				case err := <-exited:
+					exited <- err
+					t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
+				case <-time.After(10 * time.Millisecond):
+				}
+				if conn, err := net.Dial("unix", sock); err == nil {
+					conn.Close()
+					ready = true
+				}
+			}
+			c, err := client.Dial(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			h, err := c.Health(t.Context())
+			if err != nil || h.Platform != capability.Docker {
+				t.Errorf("GET /healthz: %+v, %v; want platform docker", h, err)
+			}
+			code, out, errs = runBin(t, append(env, client.EnvSocket+"="+sock, client.EnvURL+"=", client.EnvToken+"=", client.EnvAPIKey+"="), bin, "sandbox", "capabilities")
+			if code != 0 || !strings.HasPrefix(out, "docker capabilities (the daemon's)\n") {
+				t.Errorf("sandbox capabilities: exit %d, %q %q", code, out, errs)
 			}
 		})
 	}
