@@ -251,7 +251,7 @@ func TestOpenCloudNotBuilt(t *testing.T) {
 
 func TestOpenKubernetes(t *testing.T) {
 	_, _, err := Open(t.Context(), Config{Platform: "kubernetes"})
-	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "broker URL") {
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no broker URL: set kubernetes.brokerURL") {
 		t.Errorf("no broker: err = %v; want ErrInvalid naming the broker URL", err)
 	}
 	b, ch, err := Open(t.Context(), Config{Platform: "kubernetes", Kubernetes: KubernetesConfig{BrokerURL: "https://broker.example", Namespace: "apps"}})
