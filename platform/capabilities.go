@@ -41,6 +41,22 @@ func (o openers) capabilities(ctx context.Context, c Config) (capability.Set, So
 		src := Source{Choice: ch, Instance: true, Text: instanceText(ch)}
 		return b.Capabilities(ctx), src, nil
 	}
+	var none *noPlatformError
+	if errors.As(err, &none) {
+		// Nothing runs here: plan and capabilities still answer, for this host's local runtime
+		// as probed, saying why nothing runs.
+		ch.Platform = capability.Local
+		set, _ := Published(capability.Local)
+		return set, Source{Choice: ch, Text: fmt.Sprintf("probed from this host; nothing can run sandboxes here: local: %s; docker: %s",
+			firstLine(none.local.Error()), firstLine(none.docker.Error()))}, nil
+	}
+	if ch.Auto && ch.PassedOver == "" {
+		// The local runtime failed to start for another reason than this host (its state dir):
+		// auto stops there, and so do these answers, on the probe.
+		ch.Platform, ch.Why = capability.Local, "auto: the local runtime would run here, but cannot start"
+		set, _ := Published(capability.Local)
+		return set, Source{Choice: ch, Text: publishedText(capability.Local, err)}, nil
+	}
 	if ch.Auto || errors.Is(err, sandbox.ErrInvalid) && ch.Platform == "" {
 		return capability.Set{}, Source{Choice: ch}, err
 	}

@@ -2,9 +2,11 @@ package platform
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // KubernetesConfig says how to reach a cluster's airlock broker (backend/kubernetes' Config).
@@ -19,6 +21,10 @@ type KubernetesConfig struct {
 // openKubernetes builds the broker client; it reaches the cluster at the first call.
 func openKubernetes(_ context.Context, c Config) (Backend, string, error) {
 	k := c.Kubernetes
+	if k.BrokerURL == "" {
+		return nil, "", fmt.Errorf("%w: kubernetes: no broker URL: set kubernetes.brokerURL and kubernetes.namespace in the config file ($%s, default %s; docs/platforms.md)",
+			sandbox.ErrInvalid, EnvConfig, DefaultConfigFile)
+	}
 	b, err := kubernetes.New(kubernetes.Config{BrokerURL: k.BrokerURL, Namespace: k.Namespace,
 		TokenFile: k.TokenFile, CAFile: k.CAFile, ServerName: k.ServerName})
 	if err != nil {

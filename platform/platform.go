@@ -166,13 +166,23 @@ func (o openers) auto(ctx context.Context, c Config) (Backend, Choice, error) {
 	ch.PassedOver = firstLine(lerr.Error())
 	b, engine, derr := o.docker(ctx, c)
 	if derr != nil {
-		return nil, ch, fmt.Errorf("%w: no platform can run sandboxes here (auto):\n  local: %v\n  docker: %v\nor give --platform kubernetes with a cluster's broker in the config file ($%s, default %s)",
-			sandbox.ErrUnsupported, indent(lerr), indent(derr), EnvConfig, DefaultConfigFile)
+		ch.Why = "auto: nothing can run sandboxes here"
+		return nil, ch, &noPlatformError{local: lerr, docker: derr}
 	}
 	ch.Platform, ch.Engine = capability.Docker, engine
 	ch.Why = fmt.Sprintf("auto: the local runtime cannot run here (%s); docker can (%s)", ch.PassedOver, engine)
 	return b, ch, nil
 }
+
+// noPlatformError is auto's failure: neither the local runtime nor docker can run here.
+type noPlatformError struct{ local, docker error }
+
+func (e *noPlatformError) Error() string {
+	return fmt.Sprintf("%v: no platform can run sandboxes here (auto):\n  local: %v\n  docker: %v\nor give --platform kubernetes with a cluster's broker in the config file ($%s, default %s)",
+		sandbox.ErrUnsupported, indent(e.local), indent(e.docker), EnvConfig, DefaultConfigFile)
+}
+
+func (e *noPlatformError) Unwrap() error { return sandbox.ErrUnsupported }
 
 // openError is a backend's failure to open, with the platform it was opened as.
 type openError struct {
@@ -190,20 +200,29 @@ func firstLine(s string) string {
 
 func indent(err error) string { return strings.ReplaceAll(err.Error(), "\n", "\n    ") }
 
-// openLocal starts the local runtime, explaining what to do when this host cannot run it.
+// openLocal starts the local runtime.
 func openLocal(ctx context.Context, c Config) (Backend, string, error) {
-	lb, err := local.New(ctx, local.Options{StateDir: c.Local.StateDir, CgroupParent: c.Local.CgroupParent,
-		Logger: c.Logger, OneShot: c.Local.OneShot, ImageProgress: c.Local.ImageProgress})
-	if err == nil {
-		return lb, "", nil
+	lb, err := Local(ctx, c.Local, c.Logger)
+	if err != nil {
+		return nil, "", err
 	}
+	return lb, "", nil
+}
+
+// Local starts the local runtime itself, for what exists only there (spares, the warm pool's
+// owner, gc's reconcile), explaining what to do when this host cannot run it.
+func Local(ctx context.Context, c LocalConfig, log *slog.Logger) (*local.Backend, error) {
+	lb, err := local.New(ctx, local.Options{StateDir: c.StateDir, CgroupParent: c.CgroupParent,
+		Logger: log, OneShot: c.OneShot, ImageProgress: c.ImageProgress})
 	switch {
+	case err == nil:
+		return lb, nil
 	case os.Geteuid() != 0 && errors.Is(err, sandbox.ErrUnsupported):
-		return nil, "", fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
+		return nil, fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
 	case errors.Is(err, sandbox.ErrUnsupported):
-		return nil, "", fmt.Errorf("%w\nsee 'airlock capabilities --platform local' for what this host lacks and why", err)
+		return nil, fmt.Errorf("%w\nsee 'airlock capabilities --platform local' for what this host lacks and why", err)
 	}
-	return nil, "", err
+	return nil, err
 }
 
 // openDocker connects to a docker-compatible engine.

@@ -251,7 +251,7 @@ func TestOpenCloudNotBuilt(t *testing.T) {
 
 func TestOpenKubernetes(t *testing.T) {
 	_, _, err := Open(t.Context(), Config{Platform: "kubernetes"})
-	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "broker URL") {
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no broker URL: set kubernetes.brokerURL") {
 		t.Errorf("no broker: err = %v; want ErrInvalid naming the broker URL", err)
 	}
 	b, ch, err := Open(t.Context(), Config{Platform: "kubernetes", Kubernetes: KubernetesConfig{BrokerURL: "https://broker.example", Namespace: "apps"}})
@@ -293,6 +293,24 @@ func TestCapabilities(t *testing.T) {
 		if !reflect.DeepEqual(set, tc.want) || src.Instance != tc.instance || !strings.HasPrefix(src.Text, tc.text) {
 			t.Errorf("%s: source %+v; want instance %v, %q (set equal: %v)", tc.c.Platform, src, tc.instance, tc.text, reflect.DeepEqual(set, tc.want))
 		}
+	}
+	// Auto with nothing to open: this host's probed local set, saying why nothing runs.
+	o.local = func(context.Context, Config) (Backend, string, error) {
+		return nil, "", fmt.Errorf("%w: not root: no subordinate ids", sandbox.ErrUnsupported)
+	}
+	set, src, err := o.capabilities(t.Context(), Config{Platform: Auto})
+	wantText := "probed from this host; nothing can run sandboxes here: local: unsupported: not root: no subordinate ids; docker: unsupported: no container engine found"
+	if err != nil || set.Platform != capability.Local || src.Instance || src.Text != wantText || !src.Choice.Auto {
+		t.Errorf("auto, nothing opens: %v, source %+v; want the local probe, %q", err, src, wantText)
+	}
+	// Auto whose local runtime fails for another reason (its state dir): the probe, and why.
+	o.local = func(context.Context, Config) (Backend, string, error) {
+		return nil, "", fmt.Errorf("%w: stateDir: permission denied", sandbox.ErrInvalid)
+	}
+	set, src, err = o.capabilities(t.Context(), Config{Platform: Auto})
+	wantText = "probed from this host; the local runtime cannot start here: invalid: stateDir: permission denied"
+	if err != nil || set.Platform != capability.Local || src.Text != wantText {
+		t.Errorf("auto, local fails: %v, source %+v; want the local probe, %q", err, src, wantText)
 	}
 	if _, _, err := o.capabilities(t.Context(), Config{Platform: "lambda"}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("unknown platform: err = %v; want ErrInvalid", err)
@@ -349,5 +367,22 @@ func TestOpenLocal(t *testing.T) {
 	}
 	if !src.Instance || src.Choice.Platform != capability.Local || !reflect.DeepEqual(set, want) {
 		t.Errorf("capabilities from %+v differ from the opened backend's", src)
+	}
+}
+
+// capability.For still carries copies of the docker and kubernetes sets (its docs generator
+// reads them) until they go: they must promise exactly what the backends publish.
+func TestCapabilityCopiesAgree(t *testing.T) {
+	for _, p := range []capability.Platform{capability.Docker, capability.Kubernetes} {
+		copySet, err := capability.For(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := Published(p)
+		for _, n := range capability.Names {
+			if copySet.Has(n) != pub.Has(n) {
+				t.Errorf("%s %s: capability.For says %v, the backend publishes %v (%s)", p, n, copySet.Has(n), pub.Has(n), pub.Entries[n].Reason)
+			}
+		}
 	}
 }

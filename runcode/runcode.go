@@ -148,6 +148,20 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 	}
 }
 
+// undeclareUnenforced leaves a run's lifetime and idle timeout undeclared (the platform's own)
+// where set does not enforce them: they are the run's safety net, not the caller's ask, under
+// the run's own deadline (enforced by the agent) and its termination when it ends. A run would
+// otherwise be refused on a platform (docker) for bounds nobody asked for.
+func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
+	if !set.Has(capability.SessionLifetime) {
+		decl.Session.MaxLifetimeSeconds = nil
+	}
+	if !set.Has(capability.IdleTimeout) {
+		decl.Session.IdleTimeoutSeconds = nil
+	}
+	return decl
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
@@ -266,7 +280,7 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	if log == nil {
 		log = slog.Default()
 	}
-	decl := Declaration(req, opts)
+	decl := undeclareUnenforced(Declaration(req, opts), backend.Capabilities(ctx))
 	if err := Check(ctx, backend, decl, req.Network); err != nil {
 		return Result{}, nil, err
 	}

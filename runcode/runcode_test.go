@@ -362,3 +362,34 @@ func TestRunDetachedNoSandbox(t *testing.T) {
 		t.Fatalf("created %v", f.created)
 	}
 }
+
+// A run's lifetime and idle timeout are declared only where the platform enforces them.
+func TestUndeclareUnenforced(t *testing.T) {
+	d := Declaration(Request{Language: "python", Code: "1", TimeoutSeconds: 10}, Options{})
+	set := func(has ...capability.Name) capability.Set {
+		s := capability.Set{Entries: map[capability.Name]capability.Status{}}
+		for _, n := range has {
+			s.Entries[n] = capability.Status{Supported: true}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		set        capability.Set
+		life, idle bool
+	}{
+		{set(capability.SessionLifetime, capability.IdleTimeout), true, true},
+		{set(capability.SessionLifetime), true, false},
+		{set(), false, false},
+	} {
+		got := undeclareUnenforced(d, tc.set)
+		if (got.Session.MaxLifetimeSeconds != nil) != tc.life || (got.Session.IdleTimeoutSeconds != nil) != tc.idle {
+			t.Errorf("set %v: lifetime declared %v, idle declared %v; want %v %v", tc.set.Entries, got.Session.MaxLifetimeSeconds != nil, got.Session.IdleTimeoutSeconds != nil, tc.life, tc.idle)
+		}
+		if tc.life && *got.Session.MaxLifetimeSeconds != *d.Session.MaxLifetimeSeconds {
+			t.Errorf("lifetime changed: %d", *got.Session.MaxLifetimeSeconds)
+		}
+	}
+	if d.Session.MaxLifetimeSeconds == nil || d.Session.IdleTimeoutSeconds == nil {
+		t.Error("the declaration itself was changed")
+	}
+}

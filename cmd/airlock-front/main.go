@@ -93,8 +93,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return code
 }
 
-// parse reads args as the full CLI would when they are an `airlock run` the front serves: with
-// spares, no network, the host image or a directory, and the code from -c or a FILE. ok is
+// parse reads args as the full CLI would when they are an `airlock run` the front serves: on
+// the local runtime (or auto) with spares, no network, the host image or a directory, and the code from -c or a FILE. ok is
 // false for anything else (another command, help, a flag it does not know, a value the full
 // CLI refuses): the full CLI then reads args itself.
 func parse(args []string) (inv invocation, ok bool) {
@@ -124,12 +124,17 @@ func parse(args []string) (inv invocation, ok bool) {
 	fs.SetOutput(io.Discard)
 	inv.flags.Add(fs)
 	runcli.AddBackend(fs, &inv.stateDir, &inv.cgroupParent)
+	plat := fs.String(runcli.PlatformFlag, "auto", "")
 	fs.StringVarP(&output, "output", "o", output, "")
 	help := fs.BoolP("help", "h", false, "")
 	if fs.Parse(args[i+1:]) != nil || *help || fs.NArg() > 1 || slices.Contains(fs.Args(), "-") {
 		return inv, false
 	}
 	if output != "text" && output != "json" {
+		return inv, false
+	}
+	// Spares are the local runtime's: another platform is the full CLI's to open.
+	if !runcli.LocalPlatform(*plat, fs.Changed(runcli.PlatformFlag)) {
 		return inv, false
 	}
 	if inv.flags.Check(fs.Changed("spares")) != nil || inv.flags.Spares == 0 || inv.flags.Network {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/airlock-sandbox/airlock/internal/runcli"
 )
 
 // TestParse: the front serves exactly the runs it can do itself (spares on, no network, the
@@ -17,6 +19,11 @@ import (
 func TestParse(t *testing.T) {
 	t.Setenv("AIRLOCK_SPARES", "")
 	os.Unsetenv("AIRLOCK_SPARES")
+	t.Setenv(runcli.EnvPlatform, "")
+	t.Setenv(runcli.EnvConfig, "")
+	if _, err := os.Stat(runcli.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", runcli.DefaultConfigFile)
+	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "s.py")
 	if err := os.WriteFile(script, []byte("print(1)"), 0o644); err != nil {
@@ -38,8 +45,13 @@ func TestParse(t *testing.T) {
 		{args: []string{"run", script}, serve: true, image: "host"},
 		{args: []string{"run", "--lang", "bash", "-c", "echo", "--timeout", "5s", "-i", "--file", script}, serve: true, image: "host"},
 		{args: []string{"run", "--spares", "2", "-c", "1"}, serve: true, image: "host"},
+		{args: []string{"run", "--platform", "local", "-c", "1"}, serve: true, image: "host"},
+		{args: []string{"run", "--platform=auto", "-c", "1"}, serve: true, image: "host"},
 		// The full CLI's:
 		{args: []string{"run", "--spares", "0", "-c", "1"}},
+		{args: []string{"run", "--platform", "docker", "-c", "1"}},
+		{args: []string{"run", "--platform=kubernetes", "-c", "1"}},
+		{args: []string{"run", "--platform", "bogus", "-c", "1"}},
 		{args: []string{"run", "--network", "-c", "1"}},
 		{args: []string{"run", "-n", "-c", "1"}},
 		{args: []string{"run", "--image", "oci:" + dir, "-c", "1"}},
@@ -76,6 +88,39 @@ func TestParse(t *testing.T) {
 	t.Setenv("AIRLOCK_SPARES", "0")
 	if _, ok := parse([]string{"run", "-c", "1"}); ok {
 		t.Error("served a run with AIRLOCK_SPARES=0")
+	}
+}
+
+// TestParsePlatformSettings: the environment and a config file can name another platform than
+// the local runtime, whose runs are the full CLI's; --platform wins over the environment.
+func TestParsePlatformSettings(t *testing.T) {
+	if _, err := os.Stat(runcli.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", runcli.DefaultConfigFile)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("platform: local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env, config string
+		args        []string
+		serve       bool
+	}{
+		{"", "", []string{"run", "-c", "1"}, true},
+		{"local", "", []string{"run", "-c", "1"}, true},
+		{"auto", "", []string{"run", "-c", "1"}, true},
+		{"docker", "", []string{"run", "-c", "1"}, false},
+		{"kubernetes", "", []string{"run", "-c", "1"}, false},
+		{"docker", "", []string{"run", "--platform", "local", "-c", "1"}, true},
+		{"local", "", []string{"run", "--platform", "docker", "-c", "1"}, false},
+		{"", cfg, []string{"run", "-c", "1"}, false},
+		{"", cfg, []string{"run", "--platform", "local", "-c", "1"}, false},
+	} {
+		t.Setenv(runcli.EnvPlatform, tc.env)
+		t.Setenv(runcli.EnvConfig, tc.config)
+		if _, ok := parse(tc.args); ok != tc.serve {
+			t.Errorf("AIRLOCK_PLATFORM=%q AIRLOCK_CONFIG=%q %q: served %v, want %v", tc.env, tc.config, tc.args, ok, tc.serve)
+		}
 	}
 }
 

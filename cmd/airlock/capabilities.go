@@ -10,6 +10,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
+	"github.com/airlock-sandbox/airlock/platform"
 )
 
 func init() {
@@ -17,38 +19,47 @@ func init() {
 }
 
 func newCapabilitiesCmd(g *cli.Globals) *cobra.Command {
-	var platform string
+	var plat string
 	cmd := &cobra.Command{
 		Use:   "capabilities [--platform P]",
 		Short: "Print what a platform enforces, and why each missing capability is missing",
 		Long: `Print a platform's capability set: each capability, whether the platform enforces it, and
-the reason when it does not. The local set is probed from this host; the others are what
-airlock's backends for those platforms are designed to enforce. Bounds are the platform's own
-ceilings.`,
+the reason when it does not. Without --platform (or $AIRLOCK_PLATFORM, or the config file's)
+it is the platform auto chooses on this machine, and why. Where the platform's backend can be
+opened here (the local runtime, a container engine, a configured cluster broker) the set is
+that backend's own, the one its Create checks; elsewhere it is the set airlock's backend for
+the platform publishes (aws, azure, gcp: their designs, until their bindings are built).
+Bounds are the platform's own ceilings.`,
 		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := capability.For(capability.Platform(platform))
+			c, err := cli.PlatformSettings(cmd.Flags(), plat)
 			if err != nil {
-				return &cli.ExitError{Code: cli.ExitUsage, Err: err}
+				return err
 			}
-			return printCapabilities(cmd.OutOrStdout(), g.Output, set)
+			c.Local.StateDir = statedir.DefaultDirForUser()
+			set, src, err := platform.Capabilities(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			return printCapabilities(cmd.OutOrStdout(), g.Output, set, src)
 		},
 	}
-	cmd.Flags().StringVar(&platform, "platform", string(capability.Local), "local, docker, kubernetes, aws, azure, gcp")
+	cli.AddPlatform(cmd.Flags(), &plat)
 	return cmd
 }
 
-func printCapabilities(w io.Writer, output string, set capability.Set) error {
+func printCapabilities(w io.Writer, output string, set capability.Set, src platform.Source) error {
 	if output == cli.OutputJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(set)
 	}
-	source := "as airlock's " + string(set.Platform) + " backend is designed"
-	if set.Platform == capability.Local {
-		source = "probed from this host"
+	if src.Choice.Auto {
+		if _, err := fmt.Fprintf(w, "platform: %s (%s)\n", set.Platform, src.Choice.Why); err != nil {
+			return err
+		}
 	}
-	if _, err := fmt.Fprintf(w, "%s capabilities (%s)\n", set.Platform, source); err != nil {
+	if _, err := fmt.Fprintf(w, "%s capabilities (%s)\n", set.Platform, src.Text); err != nil {
 		return err
 	}
 	rows := [][]string{{"CAPABILITY", "ENFORCED", "REASON"}}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/gc"
+	"github.com/airlock-sandbox/airlock/platform"
 )
 
 func init() { commands = append(commands, cli.Command{Names: []string{"gc"}, New: newGCCmd}) }
@@ -23,8 +24,10 @@ func newGCCmd(g *cli.Globals) *cobra.Command {
 	var minAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m] [--spares]",
-		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups",
-		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test):
+		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups (local runtime)",
+		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test).
+It looks after the local runtime only, whatever $AIRLOCK_PLATFORM or the config file say: a
+container engine and a cluster clean up after themselves.
 
   - session records in each --state-dir whose sandbox is gone, by the local runtime's own
     reconcile (live sandboxes there are adopted and left running);
@@ -114,7 +117,7 @@ func retireSpares(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string
 	var ids []string
 	var errs []error
 	for _, dir := range stateDirs {
-		b, err := local.New(cmd.Context(), local.Options{StateDir: dir, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		b, err := platform.Local(cmd.Context(), platform.LocalConfig{StateDir: dir}, slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 			continue

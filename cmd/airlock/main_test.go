@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/airlock-sandbox/airlock/backend/docker"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
@@ -91,11 +92,17 @@ func fixedLocalSet(t *testing.T) string {
 		NFTables: capability.Feature{Available: true, Source: "builtin"},
 		Veth:     capability.Feature{Available: true, Source: "builtin"},
 	}
-	b, err := json.Marshal(h.Set())
+	return writeSet(t, h.Set())
+}
+
+// writeSet writes set as a --capabilities-file.
+func writeSet(t *testing.T, set capability.Set) string {
+	t.Helper()
+	b, err := json.Marshal(set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "local.json")
+	path := filepath.Join(t.TempDir(), string(set.Platform)+".json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +123,7 @@ func examples(t *testing.T) []string {
 func TestPlanGolden(t *testing.T) {
 	t.Chdir("../..")
 	localSet := fixedLocalSet(t)
+	dockerSet := writeSet(t, docker.Published())
 	seen := map[string]bool{}
 	for _, ex := range examples(t) {
 		for _, p := range capability.Platforms {
@@ -123,8 +131,12 @@ func TestPlanGolden(t *testing.T) {
 			seen[name] = true
 			t.Run(name, func(t *testing.T) {
 				args := []string{"plan", "-f", ex, "--platform", string(p)}
-				if p == capability.Local {
+				switch p {
+				case capability.Local:
 					args = append(args, "--capabilities-file", localSet)
+				case capability.Docker:
+					// The published set: an engine on this machine would answer with its own.
+					args = append(args, "--capabilities-file", dockerSet)
 				}
 				code, out, errOut := runCLI(t, args...)
 				if errOut != "" {
@@ -277,8 +289,7 @@ func TestCLI(t *testing.T) {
 		{name: "capabilities kubernetes", args: []string{"capabilities", "--platform", "kubernetes"}, code: 0,
 			stdout: []string{"domainEgressRules    no        hostname allowlists need the egress proxy in the pod's network path", "bounds: none"}},
 		{name: "capabilities unknown platform", args: []string{"capabilities", "--platform", "openstack"}, code: 2,
-			stderr: []string{`unknown platform "openstack": allowed platforms are local, docker, kubernetes, aws, azure, gcp`}, noStdout: true},
-		{name: "capabilities local is probed", args: []string{"capabilities"}, code: 0, stdout: []string{"local capabilities (probed from this host)"}},
+			stderr: []string{`platform "openstack" (from --platform): allowed are auto, local, docker, kubernetes, aws, azure, gcp`}, noStdout: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

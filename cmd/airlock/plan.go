@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,14 +10,16 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
 func init() { commands = append(commands, cli.Command{Names: []string{"plan"}, New: newPlanCmd}) }
 
 func newPlanCmd(g *cli.Globals) *cobra.Command {
-	var file, platform, capsFile string
+	var file, plat, capsFile string
 	cmd := &cobra.Command{
 		Use:   "plan -f STACK [--platform P]",
 		Short: "Check a stack against a platform and print every refusal",
@@ -38,11 +39,11 @@ its source), else it is refused like a declared one. Exit status: 0 nothing refu
 			if err != nil {
 				return &cli.ExitError{Code: cli.ExitUsage, Err: err}
 			}
-			p := capability.Platform(platform)
-			set, err := planSet(p, capsFile)
+			set, err := planSet(cmd, plat, capsFile)
 			if err != nil {
 				return err
 			}
+			p := set.Platform
 			res := plan.Check(st, p, set)
 			if err := printPlan(cmd.OutOrStdout(), g.Output, res, len(st.Sandboxes)); err != nil {
 				return err
@@ -54,17 +55,29 @@ its source), else it is refused like a declared one. Exit status: 0 nothing refu
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "stack file (YAML or JSON)")
-	cmd.Flags().StringVar(&platform, "platform", string(capability.Local), "platform to plan for: local, docker, kubernetes, aws, azure, gcp")
-	// A captured capability set instead of For(platform): for tests (a fixed local probe) and for
+	cli.AddPlatform(cmd.Flags(), &plat)
+	// A captured capability set instead of the platform's: for tests (a fixed local probe) and for
 	// planning against another host's probed set.
 	cmd.Flags().StringVar(&capsFile, "capabilities-file", "", "JSON capability set to plan against instead of the platform's own")
 	_ = cmd.Flags().MarkHidden("capabilities-file")
 	return cmd
 }
 
-// planSet is the set to plan against: the file's when given, else the platform's published
-// (local: probed) set. An unknown platform yields an empty set; plan refuses it by rule.
-func planSet(p capability.Platform, capsFile string) (capability.Set, error) {
+// planSet is the set to plan against: the file's when given, else the platform's as
+// 'airlock capabilities' reads it (platform.Capabilities: an opened backend's, else the
+// published one). A platform named by --platform that does not exist yields an empty set of
+// that name, which plan refuses by rule.
+func planSet(cmd *cobra.Command, flag, capsFile string) (capability.Set, error) {
+	if cmd.Flags().Changed(cli.PlatformFlag) && flag != platform.Auto {
+		if _, err := capability.ParsePlatform(flag); err != nil {
+			return capability.Set{Platform: capability.Platform(flag)}, nil
+		}
+	}
+	c, err := cli.PlatformSettings(cmd.Flags(), flag)
+	if err != nil {
+		return capability.Set{}, err
+	}
+	c.Local.StateDir = statedir.DefaultDirForUser()
 	if capsFile != "" {
 		b, err := os.ReadFile(capsFile)
 		if err != nil {
@@ -74,15 +87,21 @@ func planSet(p capability.Platform, capsFile string) (capability.Set, error) {
 		if err := json.Unmarshal(b, &set); err != nil {
 			return capability.Set{}, cli.UsageError("--capabilities-file %s: %v", capsFile, err)
 		}
+		p := capability.Platform(c.Platform)
+		if c.Platform == platform.Auto {
+			// The file stands for a backend's set; auto names the platform it would open.
+			_, src, err := platform.Capabilities(cmd.Context(), c)
+			if err != nil {
+				return capability.Set{}, err
+			}
+			p = src.Choice.Platform
+		}
 		if set.Platform != p {
 			return capability.Set{}, cli.UsageError("--capabilities-file %s is for platform %q, not %q", capsFile, set.Platform, p)
 		}
 		return set, nil
 	}
-	set, err := capability.For(p)
-	if errors.Is(err, capability.ErrUnknownPlatform) {
-		return capability.Set{Platform: p}, nil
-	}
+	set, _, err := platform.Capabilities(cmd.Context(), c)
 	return set, err
 }
 

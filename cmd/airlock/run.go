@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/runcode"
@@ -40,8 +42,10 @@ func newRunCmd(g *cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [--lang L] [--timeout 30s] [--network] [--image host|PATH|REF] [--file LOCAL[:REMOTE]]... (-c CODE | FILE | -)",
 		Short: "Run a snippet of python, node or bash in a fresh, disposable sandbox",
-		Long: `Run code in a fresh sandbox on this machine (no daemon), stream its output, and exit with
-its status. The sandbox has 512Mi of memory, 1 cpu, 256 processes and no network unless
+		Long: `Run code in a fresh sandbox (no daemon), stream its output, and exit with its status.
+--platform chooses where (default $AIRLOCK_PLATFORM, else the config file's, else auto: the
+local runtime where this host runs it, else a docker-compatible engine, said once on stderr);
+off the local runtime give --image, since the host image is the local runtime's. The sandbox has 512Mi of memory, 1 cpu, 256 processes and no network unless
 --network (public internet only: loopback and private addresses stay unreachable); it is
 destroyed when the code ends.
 
@@ -63,7 +67,8 @@ error); 2 for usage errors.`,
   airlock run script.py
   echo 'console.log(1)' | airlock run --lang js -
   airlock run --timeout 5s --file data.csv -c 'print(open("data.csv").read())'
-  airlock -o json run --lang bash -c 'uname -a'`,
+  airlock -o json run --lang bash -c 'uname -a'
+  airlock run --platform docker --image python:3.12-slim -c 'print(2+2)'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
 	}
@@ -98,8 +103,16 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	// spare.go: with spares, the run takes a parked sandbox when one fits (runcli.RunSpare, the
 	// lean front's own path), and a run that had to create its sandbox starts a filler that
 	// parks the next. The filler does the state dir's upkeep (local.Options.OneShot):
-	// reconcile, capability probe.
-	useSpares := f.Spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img))
+	// reconcile, capability probe. Spares are the local runtime's: a run the settings send
+	// elsewhere has none.
+	onLocal, other, err := f.backend.Local()
+	if err != nil {
+		return err
+	}
+	if !onLocal && cmd.Flags().Changed("spares") && f.Spares > 0 {
+		return cli.UsageError("--spares: spares are the local runtime's; the platform is %s", other)
+	}
+	useSpares := onLocal && f.Spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img))
 	var filler runcli.Filler
 	discarded := f.discarded
 	if useSpares {
@@ -114,11 +127,26 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		discarded = append(discarded, out.Discarded...)
 	}
 	f.backend.OneShot = useSpares
-	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
+	b, ch, err := f.backend.Open(ctx, cmd.ErrOrStderr(), cmd.ErrOrStderr(), log)
+	var usage *cli.ExitError
+	if errors.As(err, &usage) {
+		return err // the platform settings are wrong: a usage error
+	}
 	if err != nil {
 		return &cli.ExitError{Code: exitRunFailed, Err: err}
 	}
 	defer b.Close()
+	if ch.Platform != capability.Local {
+		// Auto passed the local runtime over: no spares, and the default image is not this
+		// platform's.
+		if cmd.Flags().Changed("spares") && f.Spares > 0 {
+			return cli.UsageError("--spares: spares are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
+		}
+		useSpares = false
+		if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {
+			return err
+		}
+	}
 	res, term, err := runcode.RunDetached(ctx, b, req, opts)
 	if terr := term.Wait(); err == nil {
 		err = terr
@@ -127,7 +155,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		// After the run (its sandbox gone): the filler's start would compete with it.
 		if _, ferr := filler.Start(discarded, false); ferr != nil {
 			log.Warn("spares: starting the filler failed", "err", ferr)
-			err = errors.Join(err, terminateAll(b, discarded))
+			err = errors.Join(err, terminateAll(b.(*local.Backend), discarded))
 		}
 	}
 	return report(ctx, cmd, g, res, err)

@@ -108,7 +108,7 @@ changed with 'airlock egress SESSION'.`,
 	cmd.AddCommand(newSandboxCreateCmd(g, d), newSandboxLsCmd(g, d), newSandboxExecCmd(d), newSandboxCpCmd(d),
 		newSandboxStateCmd(g, d, "pause"), newSandboxStateCmd(g, d, "resume"), newSandboxRmCmd(d), newSandboxTokenCmd(g, d),
 		newSandboxStatsCmd(g, d), newSandboxPreviewCmd(g, d), newSandboxSnapshotCmd(g, d), newSandboxSnapshotsCmd(g, d),
-		newSandboxForkCmd(g, d))
+		newSandboxForkCmd(g, d), newSandboxCapabilitiesCmd(g, d))
 	return cmd
 }
 

@@ -125,7 +125,12 @@ func TestSandboxCommands(t *testing.T) {
 	t.Setenv(client.EnvAPIKey, "")
 	t.Setenv(client.EnvURL, "")
 
-	code, out, errs := cliIn(t, "", "sandbox", "create", "--label", "team=red", "--env", "GREETING=hi")
+	// The daemon's platform (auto chose the local runtime on this root host) and its set.
+	code, out, errs := cliIn(t, "", "sandbox", "capabilities")
+	if code != 0 || !strings.HasPrefix(out, "local capabilities (the daemon's)\n") || !strings.Contains(out, "files ") {
+		t.Errorf("sandbox capabilities: %d %q %q", code, out, errs)
+	}
+	code, out, errs = cliIn(t, "", "sandbox", "create", "--label", "team=red", "--env", "GREETING=hi")
 	if code != 0 || !strings.HasPrefix(out, "s-") {
 		t.Fatalf("create: %d %q %q", code, out, errs)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -145,7 +146,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 			}
 		}
 	}
-	b, err := local.New(ctx, local.Options{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent, Logger: log})
+	b, err := platform.Local(ctx, platform.LocalConfig{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent}, log)
 	if err != nil {
 		log.Error("spares: starting the local runtime failed", "err", err)
 		return err

@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
-	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -161,37 +162,102 @@ func Run(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	return ExitRefused
 }
 
-// BackendFlags pick and place the local runtime (shared by run, mcp and serve).
+// BackendFlags choose the platform and place the local runtime (shared by run, mcp and serve).
 type BackendFlags struct {
+	Platform     string
 	StateDir     string
 	CgroupParent string
 	// OneShot is local.Options': set by a command that starts, as it ends, a process that does
 	// the state dir's upkeep (airlock run with spares), not a flag.
 	OneShot bool
+	flags   *pflag.FlagSet
 }
 
 // Add declares the flags on cmd (runcli's: the lean front reads them too).
 func (b *BackendFlags) Add(cmd *cobra.Command) {
-	runcli.AddBackend(cmd.Flags(), &b.StateDir, &b.CgroupParent)
+	b.flags = cmd.Flags()
+	runcli.AddBackend(b.flags, &b.StateDir, &b.CgroupParent)
+	AddPlatform(b.flags, &b.Platform)
 }
 
-// Open starts the local runtime, explaining what to do when this host cannot run it.
-func (b *BackendFlags) Open(ctx context.Context, progress io.Writer, log *slog.Logger) (*local.Backend, error) {
-	opts := local.Options{StateDir: b.StateDir, CgroupParent: b.CgroupParent, Logger: log, OneShot: b.OneShot}
+// PlatformFlag is --platform's name.
+const PlatformFlag = runcli.PlatformFlag
+
+// AddPlatform declares --platform.
+func AddPlatform(fs *pflag.FlagSet, p *string) {
+	fs.StringVar(p, runcli.PlatformFlag, platform.Auto, "where sandboxes run: auto, local, docker, kubernetes (aws, azure, gcp: plan only so far); default $"+
+		platform.EnvPlatform+", else the config file's ($"+platform.EnvConfig+", else "+platform.DefaultConfigFile+"), else auto")
+}
+
+// PlatformSettings is the platform configuration --platform (when given), the environment
+// and the config file say, as a usage error when one of them is wrong.
+func PlatformSettings(fs *pflag.FlagSet, flag string) (platform.Config, error) {
+	c, err := platform.Settings(flag, fs.Changed(runcli.PlatformFlag))
+	if err != nil {
+		return c, &ExitError{Code: ExitUsage, Err: err}
+	}
+	return c, nil
+}
+
+// Config is the platform configuration the flags, the environment and the config file give.
+func (b *BackendFlags) Config(progress io.Writer, log *slog.Logger) (platform.Config, error) {
+	c, err := PlatformSettings(b.flags, b.Platform)
+	if err != nil {
+		return c, err
+	}
+	c.Logger = log
+	c.Local = platform.LocalConfig{StateDir: b.StateDir, CgroupParent: b.CgroupParent, OneShot: b.OneShot}
 	if isTerminal(progress) {
-		opts.ImageProgress = progressBar(progress)
+		c.Local.ImageProgress = progressBar(progress)
 	}
-	lb, err := local.New(ctx, opts)
-	if err == nil {
-		return lb, nil
+	// --state-dir is the runtime's on this machine: the docker backend's too when given.
+	if b.flags.Changed("state-dir") {
+		c.Docker.StateDir = b.StateDir
 	}
-	switch {
-	case os.Geteuid() != 0 && errors.Is(err, sandbox.ErrUnsupported):
-		return nil, fmt.Errorf("%w\nrun airlock as root (sudo), or have root give this user what rootless mode needs (docs/rootless.md)", err)
-	case errors.Is(err, sandbox.ErrUnsupported):
-		return nil, fmt.Errorf("%w\nsee 'airlock capabilities' for what this host lacks and why", err)
+	switch c.Platform {
+	case platform.Auto, string(capability.Local):
+	case string(capability.Docker):
+		if b.flags.Changed("cgroup-parent") {
+			return c, UsageError("--cgroup-parent is the local runtime's; the platform is %s (from %s)", c.Platform, c.From)
+		}
+	default:
+		for _, f := range []string{"state-dir", "cgroup-parent"} {
+			if b.flags.Changed(f) {
+				return c, UsageError("--%s is the local runtime's; the platform is %s (from %s), which keeps no state on this machine", f, c.Platform, c.From)
+			}
+		}
 	}
-	return nil, err
+	return c, nil
+}
+
+// Local reports whether the settings can only mean the local runtime, or auto: commands whose
+// local-only shortcuts (spares) apply then; else it names the platform and where it came from.
+func (b *BackendFlags) Local() (ok bool, other string, err error) {
+	c, err := PlatformSettings(b.flags, b.Platform)
+	if err != nil {
+		return false, "", err
+	}
+	if c.Platform == platform.Auto || c.Platform == string(capability.Local) {
+		return true, "", nil
+	}
+	return false, c.Platform + " (from " + c.From + ")", nil
+}
+
+// Open constructs the backend the settings choose, and says once on stderr when auto passed
+// the local runtime over.
+func (b *BackendFlags) Open(ctx context.Context, progress, stderr io.Writer, log *slog.Logger) (platform.Backend, platform.Choice, error) {
+	c, err := b.Config(progress, log)
+	if err != nil {
+		return nil, platform.Choice{}, err
+	}
+	be, ch, err := platform.Open(ctx, c)
+	if err != nil {
+		return nil, ch, err
+	}
+	if n := ch.Notice(); n != "" {
+		fmt.Fprintln(stderr, n)
+	}
+	return be, ch, nil
 }
 
 // ParseImage reads --image; local paths are made absolute, since the sandbox is built
@@ -214,6 +280,16 @@ func ParseImage(s string) (spec.Image, error) {
 		}
 	}
 	return img, nil
+}
+
+// CheckImage refuses the image flag's default, the host image, on a platform other than the
+// local runtime, which alone assembles a root from the host's /usr: there the image must be
+// given (a reference the engine has or pulls, an OCI layout, a tarball).
+func CheckImage(fs *pflag.FlagSet, flag string, img spec.Image, ch platform.Choice) error {
+	if fs.Changed(flag) || !img.Host || ch.Platform == capability.Local {
+		return nil
+	}
+	return UsageError("--%s: the default image, host, is the local runtime's (a root from this host's /usr); on %s give an image: a reference (e.g. python:3.12-slim), an OCI layout (oci:DIR) or a tarball", flag, ch.Platform)
 }
 
 // CheckLoopback refuses an address other clients on the network could reach.

@@ -1,9 +1,17 @@
 package cli
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/platform"
 )
 
 func TestCheckLoopback(t *testing.T) {
@@ -54,4 +62,62 @@ func TestParseImage(t *testing.T) {
 			t.Errorf("ParseImage(%q) = %q (%v), want %q", tt.in, got, err, tt.want)
 		}
 	}
+}
+
+// The lean front reads the platform settings by runcli's names: they must be platform's.
+func TestFrontPlatformNames(t *testing.T) {
+	if runcli.EnvPlatform != platform.EnvPlatform || runcli.EnvConfig != platform.EnvConfig || runcli.DefaultConfigFile != platform.DefaultConfigFile {
+		t.Errorf("runcli %q %q %q, platform %q %q %q", runcli.EnvPlatform, runcli.EnvConfig, runcli.DefaultConfigFile,
+			platform.EnvPlatform, platform.EnvConfig, platform.DefaultConfigFile)
+	}
+}
+
+// The flags' platform settings: --state-dir follows the runtime on this machine, the local
+// runtime's own flags are refused elsewhere, and a bad setting is a usage error.
+func TestBackendFlagsConfig(t *testing.T) {
+	t.Setenv(platform.EnvConfig, writeFile(t, "config.yaml", "docker:\n  stateDir: /run/from-config\n"))
+	t.Setenv(platform.EnvPlatform, "")
+	for _, tc := range []struct {
+		args      []string
+		env       string
+		platform  string
+		dockerDir string
+		usage     string
+	}{
+		{args: nil, platform: platform.Auto, dockerDir: "/run/from-config"},
+		{args: []string{"--platform", "docker"}, platform: "docker", dockerDir: "/run/from-config"},
+		{args: []string{"--platform", "docker", "--state-dir", "/run/d"}, platform: "docker", dockerDir: "/run/d"},
+		{args: []string{"--state-dir", "/run/d"}, env: "docker", platform: "docker", dockerDir: "/run/d"},
+		{args: []string{"--platform", "docker", "--cgroup-parent", "x"}, usage: "--cgroup-parent is the local runtime's; the platform is docker (from --platform)"},
+		{args: []string{"--platform", "kubernetes", "--state-dir", "/run/d"}, usage: "--state-dir is the local runtime's; the platform is kubernetes (from --platform)"},
+		{args: nil, env: "lambda", usage: `platform "lambda" (from $AIRLOCK_PLATFORM)`},
+	} {
+		t.Setenv(platform.EnvPlatform, tc.env)
+		var b BackendFlags
+		cmd := &cobra.Command{Use: "x"}
+		b.Add(cmd)
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Config(io.Discard, nil)
+		if tc.usage != "" {
+			var ee *ExitError
+			if !errors.As(err, &ee) || ee.Code != ExitUsage || !strings.Contains(err.Error(), tc.usage) {
+				t.Errorf("%q $AIRLOCK_PLATFORM=%q: err %v; want a usage error saying %q", tc.args, tc.env, err, tc.usage)
+			}
+			continue
+		}
+		if err != nil || c.Platform != tc.platform || c.Docker.StateDir != tc.dockerDir {
+			t.Errorf("%q $AIRLOCK_PLATFORM=%q: %+v, %v; want platform %s, docker state dir %s", tc.args, tc.env, c, err, tc.platform, tc.dockerDir)
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -34,6 +34,9 @@ const (
 	MaxSpares = 8
 	// ImageHost is --image's value for the host image.
 	ImageHost = "host"
+	// PlatformFlag is --platform's name (internal/cli declares it; the front reads it to hand
+	// other platforms over).
+	PlatformFlag = "platform"
 )
 
 // Flags are airlock run's own flags, on pflag so that the full CLI (cobra) and the front parse
@@ -69,6 +72,32 @@ func AddBackend(fs *pflag.FlagSet, stateDir, cgroupParent *string) {
 	// Two runtimes on one host keep apart by state dir; this names the cgroup explicitly (tests).
 	fs.StringVar(cgroupParent, "cgroup-parent", "", "cgroup the sandboxes are created under (default derived from --state-dir)")
 	_ = fs.MarkHidden("cgroup-parent")
+}
+
+// The platform settings' names (platform's; pinned equal by a test of internal/cli): the front
+// reads them without linking the platforms.
+const (
+	EnvPlatform       = "AIRLOCK_PLATFORM"
+	EnvConfig         = "AIRLOCK_CONFIG"
+	DefaultConfigFile = "/etc/airlock/config.yaml"
+)
+
+// LocalPlatform reports whether the platform settings can only mean the local runtime or
+// auto, which a parked spare serves: --platform's value (flagSet: given), else
+// $AIRLOCK_PLATFORM. A config file makes it false (its platform, and whether it is valid, are
+// the full CLI's to read: the front reads no YAML).
+func LocalPlatform(flag string, flagSet bool) bool {
+	if p := os.Getenv(EnvConfig); p != "" {
+		return false
+	}
+	if _, err := os.Stat(DefaultConfigFile); err == nil {
+		return false
+	}
+	v := flag
+	if !flagSet {
+		v = os.Getenv(EnvPlatform)
+	}
+	return v == "" || v == "auto" || v == "local"
 }
 
 // DefaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.

@@ -47,7 +47,10 @@ By default the server speaks MCP over standard input and output, for a client th
 HTTP transport at http://ADDR/mcp instead, on a loopback address only: the transport has no
 authentication. Sandboxes created with sandbox_create are terminated when the server stops.
 
-With --pool N (default 1; 0 turns it off) the server keeps N run_code sandboxes created and
+Sandboxes run on the platform --platform chooses (default auto: the local runtime where this
+host runs it, else a docker-compatible engine, said once on stderr).
+
+On the local runtime, with --pool N (default 1; 0 turns it off) the server keeps N run_code sandboxes created and
 their agents ready, so a call claims one instead of creating it; each is still used by one call only and then terminated,
 and the pool refills in the background (a call that finds it empty creates one as usual).
 Each pooled sandbox also holds the interpreters named by --pool-prestart (default python)
@@ -59,6 +62,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
   airlock mcp --http 127.0.0.1:8765
   airlock mcp --pool 4            # run_code claims warm sandboxes instead of creating them
   airlock mcp --pool 4 --pool-prestart node   # ... with node waiting instead of python
+  airlock mcp --platform docker --image python:3.12-slim
 
   # Claude Desktop, Cursor and other stdio clients:
   {"mcpServers": {"airlock": {"command": "sudo", "args": ["airlock", "mcp"]}}}`,
@@ -70,7 +74,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
 	fl.IntVar(&f.maxRuns, "max-runs", mcp.DefaultMaxConcurrentRuns, "most run_code calls running at once (more wait)")
-	fl.IntVar(&f.pool, "pool", 1, "keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
+	fl.IntVar(&f.pool, "pool", 1, "local runtime: keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
@@ -125,11 +129,25 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Image unpack progress must not go near stdout, which carries the protocol.
-	b, err := f.backend.Open(ctx, cmd.ErrOrStderr(), log)
+	b, ch, err := f.backend.Open(ctx, cmd.ErrOrStderr(), cmd.ErrOrStderr(), log)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {
+		return err
+	}
+	// The warm pool is the local runtime's (local.Pool): elsewhere an explicit --pool is
+	// refused and its default is none.
+	lb, isLocal := b.(*local.Backend)
+	if !isLocal {
+		for _, fl := range []string{"pool", "pool-max", "pool-idle", "pool-prestart"} {
+			if cmd.Flags().Changed(fl) {
+				return cli.UsageError("--%s: the warm pool is the local runtime's; the platform is %s (%s)", fl, ch.Platform, ch.Why)
+			}
+		}
+		f.pool = 0
+	}
 	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log}
 	if f.pool > 0 {
 		tmpl := runcode.PoolTemplate(runcode.Options{Image: img}, f.poolIdle)
@@ -139,7 +157,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 				return cli.UsageError("--pool-prestart: %v", err)
 			}
 		}
-		pool, err := local.NewPool(ctx, b, tmpl, popts)
+		pool, err := local.NewPool(ctx, lb, tmpl, popts)
 		if err != nil {
 			return fmt.Errorf("--pool: %w", err)
 		}

@@ -48,7 +48,9 @@ func NewServeCmd(*cli.Globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [--socket PATH] [--listen ADDR --tls-cert F --tls-key F] [--api-key-file F]",
 		Short: cli.ServeShort,
-		Long: `Serve the airlock HTTP API (docs/api.md) over the local runtime.
+		Long: `Serve the airlock HTTP API (docs/api.md) over the platform --platform chooses (default auto:
+the local runtime where this host runs it, else a docker-compatible engine); GET /healthz and
+GET /v1/capabilities name it.
 
 On the unix socket (default ` + api.DefaultSocket + `, mode 0660) the socket's file
 permissions are the credential: whoever can connect is the daemon's caller, unless
@@ -179,11 +181,12 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b, err := f.backend.Open(ctx, io.Discard, log)
+	b, ch, err := f.backend.Open(ctx, io.Discard, cmd.ErrOrStderr(), log)
 	if err != nil {
 		return err
 	}
 	defer b.Close() // the sandboxes live on; the next start adopts them
+	log.Info("platform", "platform", ch.Platform, "engine", ch.Engine, "why", ch.Why)
 	opts.Backend = b
 	srv, err := server.New(opts)
 	if err != nil {

@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/platform"
+)
+
+// dockerdDir is where hack/dockerd.sh keeps the private engine the docker tests share.
+func dockerdDir() string {
+	if d := os.Getenv("AIRLOCK_DOCKER_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/airlock-docker"
+}
+
+// privateDockerd starts (or finds) the private dockerd with hack/dockerd.sh, which also builds
+// the test image (hack/mkrootfs.sh: python3 and its stdlib) as a docker-archive. It returns the
+// engine's DOCKER_HOST and that archive, which the tests give as --image: loaded through the
+// CLI, the same way on docker and on podman (no registry here). The engine is stopped at the
+// end only if this call started it.
+func privateDockerd(t *testing.T) (host, tarball string) {
+	t.Helper()
+	script, err := filepath.Abs("../../hack/dockerd.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := dockerdDir()
+	wasRunning := exec.Command(script, "start", "--dir", dir).Run() == nil && dockerdAlive(dir)
+	cmd := exec.Command(script, "test-image", "--dir", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if !wasRunning {
+		t.Cleanup(func() {
+			if out, err := exec.Command(script, "stop", "--dir", dir).CombinedOutput(); err != nil {
+				t.Errorf("stop dockerd: %v\n%s", err, out)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("%s test-image: %v\n%s", script, err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if h, ok := strings.CutPrefix(sc.Text(), "DOCKER_HOST="); ok {
+			host = h
+		}
+	}
+	if host == "" {
+		t.Fatalf("%s printed no DOCKER_HOST:\n%s", script, out)
+	}
+	return host, filepath.Join(dir, "rootfs.tar")
+}
+
+// dockerdAlive reports whether the pidfile in dir names a live dockerd.
+func dockerdAlive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "docker.pid"))
+	if err != nil {
+		return false
+	}
+	comm, err := os.ReadFile("/proc/" + strings.TrimSpace(string(b)) + "/comm")
+	return err == nil && strings.TrimSpace(string(comm)) == "dockerd"
+}
+
+// havePodman installs podman from Debian's packages when it is missing, as the docker backend's
+// tests do, so that CI runs the podman cases too.
+func havePodman(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("podman"); err == nil {
+		return
+	}
+	cmd := exec.Command("apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=600", "--no-install-recommends", "podman", "runc")
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("apt-get install podman: %v\n%s", err, out)
+	}
+}
+
+// podmanConf writes the containers.conf podman 4.3 needs on this kind of machine, as the docker
+// backend's tests do: default_ulimits a root without CAP_SYS_RESOURCE may set, and runc (crun
+// 1.8 refuses the hybrid cgroup v1 layout).
+func podmanConf(t *testing.T) string {
+	t.Helper()
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("[containers]\ndefault_ulimits = [\"nofile=%d:%d\", \"nproc=32768:32768\"]\n\n[engine]\nruntime = \"runc\"\n", nofile.Max, nofile.Max)
+	p := filepath.Join(t.TempDir(), "containers.conf")
+	if err := os.WriteFile(p, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dockerStateDir is a short state dir for the docker backend; when the test ends no container
+// of it may be left.
+func dockerStateDir(t *testing.T, engine, host string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer os.RemoveAll(dir)
+		b, err := docker.New(context.Background(), docker.Options{StateDir: dir, Engine: engine, Host: host})
+		if err != nil {
+			t.Errorf("checking for containers left behind: %v", err)
+			return
+		}
+		defer b.Close()
+		list, _ := b.List(context.Background())
+		for _, s := range list {
+			t.Errorf("container of sandbox %s (%s) outlived its command", s.ID, s.SandboxID)
+			_ = b.Terminate(context.Background(), s.ID)
+		}
+	})
+	return dir
+}
+
+// writeConfigFile writes an airlock config file and returns its path.
+func writeConfigFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPlatformDocker runs airlock run and airlock mcp on docker, as users would: the private
+// dockerd chosen by --platform, then podman chosen by the config file.
+func TestPlatformDocker(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := buildCLI(t, true)
+	agent := newAgent(t)
+	host, tarball := privateDockerd(t)
+	havePodman(t)
+	t.Setenv(envServer, "")
+	for _, tc := range []struct {
+		name   string
+		engine string // docker.Options' Engine
+		args   []string
+		env    func(t *testing.T) []string
+	}{
+		{name: "docker engine by flag", engine: docker.EngineAPI, args: []string{"--platform", "docker"},
+			env: func(t *testing.T) []string {
+				return []string{"DOCKER_HOST=" + host, platform.EnvConfig + "=" + writeConfigFile(t, "")}
+			}},
+		{name: "podman by config file", engine: docker.EnginePodman,
+			env: func(t *testing.T) []string {
+				return []string{platform.EnvConfig + "=" + writeConfigFile(t, "platform: docker\ndocker:\n  engine: podman\n"), "CONTAINERS_CONF=" + podmanConf(t)}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			engineHost := ""
+			if tc.engine == docker.EngineAPI {
+				engineHost = host
+			}
+			sd := dockerStateDir(t, tc.engine, engineHost)
+			env := append(tc.env(t), "AIRLOCK_AGENT="+agent, platform.EnvPlatform+"=")
+			args := append([]string{"run", "--state-dir", sd, "--image", tarball, "-c", "print(2+2)"}, tc.args...)
+			code, out, errs := runBin(t, env, bin, args...)
+			if code != 0 || out != "4\n" {
+				t.Errorf("airlock %q: exit %d, stdout %q, stderr %q", args, code, out, errs)
+			}
+			if strings.Contains(errs, "local runtime") {
+				t.Errorf("an explicit platform is not auto's choice, yet stderr says %q", errs)
+			}
+			// The host image is the local runtime's: its default is refused, naming what to give.
+			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "-c", "1"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errs, "--image: the default image, host, is the local runtime's") {
+				t.Errorf("run without --image: exit %d, %q", code, errs)
+			}
+			// Spares are the local runtime's: asked for on docker, they are refused.
+			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", tarball, "--spares", "1", "-c", "1"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errs, "--spares: spares are the local runtime's; the platform is docker") {
+				t.Errorf("run --spares 1: exit %d, %q", code, errs)
+			}
+			// plan and capabilities read the set of the engine run uses.
+			code, out, errs = runBin(t, env, bin, append([]string{"capabilities"}, tc.args...)...)
+			if code != 0 || !strings.HasPrefix(out, "docker capabilities (docker engine: ") {
+				t.Errorf("capabilities: exit %d, %q %q", code, out, errs)
+			}
+
+			mcpArgs := append([]string{"mcp", "--state-dir", sd, "--image", tarball}, tc.args...)
+			mcpCmd := exec.Command(bin, mcpArgs...)
+			mcpCmd.Env = append(os.Environ(), env...)
+			var logs testutil.SyncBuffer
+			mcpCmd.Stderr = &logs
+			cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, logs.String())
+			}
+			r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+			if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\n42\n" {
+				t.Errorf("run_code through airlock %q: %v %s\n%s", mcpArgs, err, textOf(r), logs.String())
+			}
+			closeMCP(t, cs, &logs)
+
+			// The warm pool is the local runtime's: an explicit --pool is refused.
+			code, _, errs = runBin(t, env, bin, append(mcpArgs, "--pool", "2")...)
+			if code != 2 || !strings.Contains(errs, "--pool: the warm pool is the local runtime's; the platform is docker") {
+				t.Errorf("mcp --pool 2: exit %d, %q", code, errs)
+			}
+
+			// The daemon on docker: its health, its set, and airlock sandbox say so.
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "a.sock")
+			serve := exec.Command(bin, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
+			serve.Env = append(os.Environ(), env...)
+			serve.Stdout, serve.Stderr = &logs, &logs
+			if err := serve.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- serve.Wait() }()
+			defer func() {
+				_ = serve.Process.Signal(syscall.SIGTERM)
+				if err := <-exited; err != nil {
+					t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
+				}
+			}()
+			for ready := false; !ready; {
+				select {
+				case err := <-exited:
+					exited <- err
+					t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
+				case <-time.After(10 * time.Millisecond):
+				}
+				if conn, err := net.Dial("unix", sock); err == nil {
+					conn.Close()
+					ready = true
+				}
+			}
+			c, err := client.Dial(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			h, err := c.Health(t.Context())
+			if err != nil || h.Platform != capability.Docker {
+				t.Errorf("GET /healthz: %+v, %v; want platform docker", h, err)
+			}
+			code, out, errs = runBin(t, append(env, client.EnvSocket+"="+sock, client.EnvURL+"=", client.EnvToken+"=", client.EnvAPIKey+"="), bin, "sandbox", "capabilities")
+			if code != 0 || !strings.HasPrefix(out, "docker capabilities (the daemon's)\n") {
+				t.Errorf("sandbox capabilities: exit %d, %q %q", code, out, errs)
+			}
+		})
+	}
+}
+
+// newAgent builds the static agent the docker backend bind-mounts into its containers.
+func newAgent(t *testing.T) string {
+	t.Helper()
+	env := newRuntimeEnv(t)
+	return env.agent
+}
+
+func closeMCP(t *testing.T, cs *sdk.ClientSession, logs *testutil.SyncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cs.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("airlock mcp after its client closed: %v\n%s", err, logs.String())
+		}
+	case <-ctx.Done():
+		t.Errorf("airlock mcp did not stop when its client closed\n%s", logs.String())
+	}
+}
+
+// TestAutoFallsBackToDocker: on a host where the local runtime is refused (here: no cgroup
+// hierarchy, hidden in a mount namespace of the command's own), airlock run with no platform
+// setting runs on the docker engine and says so on stderr, once.
+func TestAutoFallsBackToDocker(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := buildCLI(t, false)
+	agent := newAgent(t)
+	host, tarball := privateDockerd(t)
+	// The docker backend mounts each sandbox's scratch tmpfs in its state dir, which the engine
+	// (outside the command's mount namespace) must see: the state dir is a shared mount, so
+	// those mounts propagate back.
+	sd := dockerStateDir(t, docker.EngineAPI, host)
+	if err := unix.Mount(sd, sd, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sd, unix.MNT_DETACH) })
+	if err := unix.Mount("", sd, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The config file puts capabilities' docker backend in the test's state dir too.
+	env := []string{"DOCKER_HOST=" + host, "AIRLOCK_AGENT=" + agent, platform.EnvPlatform + "=",
+		platform.EnvConfig + "=" + writeConfigFile(t, "docker:\n  stateDir: "+sd+"\n"), "AIRLOCK_SPARES=0"}
+	noCgroups := func(args ...string) (int, string, string) {
+		return runBin(t, env, "unshare", append([]string{"--mount", "--propagation", "unchanged", "sh", "-c",
+			`mount -t tmpfs none /sys/fs/cgroup && exec "$0" "$@"`, bin}, args...)...)
+	}
+	code, out, errs := noCgroups("run", "--state-dir", sd, "--image", tarball, "-c", "print(2+2)")
+	if code != 0 || out != "4\n" {
+		t.Fatalf("airlock run without cgroups: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	const notice = "airlock: the local runtime cannot run here (unsupported: "
+	if strings.Count(errs, notice) != 1 || !strings.Contains(errs, "cgroup") || !strings.Contains(errs, "; using docker (Docker Engine API at "+host+")\n") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("stderr %q: want one line saying the local runtime was passed over, why, and the engine used", errs)
+	}
+	// capabilities without a platform says what auto chooses there, and why.
+	code, out, _ = noCgroups("capabilities")
+	if code != 0 || !strings.HasPrefix(out, "platform: docker (auto: the local runtime cannot run here (unsupported: ") || !strings.Contains(out, "docker can (Docker Engine API at "+host+")") {
+		t.Errorf("capabilities: exit %d, %q", code, out)
+	}
+	// Where the local runtime runs, auto takes it, silently.
+	code, out, errs = runBin(t, env, bin, "capabilities")
+	if code != 0 || !strings.HasPrefix(out, "platform: local (auto: the local runtime can run on this host)\nlocal capabilities (this host's local runtime)\n") || errs != "" {
+		t.Errorf("capabilities here: exit %d, %q %q", code, out, errs)
+	}
+}
+
+// TestAutoAsUnprivilegedUser: a user the local runtime refuses (no subordinate ids) and the
+// docker backend refuses (it needs root) gets one error naming both reasons and what to do.
+func TestAutoAsUnprivilegedUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := buildCLI(t, false)
+	// The binary and the user's directories must be the user's to reach.
+	dir, err := os.MkdirTemp("", "au")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	const nobody = 65534
+	userBin := filepath.Join(dir, "airlock")
+	copyFile(t, bin, userBin)
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{dir, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(home, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(userBin, "run", "--state-dir", filepath.Join(home, "state"), "-c", "print(1)")
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", platform.EnvConfig + "=" + cfg, "AIRLOCK_SPARES=0"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+	errs := errb.String()
+	if cmd.ProcessState.ExitCode() != exitRunFailed || out.Len() != 0 {
+		t.Errorf("exit %d, stdout %q: want %d and nothing", cmd.ProcessState.ExitCode(), out.String(), exitRunFailed)
+	}
+	for _, want := range []string{"no platform can run sandboxes here (auto)", "local: unsupported: not root", "docs/rootless.md",
+		"docker: unsupported: the docker backend needs root", "--platform kubernetes"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errs)
+		}
+	}
+	// capabilities (and plan) still answer there: this host's probe, and why nothing runs.
+	caps := exec.Command(userBin, "capabilities")
+	caps.Env, caps.SysProcAttr = append(cmd.Env, "XDG_RUNTIME_DIR="+home), cmd.SysProcAttr
+	got, err := caps.Output()
+	if err != nil || !strings.HasPrefix(string(got), "platform: local (auto: nothing can run sandboxes here)\nlocal capabilities (probed from this host; nothing can run sandboxes here: local: unsupported: not root") ||
+		!strings.Contains(string(got), "; docker: unsupported: the docker backend needs root") {
+		t.Errorf("capabilities as an unprivileged user: %v\n%s", err, got)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every command that opens a platform refuses the same way: a platform whose binding is not
+// built names its issue and what works instead; an unknown one is a usage error naming where
+// it came from.
+func TestPlatformRefusals(t *testing.T) {
+	t.Setenv(platform.EnvConfig, writeConfigFile(t, ""))
+	t.Setenv(platform.EnvPlatform, "")
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	stack, err := filepath.Abs("../../examples/python-tool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		server bool
+		env    string
+		args   []string
+		code   int
+		stderr []string
+	}{
+		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
+			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
+		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"binding not built yet (issue 23)"}},
+		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
+		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"binding not built yet (issue 22)"}},
+		{env: "lambda", args: []string{"run", "-c", "1"}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
+		{env: "lambda", args: []string{"plan", "-f", stack}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
+		{args: []string{"run", "--platform", "kubernetes", "--cgroup-parent", "x", "-c", "1"}, code: 2, stderr: []string{"--cgroup-parent is the local runtime's; the platform is kubernetes (from --platform)"}},
+	} {
+		t.Setenv(platform.EnvPlatform, tc.env)
+		var code int
+		var errs string
+		if tc.server {
+			code, _, errs = serverIn(t, tc.args...)
+		} else {
+			code, _, errs = cliIn(t, "", tc.args...)
+		}
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d: %s", tc.args, code, tc.code, errs)
+		}
+		for _, w := range tc.stderr {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%q: stderr %q does not say %q", tc.args, errs, w)
+			}
+		}
+	}
+}
