@@ -138,10 +138,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Platform() capability.Platform { return capability.Kubernetes }
 
 // Capabilities implements sandbox.Backend: the operator's published set.
-func (b *Backend) Capabilities(context.Context) capability.Set {
-	s, _ := capability.For(capability.Kubernetes)
-	return s
-}
+func (b *Backend) Capabilities(context.Context) capability.Set { return Published() }
 
 // Error is a broker answer other than success. errors.Is matches the sandbox error class of its code.
 type Error struct {
