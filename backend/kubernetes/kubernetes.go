@@ -48,6 +48,14 @@ type Config struct {
 	ServerName string
 	// HTTPClient talks to the broker (default: a client with a 90 s timeout).
 	HTTPClient *http.Client
+	// AgentBase returns the base URL of a claimed pod's agent (default: http:// and the grant's
+	// endpoint; Discover sets the API server's pod proxy when pod addresses do not route), and
+	// AgentHTTPClient carries those calls (default: direct, AgentDialTimeout).
+	AgentBase       func(g *brokerapi.Grant) (string, error)
+	AgentHTTPClient *http.Client
+
+	// closers release what Discover made for this Config (its API server clients).
+	closers []func()
 }
 
 // Backend implements sandbox.Backend against the broker. Create claims a warm pod of the Sandbox
@@ -122,7 +130,11 @@ func New(cfg Config) (*Backend, error) {
 		ForceAttemptHTTP2: false,
 		Proxy:             nil,
 	}
-	return &Backend{cfg: cfg, base: u, hc: hc, ownHC: ownHC, agentHC: &http.Client{Transport: tr}, grants: map[string]*brokerapi.Grant{}}, nil
+	agentHC := cfg.AgentHTTPClient
+	if agentHC == nil {
+		agentHC = &http.Client{Transport: tr}
+	}
+	return &Backend{cfg: cfg, base: u, hc: hc, ownHC: ownHC, agentHC: agentHC, grants: map[string]*brokerapi.Grant{}}, nil
 }
 
 // Close releases idle connections (the broker's only if New created its client).
@@ -130,6 +142,9 @@ func (b *Backend) Close() error {
 	b.agentHC.CloseIdleConnections()
 	if b.ownHC {
 		b.hc.CloseIdleConnections()
+	}
+	for _, c := range b.cfg.closers {
+		c()
 	}
 	return nil
 }
@@ -351,8 +366,15 @@ func (b *Backend) agent(g *brokerapi.Grant) (*client.Client, error) {
 	if !ok || hostport == "" {
 		return nil, fmt.Errorf("%w: broker gave agent endpoint %q, want tcp:host:port", sandbox.ErrOutcomeUnknown, g.Endpoint)
 	}
+	base := "http://" + hostport
+	if b.cfg.AgentBase != nil {
+		var err error
+		if base, err = b.cfg.AgentBase(g); err != nil {
+			return nil, err
+		}
+	}
 	tok := g.ExecuteToken
-	return client.NewHTTP("http://"+hostport, b.agentHC, func() string { return tok }), nil
+	return client.NewHTTP(base, b.agentHC, func() string { return tok }), nil
 }
 
 // Terminate implements sandbox.Backend: the broker deletes the pod and answers once it is gone.
