@@ -431,6 +431,13 @@ func (p *proxyAuth) RoundTrip(req *http.Request) (*http.Response, error) {
 	return p.next.RoundTrip(r)
 }
 
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the transport.
+func (p *proxyAuth) CloseIdleConnections() {
+	if c, ok := p.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // tokenSource returns a Config.Token that asks the TokenRequest API for ServiceAccount ns/name's
 // token with the broker's audience, and reuses it until a fifth of its life is left.
 func (a *apiClient) tokenSource(ns, name string) func(context.Context) (string, error) {
