@@ -20,6 +20,9 @@ type KubernetesConfig struct {
 	// ServiceAccount ("name" or "namespace/name") is who the broker sees when airlock asks the
 	// TokenRequest API for a token.
 	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// Sandbox serves declarations whose id names no Sandbox (airlock run and run_code
+	// generate theirs) when they fit it: same image, limits, egress, env, workdir, ports.
+	Sandbox string `json:"sandbox,omitempty"`
 	// Broker is the broker's Service, namespace/name:port (default airlock-system/airlock-broker:443).
 	Broker string `json:"broker,omitempty"`
 	// BrokerURL, set, is dialled directly with TokenFile, CAFile and ServerName.
@@ -37,7 +40,7 @@ func openKubernetes(ctx context.Context, c Config) (Backend, string, error) {
 	k := c.Kubernetes
 	cfg, how, err := kubernetes.Discover(ctx, kubernetes.Discovery{
 		Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace, ServiceAccount: k.ServiceAccount,
-		Broker: k.Broker, BrokerURL: k.BrokerURL, TokenFile: k.TokenFile, CAFile: k.CAFile, ServerName: k.ServerName,
+		Sandbox: k.Sandbox, Broker: k.Broker, BrokerURL: k.BrokerURL, TokenFile: k.TokenFile, CAFile: k.CAFile, ServerName: k.ServerName,
 		DirectAgents: k.DirectAgents,
 	})
 	if err != nil {

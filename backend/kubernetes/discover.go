@@ -66,6 +66,8 @@ type Discovery struct {
 	// sees: the caller asks the TokenRequest API for its token, so the caller needs create on
 	// serviceaccounts/token for it, and it needs the claim right.
 	ServiceAccount string
+	// Sandbox serves declarations with generated ids (Config.Sandbox).
+	Sandbox string
 	// Broker is the broker's Service as namespace/name:port (default DefaultBrokerService).
 	Broker     string
 	BrokerURL  string
@@ -98,6 +100,18 @@ func Discover(ctx context.Context, d Discovery) (Config, string, error) {
 	if err != nil {
 		return Config{}, "", err
 	}
+	cfg, how, err := discover(ctx, d, svcNS, svcName, svcPort)
+	if err != nil {
+		return Config{}, "", err
+	}
+	cfg.Sandbox = d.Sandbox
+	if d.Sandbox != "" {
+		how += ", runs from Sandbox " + d.Sandbox
+	}
+	return cfg, how, nil
+}
+
+func discover(ctx context.Context, d Discovery, svcNS, svcName string, svcPort int) (Config, string, error) {
 	inPod := d.Getenv("KUBERNETES_SERVICE_HOST") != "" && exists(filepath.Join(d.ServiceAccountDir, "token"))
 	podNS := ""
 	if inPod {
