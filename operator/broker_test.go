@@ -442,3 +442,33 @@ func TestClaimThroughAPIServerProxy(t *testing.T) {
 		t.Fatalf("claim through the proxy header: HTTP %d, grant %+v", code, g)
 	}
 }
+
+// TestClaimRefusalsAgreeWithPlan: a claim of a Sandbox whose declaration the operator refuses
+// for the rules plan shares with it (hostedBy, reserved labels) is answered with the refused
+// class and the rule's name, as plan refuses it.
+func TestClaimRefusalsAgreeWithPlan(t *testing.T) {
+	tests := []struct {
+		name, field, rule string
+		mut               func(*v1alpha1.SandboxSpec)
+	}{
+		{"hostedBy", "spec.hostedBy", RuleHostedBy, func(s *v1alpha1.SandboxSpec) { s.HostedBy = "web" }},
+		{"reserved label", "spec.labels", RuleReservedLabel, func(s *v1alpha1.SandboxSpec) { s.Labels = map[string]string{"airlock.dev/client": "true"} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newBrokerFixture(t, 0)
+			sb := sbx("bad", tc.mut)
+			if err := f.c.Create(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			f.rev.allowed["alice ns/bad"] = true
+			code, _, body := f.do("POST", brokerapi.PathClaim, "user:alice", brokerapi.ClaimRequest{Namespace: "ns", Sandbox: "bad"})
+			var e brokerapi.Error
+			json.Unmarshal(body, &e)
+			want := classify(sandbox.ErrRefused).status // the one table's status for refused
+			if code != want || e.Code != brokerapi.CodeRefused || !strings.Contains(e.Message, tc.field) || !strings.Contains(e.Message, tc.rule) {
+				t.Fatalf("HTTP %d %s %q, want %d %s naming %s and rule %s", code, e.Code, e.Message, want, brokerapi.CodeRefused, tc.field, tc.rule)
+			}
+		})
+	}
+}
