@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,48 @@ func TestTokenRefusals(t *testing.T) {
 	}
 	if _, err := h.cl.Stat(context.Background(), "/d"); !errors.Is(err, sbtypes.ErrNotFound) {
 		t.Errorf("a refused mkdir made /d: stat error %v", err)
+	}
+}
+
+// TestTokenInProxyHeader: a Kubernetes API server's pod proxy consumes Authorization, so the
+// agent takes the token from X-Airlock-Authorization when Authorization is absent, with the same
+// checks; when both are sent Authorization is the one judged.
+func TestTokenInProxyHeader(t *testing.T) {
+	h := newHarness(t).start()
+	good := "Bearer " + h.token(token.Execute, nil)
+	bad := "Bearer " + h.token(token.Execute, func(c *token.Claims) { c.Session = "other" })
+	tests := []struct {
+		name        string
+		auth, proxy string
+		status      int
+		reason      string
+	}{
+		{"proxy header only", "", good, 200, ""},
+		{"proxy header, wrong session", "", bad, 403, string(token.ReasonWrongSession)},
+		{"proxy header, not bearer", "", "Basic x", 401, ""},
+		{"both: Authorization judged", bad, good, 403, string(token.ReasonWrongSession)},
+		{"neither", "", "", 401, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := http.Header{}
+			if tc.auth != "" {
+				hdr.Set("Authorization", tc.auth)
+			}
+			if tc.proxy != "" {
+				hdr.Set(wire.HeaderAuthorization, tc.proxy)
+			}
+			status, body := h.rawHeaders("GET", "/v1/files/stat?path=/", hdr, nil)
+			if status != tc.status {
+				t.Fatalf("status %d (%s), want %d", status, body, tc.status)
+			}
+			if tc.status != 200 {
+				var we wire.Error
+				if err := json.Unmarshal(body, &we); err != nil || we.Reason != tc.reason {
+					t.Errorf("body %s, want reason %q", body, tc.reason)
+				}
+			}
+		})
 	}
 }
 

@@ -260,6 +260,16 @@ func (h *harness) raw(method, path, tok string, body io.Reader) (int, []byte) {
 // rawHeader sends a raw HTTP request with the given Authorization header ("" for none).
 func (h *harness) rawHeader(method, path, auth string, body io.Reader) (int, []byte) {
 	h.t.Helper()
+	hdr := http.Header{}
+	if auth != "" {
+		hdr.Set("Authorization", auth)
+	}
+	return h.rawHeaders(method, path, hdr, body)
+}
+
+// rawHeaders sends a raw HTTP request with exactly the headers hdr.
+func (h *harness) rawHeaders(method, path string, hdr http.Header, body io.Reader) (int, []byte) {
+	h.t.Helper()
 	sock := strings.TrimPrefix(h.cfg.Listen, "unix:")
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -270,8 +280,8 @@ func (h *harness) rawHeader(method, path, auth string, body io.Reader) (int, []b
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
+	for k, v := range hdr {
+		req.Header[k] = v
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {

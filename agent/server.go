@@ -222,6 +222,9 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 func (s *server) authed(class token.Class, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
+		if auth == "" {
+			auth = r.Header.Get(wire.HeaderAuthorization) // through an API server's pod proxy
+		}
 		scheme, tok, _ := strings.Cut(auth, " ")
 		if auth == "" || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-agent"`)

@@ -65,13 +65,15 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 		refuse("spec.previewPorts %v: the operator has no preview proxy; leave it empty", written.PreviewPorts)
 	}
 	if written.HostedBy != "" {
-		refuse("spec.hostedBy %q: only for gcp; leave it empty", written.HostedBy)
+		refuse("spec.hostedBy %q: only for gcp; leave it empty (rule %s)", written.HostedBy, RuleHostedBy)
 	}
 	for _, k := range slices.Sorted(maps.Keys(written.Labels)) {
 		// The operator's own labels select pods for claims and NetworkPolicy (airlock.dev/client
 		// opens other sandboxes' agent ports): a declaration may not set them.
 		if strings.HasPrefix(k, "airlock.dev/") || k == LabelManagedBy {
-			return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, fmt.Errorf("%w: spec.labels %q: the airlock.dev/ prefix and %s are the operator's own", sandbox.ErrInvalid, k, LabelManagedBy)}
+			// Refused, not invalid: the declaration is valid elsewhere; plan refuses it for
+			// kubernetes under the same rule name, and the broker answers the same class.
+			return d, &RefusalError{v1alpha1.ReasonInvalidDeclaration, fmt.Errorf("%w: spec.labels %q: the airlock.dev/ prefix and %s are the operator's own (rule %s)", sandbox.ErrRefused, k, LabelManagedBy, RuleReservedLabel)}
 		}
 	}
 	if len(bad) > 0 {
@@ -79,6 +81,14 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 	}
 	return d, nil
 }
+
+// The names plan gives the refusals the operator shares with it (plan.RuleKubernetesLabel,
+// plan.RuleKubernetesHostedBy), so a refusal reads the same from plan, the Sandbox's
+// condition and the broker.
+const (
+	RuleReservedLabel = "kubernetes.reservedLabel"
+	RuleHostedBy      = "kubernetes.hostedBy"
+)
 
 // MaxPoolSize bounds spec.poolSize.
 const MaxPoolSize = 1000

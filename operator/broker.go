@@ -201,9 +201,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // caller authenticates the request's bearer token.
 func (b *Broker) caller(r *http.Request) (authnv1.UserInfo, error) {
 	h := r.Header.Get("Authorization")
+	if h == "" {
+		// Through the API server's service proxy: it consumed Authorization (the kubeconfig's
+		// credential) and passed this one on.
+		h = r.Header.Get(brokerapi.HeaderAuthorization)
+	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return authnv1.UserInfo{}, fmt.Errorf("%w: no Authorization: Bearer <ServiceAccount token>", sandbox.ErrUnauthenticated)
+		return authnv1.UserInfo{}, fmt.Errorf("%w: no Authorization (or %s): Bearer <ServiceAccount token>", sandbox.ErrUnauthenticated, brokerapi.HeaderAuthorization)
 	}
 	return b.Reviewer.Authenticate(r.Context(), tok)
 }
@@ -371,7 +376,7 @@ func (b *Broker) grant(ctx context.Context, p *corev1.Pod, sb *v1alpha1.Sandbox,
 	}
 	claims := token.Claims{Sandbox: d.ID, Session: s.ID, Generation: s.Generation, Class: token.Execute,
 		IssuedAt: now.Unix(), Expiry: exp.Unix()}
-	g := &brokerapi.Grant{Session: s, Endpoint: fmt.Sprintf("tcp:%s:%d", p.Status.PodIP, b.AgentPort), TokenExpiresAt: time.Unix(exp.Unix(), 0).UTC()}
+	g := &brokerapi.Grant{Session: s, Endpoint: fmt.Sprintf("tcp:%s:%d", p.Status.PodIP, b.AgentPort), Pod: p.Name, TokenExpiresAt: time.Unix(exp.Unix(), 0).UTC()}
 	if g.ExecuteToken, err = token.Mint(key, claims); err != nil {
 		return nil, err
 	}

@@ -412,3 +412,63 @@ func TestEndedSessionIsGone(t *testing.T) {
 		t.Fatalf("release of an ended session: HTTP %d, want 204", code)
 	}
 }
+
+// TestClaimThroughAPIServerProxy: through the API server's service proxy Authorization is
+// gone (the API server consumed it); the token in X-Airlock-Authorization is reviewed the
+// same way, and the grant names the pod, for the caller's pod proxy.
+func TestClaimThroughAPIServerProxy(t *testing.T) {
+	f := newBrokerFixture(t, 1)
+	claim := func(hdr string, tok string) (int, brokerapi.Grant) {
+		js, _ := json.Marshal(brokerapi.ClaimRequest{Namespace: "ns", Sandbox: "box"})
+		req, _ := http.NewRequest("POST", f.srv.URL+brokerapi.PathClaim, bytes.NewReader(js))
+		req.Header.Set(hdr, "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var g brokerapi.Grant
+		json.NewDecoder(resp.Body).Decode(&g)
+		return resp.StatusCode, g
+	}
+	if code, _ := claim(brokerapi.HeaderAuthorization, "user:mallory"); code != http.StatusForbidden {
+		t.Fatalf("unauthorised caller in %s: HTTP %d, want 403", brokerapi.HeaderAuthorization, code)
+	}
+	if code, _ := claim(brokerapi.HeaderAuthorization, "garbage"); code != http.StatusUnauthorized {
+		t.Fatalf("garbage token in %s: HTTP %d, want 401", brokerapi.HeaderAuthorization, code)
+	}
+	code, g := claim(brokerapi.HeaderAuthorization, "user:alice")
+	if code != http.StatusOK || g.Session.Owner != "alice" || g.Pod != "box-0" || g.Endpoint != "tcp:10.0.0.10:7070" {
+		t.Fatalf("claim through the proxy header: HTTP %d, grant %+v", code, g)
+	}
+}
+
+// TestClaimRefusalsAgreeWithPlan: a claim of a Sandbox whose declaration the operator refuses
+// for the rules plan shares with it (hostedBy, reserved labels) is answered with the refused
+// class and the rule's name, as plan refuses it.
+func TestClaimRefusalsAgreeWithPlan(t *testing.T) {
+	tests := []struct {
+		name, field, rule string
+		mut               func(*v1alpha1.SandboxSpec)
+	}{
+		{"hostedBy", "spec.hostedBy", RuleHostedBy, func(s *v1alpha1.SandboxSpec) { s.HostedBy = "web" }},
+		{"reserved label", "spec.labels", RuleReservedLabel, func(s *v1alpha1.SandboxSpec) { s.Labels = map[string]string{"airlock.dev/client": "true"} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newBrokerFixture(t, 0)
+			sb := sbx("bad", tc.mut)
+			if err := f.c.Create(context.Background(), sb); err != nil {
+				t.Fatal(err)
+			}
+			f.rev.allowed["alice ns/bad"] = true
+			code, _, body := f.do("POST", brokerapi.PathClaim, "user:alice", brokerapi.ClaimRequest{Namespace: "ns", Sandbox: "bad"})
+			var e brokerapi.Error
+			json.Unmarshal(body, &e)
+			want := classify(sandbox.ErrRefused).status // the one table's status for refused
+			if code != want || e.Code != brokerapi.CodeRefused || !strings.Contains(e.Message, tc.field) || !strings.Contains(e.Message, tc.rule) {
+				t.Fatalf("HTTP %d %s %q, want %d %s naming %s and rule %s", code, e.Code, e.Message, want, brokerapi.CodeRefused, tc.field, tc.rule)
+			}
+		})
+	}
+}

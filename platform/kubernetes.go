@@ -2,35 +2,55 @@ package platform
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/capability"
-	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// KubernetesConfig says how to reach a cluster's airlock broker (backend/kubernetes' Config).
+// KubernetesConfig says how to reach a cluster's airlock broker (backend/kubernetes'
+// Discovery): a kubeconfig (from outside: the API server's proxies, as ServiceAccount), the
+// pod's own ServiceAccount (inside), or an explicit broker URL with a token file.
 type KubernetesConfig struct {
+	// Kubeconfig is a path or a $KUBECONFIG-style list (default $KUBECONFIG, ~/.kube/config);
+	// Context its context (default the current one).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// Namespace holds the Sandboxes (default the pod's, the context's, or "default").
+	Namespace string `json:"namespace,omitempty"`
+	// ServiceAccount ("name" or "namespace/name") is who the broker sees when airlock asks the
+	// TokenRequest API for a token.
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// Sandbox serves declarations whose id names no Sandbox (airlock run and run_code
+	// generate theirs) when they fit it: same image, limits, egress, env, workdir, ports.
+	Sandbox string `json:"sandbox,omitempty"`
+	// Broker is the broker's Service, namespace/name:port (default airlock-system/airlock-broker:443).
+	Broker string `json:"broker,omitempty"`
+	// BrokerURL, set, is dialled directly with TokenFile, CAFile and ServerName.
 	BrokerURL  string `json:"brokerURL,omitempty"`
-	Namespace  string `json:"namespace,omitempty"`
 	TokenFile  string `json:"tokenFile,omitempty"`
 	CAFile     string `json:"caFile,omitempty"`
 	ServerName string `json:"serverName,omitempty"`
+	// DirectAgents dials claimed pods' addresses from a kubeconfig too, not the pod proxy.
+	DirectAgents bool `json:"directAgents,omitempty"`
 }
 
-// openKubernetes builds the broker client; it reaches the cluster at the first call.
-func openKubernetes(_ context.Context, c Config) (Backend, string, error) {
+// openKubernetes finds the broker (files only); it reaches the cluster at the first call. The
+// second result says how the cluster was found.
+func openKubernetes(ctx context.Context, c Config) (Backend, string, error) {
 	k := c.Kubernetes
-	if k.BrokerURL == "" {
-		return nil, "", fmt.Errorf("%w: kubernetes: no broker URL: set kubernetes.brokerURL and kubernetes.namespace in the config file ($%s, default %s; docs/platforms.md)",
-			sandbox.ErrInvalid, EnvConfig, DefaultConfigFile)
-	}
-	b, err := kubernetes.New(kubernetes.Config{BrokerURL: k.BrokerURL, Namespace: k.Namespace,
-		TokenFile: k.TokenFile, CAFile: k.CAFile, ServerName: k.ServerName})
+	cfg, how, err := kubernetes.Discover(ctx, kubernetes.Discovery{
+		Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace, ServiceAccount: k.ServiceAccount,
+		Sandbox: k.Sandbox, Broker: k.Broker, BrokerURL: k.BrokerURL, TokenFile: k.TokenFile, CAFile: k.CAFile, ServerName: k.ServerName,
+		DirectAgents: k.DirectAgents,
+	})
 	if err != nil {
 		return nil, "", err
 	}
-	return b, "", nil
+	b, err := kubernetes.New(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	return b, how, nil
 }
 
 // publishedKubernetes is the kubernetes backend's published set.

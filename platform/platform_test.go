@@ -250,6 +250,10 @@ func TestOpenCloudNotBuilt(t *testing.T) {
 }
 
 func TestOpenKubernetes(t *testing.T) {
+	// Neither a pod nor a kubeconfig.
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	_, _, err := Open(t.Context(), Config{Platform: "kubernetes"})
 	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no broker URL: set kubernetes.brokerURL") {
 		t.Errorf("no broker: err = %v; want ErrInvalid naming the broker URL", err)

@@ -32,6 +32,13 @@ const MaxFramePayload = 1 << 20
 // SeqSize prefixes the payload of stdout/stderr frames: one sequence across both streams.
 const SeqSize = 8
 
+// HeaderAuthorization carries "Bearer <token>" where Authorization cannot: a Kubernetes API
+// server that proxies a request to a pod or Service (its pods/proxy and services/proxy
+// subresources) authenticates the caller with Authorization and deletes it before proxying
+// (k8s.io/apiserver's WithAuthentication). The agent and the broker read it when Authorization
+// is absent.
+const HeaderAuthorization = "X-Airlock-Authorization"
+
 // ContentTypeFrames is the media type of a frame stream.
 const ContentTypeFrames = "application/vnd.airlock.frames.v1"
 

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,18 @@ type Config struct {
 	ServerName string
 	// HTTPClient talks to the broker (default: a client with a 90 s timeout).
 	HTTPClient *http.Client
+	// AgentBase returns the base URL of a claimed pod's agent (default: http:// and the grant's
+	// endpoint; Discover sets the API server's pod proxy when pod addresses do not route), and
+	// AgentHTTPClient carries those calls (default: direct, AgentDialTimeout).
+	AgentBase       func(g *brokerapi.Grant) (string, error)
+	AgentHTTPClient *http.Client
+
+	// Sandbox, when set, serves declarations whose id is not its own (airlock run and
+	// run_code generate theirs) if they fit it; see Create.
+	Sandbox string
+
+	// closers release what Discover made for this Config (its API server clients).
+	closers []func()
 }
 
 // Backend implements sandbox.Backend against the broker. Create claims a warm pod of the Sandbox
@@ -123,7 +137,11 @@ func New(cfg Config) (*Backend, error) {
 		ForceAttemptHTTP2: false,
 		Proxy:             nil,
 	}
-	return &Backend{cfg: cfg, base: u, hc: hc, ownHC: ownHC, agentHC: &http.Client{Transport: tr}, grants: map[string]*brokerapi.Grant{}}, nil
+	agentHC := cfg.AgentHTTPClient
+	if agentHC == nil {
+		agentHC = &http.Client{Transport: tr}
+	}
+	return &Backend{cfg: cfg, base: u, hc: hc, ownHC: ownHC, agentHC: agentHC, grants: map[string]*brokerapi.Grant{}}, nil
 }
 
 // Close releases idle connections (the broker's only if New created its client).
@@ -131,6 +149,9 @@ func (b *Backend) Close() error {
 	b.agentHC.CloseIdleConnections()
 	if b.ownHC {
 		b.hc.CloseIdleConnections()
+	}
+	for _, c := range b.cfg.closers {
+		c()
 	}
 	return nil
 }
@@ -237,21 +258,46 @@ func toSession(s brokerapi.Session) *sandbox.Session {
 }
 
 // Create claims a warm pod of the Sandbox named decl.ID, waiting (as Retry-After says) while the
-// pool is empty, and returns once the pod's agent answers.
+// pool is empty, and returns once the pod's agent answers. With Config.Sandbox set, a
+// declaration with another id (airlock run's and run_code's are generated) is served by that
+// Sandbox if it fits (see fits); one that does not is refused and the claimed pod released.
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
 	// What the set says no to is refused here, naming the capability, before the broker is asked.
 	if err := plan.CheckSandbox(decl, b.Capabilities(ctx)); err != nil {
 		return nil, err
 	}
+	if b.cfg.Sandbox == "" || decl.ID == b.cfg.Sandbox {
+		g, err := b.claimWaiting(ctx, decl.ID, &decl)
+		if err != nil {
+			return nil, err
+		}
+		return toSession(g.Session), nil
+	}
+	g, err := b.claimWaiting(ctx, b.cfg.Sandbox, nil)
+	if err != nil {
+		return nil, err
+	}
+	if why := fits(decl, g.Session.Spec); why != "" {
+		err := fmt.Errorf("%w: kubernetes: sandbox %s does not fit Sandbox %s/%s (kubernetes.sandbox): %s", sandbox.ErrRefused, decl.ID, b.cfg.Namespace, b.cfg.Sandbox, why)
+		if terr := b.Terminate(ctx, g.Session.ID); terr != nil {
+			err = errors.Join(err, fmt.Errorf("releasing session %s: %w", g.Session.ID, terr))
+		}
+		return nil, err
+	}
+	return toSession(g.Session), nil
+}
+
+// claimWaiting claims from Sandbox name, waiting while its pool is empty, until the agent answers.
+func (b *Backend) claimWaiting(ctx context.Context, name string, decl *spec.Sandbox) (*brokerapi.Grant, error) {
 	for {
-		g, err := b.Claim(ctx, decl.ID, &decl)
+		g, err := b.Claim(ctx, name, decl)
 		var be *Error
 		if errors.As(err, &be) && be.Status == http.StatusServiceUnavailable && be.RetryAfter > 0 {
 			t := time.NewTimer(be.RetryAfter)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fmt.Errorf("%w: waiting for a warm pod of %s: %w (last: %v)", sandbox.ErrDeadlineExceeded, decl.ID, ctx.Err(), err)
+				return nil, fmt.Errorf("%w: waiting for a warm pod of %s: %w (last: %v)", sandbox.ErrDeadlineExceeded, name, ctx.Err(), err)
 			case <-t.C:
 			}
 			continue
@@ -268,8 +314,53 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 		if _, err := a.Health(ctx); err != nil {
 			return nil, fmt.Errorf("session %s claimed but its agent does not answer: %w", g.Session.ID, err)
 		}
-		return toSession(g.Session), nil
+		return g, nil
 	}
+}
+
+// fits says why a sandbox declared as decl may not be served by a pod of a Sandbox declared as
+// pool ("" when it may): image, limits, egress, runtime, working directory, environment and
+// ports must be the same after defaults (runcode.Fits' rule for spares); ids and labels may
+// differ, and the pool's lifetime must be at least the declared one (the caller terminates
+// the session when done; the pool's idle timeout applies).
+func fits(decl, pool spec.Sandbox) string {
+	decl.ApplyDefaults()
+	pool.ApplyDefaults()
+	var why []string
+	if decl.Session.Lifetime() > pool.Session.Lifetime() {
+		why = append(why, fmt.Sprintf("session.maxLifetimeSeconds %d, the Sandbox's is %d", decl.Session.Lifetime(), pool.Session.Lifetime()))
+	}
+	norm := func(s spec.Sandbox) map[string]json.RawMessage {
+		s.ID, s.Labels, s.Session = "", nil, spec.Session{}
+		if len(s.Env) == 0 {
+			s.Env = nil
+		}
+		js, _ := json.Marshal(s)
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(js, &m)
+		return m
+	}
+	d, p := norm(decl), norm(pool)
+	keys := map[string]bool{}
+	for k := range d {
+		keys[k] = true
+	}
+	for k := range p {
+		keys[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if string(d[k]) != string(p[k]) {
+			why = append(why, fmt.Sprintf("%s %s, the Sandbox's %s", k, orNone(d[k]), orNone(p[k])))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+func orNone(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "(none)"
+	}
+	return string(v)
 }
 
 // reconnect fetches fresh tokens for session id.
@@ -336,8 +427,15 @@ func (b *Backend) agent(g *brokerapi.Grant) (*client.Client, error) {
 	if !ok || hostport == "" {
 		return nil, fmt.Errorf("%w: broker gave agent endpoint %q, want tcp:host:port", sandbox.ErrOutcomeUnknown, g.Endpoint)
 	}
+	base := "http://" + hostport
+	if b.cfg.AgentBase != nil {
+		var err error
+		if base, err = b.cfg.AgentBase(g); err != nil {
+			return nil, err
+		}
+	}
 	tok := g.ExecuteToken
-	return client.NewHTTP("http://"+hostport, b.agentHC, func() string { return tok }), nil
+	return client.NewHTTP(base, b.agentHC, func() string { return tok }), nil
 }
 
 // Terminate implements sandbox.Backend: the broker deletes the pod and answers once it is gone.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,5 +237,71 @@ func TestErrorUnwrap(t *testing.T) {
 	}
 	if (&Error{Status: 500, Code: brokerapi.CodeInternal}).Unwrap() != nil {
 		t.Error("internal has a class")
+	}
+}
+
+// TestCreateFromConfiguredSandbox: with Config.Sandbox, a declaration with a generated id (a
+// run's) is claimed from that Sandbox without a declaration and kept only if it fits; one that
+// does not is refused naming what differs, and its session released.
+func TestCreateFromConfiguredSandbox(t *testing.T) {
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"ok":true,"protocolVersion":1}`))
+	}))
+	defer agent.Close()
+	pool := spec.Sandbox{ID: "run", Image: spec.Image{Ref: "python:3"}, Limits: spec.Limits{CPU: "1", Memory: "512Mi"}}
+	var claims, released []string
+	b := newTestBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			released = append(released, r.URL.Path)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		var req brokerapi.ClaimRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		claims = append(claims, fmt.Sprintf("%s decl=%v", req.Sandbox, req.Declaration != nil))
+		spec := pool
+		spec.ApplyDefaults()
+		json.NewEncoder(w).Encode(brokerapi.Grant{Session: brokerapi.Session{ID: "s1", Namespace: "ns", Sandbox: "run", Spec: spec},
+			Endpoint: "tcp:" + strings.TrimPrefix(agent.URL, "http://"), ExecuteToken: "t", TokenExpiresAt: time.Now().Add(time.Hour)})
+	}))
+	b.cfg.Sandbox = "run"
+	life := int64(60)
+	tests := []struct {
+		name string
+		decl spec.Sandbox
+		want string // "" fits; else named in the refusal
+	}{
+		{"fits: other id, labels, shorter lifetime", spec.Sandbox{ID: "run-1a2b", Image: pool.Image, Limits: pool.Limits,
+			Labels: map[string]string{"purpose": "run-code"}, Session: spec.Session{MaxLifetimeSeconds: &life}}, ""},
+		{"other image", spec.Sandbox{ID: "run-2", Image: spec.Image{Ref: "node:22"}, Limits: pool.Limits}, "image"},
+		{"more memory", spec.Sandbox{ID: "run-3", Image: pool.Image, Limits: spec.Limits{CPU: "1", Memory: "1Gi"}}, "limits"},
+		{"egress", spec.Sandbox{ID: "run-4", Image: pool.Image, Limits: pool.Limits, Egress: spec.Egress{Mode: spec.EgressAllow}}, "egress"},
+		{"longer lifetime", spec.Sandbox{ID: "run-5", Image: pool.Image, Limits: pool.Limits, Session: spec.Session{MaxLifetimeSeconds: func() *int64 { v := int64(1 << 20); return &v }()}}, "maxLifetimeSeconds"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			claims, released = nil, nil
+			s, err := b.Create(t.Context(), tc.decl)
+			if len(claims) != 1 || claims[0] != "run decl=false" {
+				t.Errorf("claims %q, want one from Sandbox run without a declaration", claims)
+			}
+			if tc.want == "" {
+				if err != nil || s.ID != "s1" || len(released) != 0 {
+					t.Fatalf("Create: %v, %v; released %q", s, err, released)
+				}
+				return
+			}
+			if !errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "kubernetes.sandbox") {
+				t.Fatalf("Create: %v, want ErrRefused naming %q", err, tc.want)
+			}
+			if len(released) != 1 || !strings.HasSuffix(released[0], "/ns/s1") {
+				t.Errorf("released %q, want the claimed session", released)
+			}
+		})
+	}
+	// The Sandbox's own id: the exact claim, with the declaration.
+	claims = nil
+	if _, err := b.Create(t.Context(), pool); err != nil || len(claims) != 1 || claims[0] != "run decl=true" {
+		t.Errorf("Create of the Sandbox itself: %v, claims %q", err, claims)
 	}
 }

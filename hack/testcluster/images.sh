@@ -3,6 +3,8 @@
 # daemon), into $AIRLOCK_K8S_CACHE/images, and print their paths:
 #   airlock.tar  airlock.local/airlock:dev   /airlock-agent + /airlock-operator, this checkout's code
 #   sandbox.tar  airlock.local/sandbox:test  hack/mkrootfs.sh's minimal root (sh, coreutils, python3)
+#   incluster.tar airlock.local/incluster:test  backend/kubernetes' cluster test binary, run in a pod
+#                 by TestInClusterDiscovery (discovery from a pod's own ServiceAccount)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -28,5 +30,10 @@ for b in echo pwd test true false sleep cat env printf; do
 done
 go run ./image/cmd/mkimage -rootfs "$OUT/sandbox-rootfs-k8s" -docker-archive "$OUT/sandbox.tar" \
   -tag airlock.local/sandbox:test >&2
+log "building the in-cluster test image"
+CGO_ENABLED=0 go test -c -trimpath -tags cluster -o "$OUT/bin/kubernetes.test" ./backend/kubernetes
+go run ./hack/testcluster/imgpack -out "$OUT/incluster.tar" -tag airlock.local/incluster:test \
+  -entrypoint /kubernetes.test -file "/kubernetes.test=$OUT/bin/kubernetes.test"
 echo "$OUT/airlock.tar"
 echo "$OUT/sandbox.tar"
+echo "$OUT/incluster.tar"

@@ -4,12 +4,14 @@ package brokerapi
 import (
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // Paths. Every request carries "Authorization: Bearer <ServiceAccount token>" whose audience is
-// the broker's (default DefaultAudience).
+// the broker's (default DefaultAudience), or, through the API server's service proxy (which
+// consumes Authorization), "HeaderAuthorization: Bearer <token>".
 const (
 	// PathClaim: POST ClaimRequest → 200 Grant; 503 + Retry-After when the pool is empty.
 	PathClaim = "/v1/claim"
@@ -19,6 +21,8 @@ const (
 	PathSessions = "/v1/sessions/"
 	// DefaultAudience is the token audience the broker's TokenReview asks for.
 	DefaultAudience = "airlock-broker"
+	// HeaderAuthorization is read when Authorization is absent (the agent reads it too).
+	HeaderAuthorization = wire.HeaderAuthorization
 )
 
 // ClaimRequest asks for one idle pod of the Sandbox Namespace/Sandbox. Declaration, when set,
@@ -42,12 +46,14 @@ type Session struct {
 	Spec       spec.Sandbox `json:"spec"`
 }
 
-// Grant is a session plus what reaches it: the agent endpoint ("tcp:ip:port") and capability
-// tokens (execute; manage too, for the owner). Tokens expire at TokenExpiresAt; ask again
-// (reconnect) for fresh ones.
+// Grant is a session plus what reaches it: the agent endpoint ("tcp:ip:port"), the pod (in the
+// session's namespace; for callers whose pod addresses do not route, through the API server's
+// pod proxy) and capability tokens (execute; manage too, for the owner). Tokens expire at
+// TokenExpiresAt; ask again (reconnect) for fresh ones.
 type Grant struct {
 	Session        Session   `json:"session"`
 	Endpoint       string    `json:"endpoint"`
+	Pod            string    `json:"pod"`
 	ExecuteToken   string    `json:"executeToken"`
 	ManageToken    string    `json:"manageToken,omitempty"`
 	TokenExpiresAt time.Time `json:"tokenExpiresAt"`
