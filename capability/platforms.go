@@ -122,15 +122,18 @@ var designs = sync.OnceValue(func() map[Platform]design {
 		// default is held, so nothing takes a platform value. backend/kubernetes publishes the
 		// same set.
 		Kubernetes: {unsupported: map[Name]string{
-			Preview:           "the preview proxy is designed for the local runtime only (issue 6)",
-			SuspendResume:     "pods cannot be paused",
-			Snapshot:          "snapshots are designed for the local runtime only (issue 6)",
-			DomainEgressRules: "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
-			GVisor:            "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
-			ImageHost:         reasonNoHostRoot,
-			ImageDir:          reasonNoDirRoot,
-			ImageOCI:          "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
-			DockerRuntime:     "pods run under the cluster's container runtime",
+			Preview:             "the preview proxy is designed for the local runtime only (issue 6)",
+			SuspendResume:       "pods cannot be paused",
+			BackgroundProcesses: "in a pod the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends",
+			Stats:               "the broker does not report a pod's usage",
+			LiveEgress:          "a pod's NetworkPolicy is not changed while it runs",
+			Snapshot:            "snapshots are designed for the local runtime only (issue 6)",
+			DomainEgressRules:   "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
+			GVisor:              "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
+			ImageHost:           reasonNoHostRoot,
+			ImageDir:            reasonNoDirRoot,
+			ImageOCI:            "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
+			DockerRuntime:       "pods run under the cluster's container runtime",
 		}},
 
 		// AWS Lambda MicroVMs (issue 21): a Firecracker MicroVM per sandbox, booted from an image

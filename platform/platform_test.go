@@ -255,7 +255,7 @@ func TestOpenKubernetes(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	_, _, err := Open(t.Context(), Config{Platform: "kubernetes"})
-	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no broker URL: set kubernetes.brokerURL") {
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "no cluster found") {
 		t.Errorf("no broker: err = %v; want ErrInvalid naming the broker URL", err)
 	}
 	b, ch, err := Open(t.Context(), Config{Platform: "kubernetes", Kubernetes: KubernetesConfig{BrokerURL: "https://broker.example", Namespace: "apps"}})
