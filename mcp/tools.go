@@ -289,7 +289,7 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 		// The idle timeout is the lifetime: sandbox_terminate, the lifetime and this server's
 		// shutdown end a session.
 		Session:      spec.Session{MaxLifetimeSeconds: &life, IdleTimeoutSeconds: &life, Reconnect: &noReconnect},
-		Labels:       map[string]string{"airlock.dev/purpose": "mcp-session"},
+		Labels:       map[string]string{"run.airlock.dev/purpose": "mcp-session"},
 		Env:          in.Env,
 		PreviewPorts: in.PreviewPorts,
 	}

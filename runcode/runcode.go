@@ -134,7 +134,7 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 	// The idle timeout is the lifetime: a run is one exec, and the lifetime bounds it.
 	life := int64(req.TimeoutSeconds + lifetimeMargin)
 	noReconnect := false
-	labels := map[string]string{"airlock.dev/purpose": "run-code", "airlock.dev/language": req.Language}
+	labels := map[string]string{"run.airlock.dev/purpose": "run-code", "run.airlock.dev/language": req.Language}
 	for k, v := range opts.Labels {
 		labels[k] = v
 	}
@@ -397,7 +397,7 @@ func Fits(decl, tmpl spec.Sandbox) bool {
 func PoolTemplate(opts Options, idleExpiry time.Duration) spec.Sandbox {
 	d := Declaration(Request{Language: string(Python), TimeoutSeconds: MaxTimeoutSeconds}, opts)
 	d.ID = "run"
-	delete(d.Labels, "airlock.dev/language")
+	delete(d.Labels, "run.airlock.dev/language")
 	life := int64(MaxTimeoutSeconds+lifetimeMargin) + int64((idleExpiry+time.Second-1)/time.Second)
 	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = &life, &life
 	d.ApplyDefaults()
