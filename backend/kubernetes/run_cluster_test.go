@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,6 +68,50 @@ func TestRunAndMCPThroughPlatform(t *testing.T) {
 		_, err = runcode.Run(ctx, b, runcode.Request{Language: "python", Code: "print(1)", Network: true}, runcode.Options{Image: img})
 		if err == nil || !strings.Contains(err.Error(), "egress") {
 			t.Fatalf("run with network on a deny Sandbox: %v, want a refusal naming egress", err)
+		}
+	})
+
+	// The shipped binaries, as a user runs them: the full CLI and airlock-server (mcp).
+	t.Run("binaries", func(t *testing.T) {
+		dir := t.TempDir()
+		build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-server")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+		env := append(os.Environ(), platform.EnvConfig+"="+cfgFile, "AIRLOCK_SERVER="+filepath.Join(dir, "airlock-server"))
+		run := exec.CommandContext(ctx, filepath.Join(dir, "airlock"), "run", "--platform", "kubernetes", "--image", testImage, "-c", "print(2+2)")
+		run.Env = env
+		out, err := run.Output()
+		if err != nil || string(out) != "4\n" {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("airlock run --platform kubernetes: %q, %v\n%s", out, err, stderr)
+		}
+
+		cmd := exec.Command(filepath.Join(dir, "airlock"), "mcp", "--platform", "kubernetes", "--image", testImage)
+		cmd.Env = env
+		cmd.Stderr = os.Stderr
+		client := sdk.NewClient(&sdk.Implementation{Name: "cluster-test", Version: "1"}, nil)
+		cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(2+2)"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res struct {
+			ExitCode int    `json:"exit_code"`
+			Stdout   string `json:"stdout"`
+		}
+		js, _ := json.Marshal(r.StructuredContent)
+		json.Unmarshal(js, &res)
+		if r.IsError || res.ExitCode != 0 || res.Stdout != "4\n" {
+			t.Fatalf("airlock mcp --platform kubernetes, run_code: error %v, %s", r.IsError, js)
 		}
 	})
 
