@@ -56,6 +56,11 @@ type Config struct {
 	// lifetime, where the agent is the sandbox's PID 1 and nothing else holds it (the docker
 	// backend). Zero means none.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// SpareThreads are OS threads the agent starts at once and keeps idle, where its own threads
+	// count against the same process limit as the code (a container's pids limit): code that
+	// forks up to the limit must not leave the Go runtime unable to start the thread it needs
+	// for a blocking call, which is fatal. Go reuses idle threads before it creates one. 0: none.
+	SpareThreads int `json:"spareThreads,omitempty"`
 	// MaxProcesses sets RLIMIT_NPROC on the agent, inherited by every command (see pool.go). 0: none.
 	MaxProcesses int64 `json:"maxProcesses,omitempty"`
 }

@@ -55,6 +55,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		return fmt.Errorf("%w: %v", sbtypes.ErrInvalid, err)
 	}
 	defer cg.closeFiles()
+	spareThreads(cfg.SpareThreads)
 	// The spawner thread (a new OS thread, its cgroup, PrepareSpawnThread's filters) gets ready
 	// while this goroutine opens the files root and the socket; serving waits for it.
 	sp := newSpawner(&cfg)

@@ -63,6 +63,8 @@ const (
 	// minProcesses: the agent is the container's PID 1 and its threads count against the
 	// container's pids limit, which is the declared maxProcesses exactly.
 	minProcesses = 16
+	// agentSpareThreads are the idle threads the agent keeps (agent.Config.SpareThreads).
+	agentSpareThreads = 6
 	// shmBytes sizes /dev/shm, as on the local runtime.
 	shmBytes = 64 << 20
 	// maxSocketPath is sockaddr_un's limit (108 bytes with the NUL).
@@ -568,6 +570,9 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		// The agent is PID 1: at its deadline or idle timeout it returns, and the kernel
 		// kills everything else in the container (setsid escapees included).
 		Deadline: sess.ExpiresAt, IdleTimeout: r.idle,
+		// The agent's threads share the container's pids limit with the code: threads made
+		// now let it serve (wait, read, write) while code has forked up to the limit.
+		SpareThreads: agentSpareThreads,
 	}
 	if b.freezer {
 		cfg.CgroupV1Freezer, cfg.CgroupV1Memory = agentFreezer, containerMemoryV1
