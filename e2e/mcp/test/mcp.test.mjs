@@ -131,7 +131,7 @@ for (const [name, start] of Object.entries(transports)) {
     it('lists run_code with its languages and timeout cap, and the session tools', async () => {
       const { tools } = await client.listTools();
       const names = tools.map((t) => t.name).sort();
-      assert.deepEqual(names, ['run_code', 'sandbox_create', 'sandbox_exec', 'sandbox_list', 'sandbox_read_file', 'sandbox_terminate', 'sandbox_write_file']);
+      assert.deepEqual(names, ['run_code', 'sandbox_create', 'sandbox_exec', 'sandbox_fork', 'sandbox_list', 'sandbox_preview_url', 'sandbox_read_file', 'sandbox_snapshot', 'sandbox_stats', 'sandbox_terminate', 'sandbox_write_file']);
       const rc = tools.find((t) => t.name === 'run_code');
       for (const l of ['python', 'node', 'bash', 'py', 'python3', 'js', 'javascript', 'sh', 'shell']) {
         assert.ok(rc.inputSchema.properties.language.enum.includes(l), `language enum lacks ${l}`);
