@@ -100,19 +100,7 @@ func TestRunAndMCPThroughPlatform(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cs.Close()
-		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(2+2)"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res struct {
-			ExitCode int    `json:"exit_code"`
-			Stdout   string `json:"stdout"`
-		}
-		js, _ := json.Marshal(r.StructuredContent)
-		json.Unmarshal(js, &res)
-		if r.IsError || res.ExitCode != 0 || res.Stdout != "4\n" {
-			t.Fatalf("airlock mcp --platform kubernetes, run_code: error %v, %s", r.IsError, js)
-		}
+		runCodeFour(ctx, t, cs)
 	})
 
 	t.Run("mcp", func(t *testing.T) {
@@ -128,19 +116,7 @@ func TestRunAndMCPThroughPlatform(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(2+2)"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out struct {
-			ExitCode int    `json:"exit_code"`
-			Stdout   string `json:"stdout"`
-		}
-		js, _ := json.Marshal(r.StructuredContent)
-		json.Unmarshal(js, &out)
-		if r.IsError || out.ExitCode != 0 || out.Stdout != "4\n" {
-			t.Fatalf("run_code over stdio MCP: error %v, %s", r.IsError, js)
-		}
+		runCodeFour(ctx, t, cs)
 		cs.Close()
 		stop()
 		cw.Close()
@@ -148,4 +124,24 @@ func TestRunAndMCPThroughPlatform(t *testing.T) {
 			t.Errorf("mcp server: %v", err)
 		}
 	})
+}
+
+// runCodeFour calls run_code with print(2+2) over an MCP session and wants 4 on stdout.
+func runCodeFour(ctx context.Context, t *testing.T, cs *sdk.ClientSession) {
+	t.Helper()
+	r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(2+2)"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	js, _ := json.Marshal(r.StructuredContent)
+	if err := json.Unmarshal(js, &out); err != nil {
+		t.Fatalf("run_code result %s: %v", js, err)
+	}
+	if r.IsError || out.ExitCode != 0 || out.Stdout != "4\n" {
+		t.Fatalf("run_code over stdio MCP: error %v, %s", r.IsError, js)
+	}
 }
