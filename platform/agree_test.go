@@ -93,7 +93,9 @@ func TestPlanAgreesWithCreate(t *testing.T) {
 				fromCreate := needs(plan.CheckSandbox(sb, set))
 				// Rules of a platform other than capabilities (gcp.requiresHost, kubernetes.*)
 				// are plan's: a backend's Create of one sandbox has no stack to check them in.
-				fromCreate = slices.DeleteFunc(fromCreate, func(n string) bool { return !slices.Contains(capability.Names, capability.Name(n)) && !strings.HasPrefix(n, "bound.") })
+				fromCreate = slices.DeleteFunc(fromCreate, func(n string) bool {
+					return !slices.Contains(capability.Names, capability.Name(n)) && !strings.HasPrefix(n, "bound.")
+				})
 				if !slices.Equal(fromPlan, fromCreate) {
 					t.Errorf("%s on %s, sandbox %s: plan refuses %v, Create's check %v", filepath.Base(f), p, sb.ID, fromPlan, fromCreate)
 				}
