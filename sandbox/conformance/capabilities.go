@@ -205,23 +205,26 @@ func (s *suite) waitGone(id string, what string) {
 	}
 }
 
-// lifetime: a sandbox declared to live 2 s is gone soon after, with nothing talking to it.
+// lifetime: a sandbox declared to live 10 s is gone soon after, with nothing talking to it.
+// Not shorter: the clock runs from the create, and a create on a slow machine (the cgroup v2
+// VM, under emulation) took over 2 s, so a shorter life ended before the agent first answered.
 func (s *suite) lifetime() {
 	d := s.decl("conf-life")
-	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(2)), ptr(int64(2))
+	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(10)), ptr(int64(10))
 	sess := s.create(d)
-	if life := sess.ExpiresAt.Sub(sess.CreatedAt); life <= 0 || life > 3*time.Second {
-		s.t.Errorf("session expires at %v, created %v: want 2s later", sess.ExpiresAt, sess.CreatedAt)
+	if life := sess.ExpiresAt.Sub(sess.CreatedAt); life <= 0 || life > 11*time.Second {
+		s.t.Errorf("session expires at %v, created %v: want 10s later", sess.ExpiresAt, sess.CreatedAt)
 	}
-	s.waitGone(sess.ID, "the 2s lifetime")
+	s.waitGone(sess.ID, "the 10s lifetime")
 }
 
-// idle: a sandbox with a 1 s idle timeout (and an hour to live) ends once nothing is active.
+// idle: a sandbox with a 5 s idle timeout (and an hour to live) ends once nothing is active.
+// 5 s for the same reason as lifetime's 10: the idle clock may start before the create returns.
 func (s *suite) idle() {
 	d := s.decl("conf-idle")
-	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(3600)), ptr(int64(1))
+	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(3600)), ptr(int64(5))
 	sess := s.create(d)
-	s.waitGone(sess.ID, "the 1s idle timeout")
+	s.waitGone(sess.ID, "the 5s idle timeout")
 }
 
 // stdin: the command reads what the caller streams.
