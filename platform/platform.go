@@ -57,6 +57,9 @@ type DockerConfig struct {
 	Host string `json:"host,omitempty"`
 	// StateDir is the docker backend's state directory (default docker.DefaultStateDir).
 	StateDir string `json:"stateDir,omitempty"`
+	// OpenNetwork is the engine network a sandbox with egress open joins (default the
+	// engine's own: bridge, or podman's podman).
+	OpenNetwork string `json:"openNetwork,omitempty"`
 }
 
 // Choice is the platform Open constructed, and why.
@@ -227,7 +230,7 @@ func Local(ctx context.Context, c LocalConfig, log *slog.Logger) (*local.Backend
 
 // openDocker connects to a docker-compatible engine.
 func openDocker(ctx context.Context, c Config) (Backend, string, error) {
-	db, err := docker.New(ctx, docker.Options{StateDir: c.Docker.StateDir, Engine: c.Docker.Engine, Host: c.Docker.Host, Logger: c.Logger})
+	db, err := docker.New(ctx, docker.Options{StateDir: c.Docker.StateDir, Engine: c.Docker.Engine, Host: c.Docker.Host, OpenNetwork: c.Docker.OpenNetwork, Logger: c.Logger})
 	if err != nil {
 		return nil, "", err
 	}

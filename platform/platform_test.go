@@ -59,7 +59,7 @@ func writeConfig(t *testing.T, text string) string {
 }
 
 func TestSettingsPrecedence(t *testing.T) {
-	file := writeConfig(t, "platform: docker\ndocker:\n  engine: podman\n  stateDir: /run/x\nkubernetes:\n  brokerURL: http://broker\n  namespace: apps\n")
+	file := writeConfig(t, "platform: docker\ndocker:\n  engine: podman\n  stateDir: /run/x\n  openNetwork: airlock-open\nkubernetes:\n  brokerURL: http://broker\n  namespace: apps\n")
 	for _, tc := range []struct {
 		name       string
 		flag       string
@@ -91,7 +91,7 @@ func TestSettingsPrecedence(t *testing.T) {
 				t.Errorf("platform %q from %q; want %q from %q", c.Platform, c.From, tc.want, tc.from)
 			}
 			if tc.config != "" {
-				wantD := DockerConfig{Engine: "podman", StateDir: "/run/x"}
+				wantD := DockerConfig{Engine: "podman", StateDir: "/run/x", OpenNetwork: "airlock-open"}
 				wantK := KubernetesConfig{BrokerURL: "http://broker", Namespace: "apps"}
 				if c.Docker != wantD || c.Kubernetes != wantK {
 					t.Errorf("file settings %+v %+v; want %+v %+v", c.Docker, c.Kubernetes, wantD, wantK)
