@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -316,37 +315,15 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if err != nil {
 		return sessionInfo{}, "", fmt.Errorf("creating the sandbox: %w", err)
 	}
-	cleanup := func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := s.backend.Terminate(tctx, sess.ID); err != nil {
-			s.log.Error("terminating a sandbox that could not be registered failed", "session", sess.ID, "err", err)
-		}
-	}
-	agent, err := s.backend.Connect(ctx, sess.ID)
-	if err != nil {
-		cleanup()
-		return sessionInfo{}, "", fmt.Errorf("connecting to the sandbox: %w", err)
-	}
-	expires := sess.CreatedAt.Add(time.Duration(life) * time.Second)
-	if !sess.ExpiresAt.IsZero() {
-		expires = sess.ExpiresAt
-	}
-	se := &session{agent: agent, info: sessionInfo{
-		SessionID: sess.ID, SandboxID: decl.ID, Workdir: decl.Workdir, Network: in.Network,
-		Memory: string(mem), CPU: string(cpu), MaxProcesses: procs,
-		CreatedAt: sess.CreatedAt.UTC().Format(time.RFC3339), ExpiresAt: expires.UTC().Format(time.RFC3339),
+	// A backend that publishes no expiry ends the session at its declared lifetime.
+	se, err := s.adopt(ctx, sess, sessionInfo{
+		Workdir: decl.Workdir, Network: in.Network, Memory: string(mem), CPU: string(cpu), MaxProcesses: procs,
+		ExpiresAt:    sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339),
 		PreviewPorts: in.PreviewPorts,
-	}}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		agent.Close()
-		cleanup()
-		return sessionInfo{}, "", errors.New("the airlock MCP server is shutting down")
+	})
+	if err != nil {
+		return sessionInfo{}, "", err
 	}
-	s.sessions[sess.ID] = se
-	s.mu.Unlock()
 	s.log.Info("sandbox session created", "session", sess.ID, "sandbox", decl.ID)
 
 	network := "no network"
