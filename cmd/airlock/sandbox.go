@@ -291,11 +291,7 @@ func newSandboxLsCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 				return daemonError(err)
 			}
 			if g.Output == cli.OutputJSON {
-				out := make([]sandbox.Session, len(sbs))
-				for i, sb := range sbs {
-					out[i] = sb.Session
-				}
-				return printJSON(cmd.OutOrStdout(), out)
+				return printJSON(cmd.OutOrStdout(), sessions(sbs))
 			}
 			rows := [][]string{{"SESSION", "SANDBOX", "STATE", "AGE", "EXPIRES", "LABELS"}}
 			now := time.Now()
@@ -592,4 +588,13 @@ execute (exec, files, processes) or manage (pause, resume, terminate), until it 
 	cmd.Flags().StringVar(&class, "class", string(token.Execute), "execute or manage")
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default the daemon's, 10m; at most its --max-token-ttl)")
 	return cmd
+}
+
+// sessions are the sandboxes' sessions, as -o json prints them.
+func sessions(sbs []*client.Sandbox) []sandbox.Session {
+	out := make([]sandbox.Session, len(sbs))
+	for i, sb := range sbs {
+		out[i] = sb.Session
+	}
+	return out
 }

@@ -228,11 +228,7 @@ The snapshot stays (each new session's spec.image.snapshot names it) until
 				return daemonError(err)
 			}
 			if g.Output == cli.OutputJSON {
-				out := make([]sandbox.Session, len(kids))
-				for i, k := range kids {
-					out[i] = k.Session
-				}
-				return printJSON(cmd.OutOrStdout(), out)
+				return printJSON(cmd.OutOrStdout(), sessions(kids))
 			}
 			for _, k := range kids {
 				fmt.Fprintln(cmd.OutOrStdout(), k.ID)
