@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -24,7 +25,7 @@ import (
 type Options struct {
 	// Decl returns the declaration to create for a test, before defaults: at least an image
 	// the backend can start with sh, echo, sleep, pwd, cat, test, head, tail, cut, tr, sort,
-	// wc and python3. ApplyDefaults is called on the result. Its image kind and runtime are
+	// wc and python3. plan.Defaults is applied to the result. Its image kind and runtime are
 	// what the walk counts as exercised for those capabilities.
 	Decl func(id string) spec.Sandbox
 	// OpTimeout bounds each backend call (default 2 minutes).
@@ -194,10 +195,10 @@ func (s *suite) ctx() context.Context {
 	return ctx
 }
 
+// decl is the declaration a caller gives Create: airlock's defaults where the platform holds
+// them, its own values where it publishes them (plan.Defaults, as the daemon and run_code do).
 func (s *suite) decl(id string) spec.Sandbox {
-	d := s.opts.Decl(id)
-	d.ApplyDefaults()
-	return d
+	return plan.Defaults(s.b.Platform(), s.b.Capabilities(s.ctx()), s.opts.Decl(id))
 }
 
 // create starts a sandbox and registers its termination.
