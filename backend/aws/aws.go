@@ -373,7 +373,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 // restores).
 func (b *Backend) waitServable(ctx context.Context, id, sandboxID string) error {
 	var last error
-	for delay := 100 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+	for delay := 50 * time.Millisecond; ; delay = min(delay*2, 500*time.Millisecond) {
 		m, err := b.api.Get(ctx, id)
 		switch {
 		case err == nil && (m.State == StateTerminating || m.State == StateTerminated):

@@ -63,6 +63,8 @@ type Fault struct {
 	Message    string
 	Body       string // raw body, instead of {"message": Message}
 	RetryAfter int    // seconds, as Retry-After and retryAfterSeconds
+	// AfterWork answers the fault after the operation did its work (an answer lost on the way).
+	AfterWork bool
 }
 
 // Server is the fake service.
@@ -140,6 +142,21 @@ func (s *Server) Inject(op string, f ...Fault) {
 	s.faults[op] = append(s.faults[op], f...)
 }
 
+// Tune changes the knobs (RestoreFailures, TerminatingGets, StartDelayGets, Images,
+// Connectors) while the service runs; MicroVMs take them when they are run.
+func (s *Server) Tune(fn func(s *Server)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s)
+}
+
+// ClearFaults drops every fault still queued.
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.faults)
+}
+
 // Calls is how many requests an operation has received (faults included).
 func (s *Server) Calls(op string) int {
 	s.mu.Lock()
@@ -159,6 +176,13 @@ func (s *Server) Running() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// MicroVMs is how many MicroVMs RunMicrovm has made.
+func (s *Server) MicroVMs() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.vms)
 }
 
 // State is a MicroVM's true state ("" when unknown).
@@ -320,12 +344,16 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.calls[op]++
+	var lost *Fault
 	if q := s.faults[op]; len(q) > 0 {
 		f := q[0]
 		s.faults[op] = q[1:]
-		s.mu.Unlock()
-		writeErr(w, f)
-		return
+		if !f.AfterWork {
+			s.mu.Unlock()
+			writeErr(w, f)
+			return
+		}
+		lost = &f
 	}
 	s.mu.Unlock()
 	var id string
@@ -349,6 +377,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		out, f = s.authToken(id, body)
 	case "ListMicrovms":
 		out, f = s.list(r.URL.Query())
+	}
+	if f == nil {
+		f = lost
 	}
 	if f != nil {
 		writeErr(w, *f)
@@ -387,6 +418,8 @@ func (s *Server) run(body []byte) (any, *Fault) {
 	if err := dec.Decode(&req); err != nil {
 		return nil, bad("body: %v", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !strings.HasPrefix(req.ImageIdentifier, "arn:") {
 		return nil, bad("Malformed ARN - doesn't start with 'arn:'")
 	}
@@ -433,8 +466,6 @@ func (s *Server) run(body []byte) (any, *Fault) {
 	if err != nil {
 		return nil, bad("%v", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.stopped {
 		f := errf(500, awsb.TypeInternal, "stopped")
 		return nil, &f
