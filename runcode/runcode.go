@@ -159,6 +159,20 @@ func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
 	if !set.Has(capability.IdleTimeout) {
 		decl.Session.IdleTimeoutSeconds = nil
 	}
+	// The run's size is a safety net too: a platform that sizes a sandbox itself (a MicroVM's
+	// memory tier) gives its own size instead, and its labels go where it keeps none.
+	_, ownCPU := set.PlatformValues[capability.PropCPU]
+	_, ownMemory := set.PlatformValues[capability.PropMemory]
+	_, ownProcs := set.PlatformValues[capability.PropMaxProcesses]
+	if !set.Has(capability.EnforcedLimits) && ownCPU && ownMemory {
+		decl.Limits.CPU, decl.Limits.Memory = "", ""
+	}
+	if !set.Has(capability.ProcessLimit) && ownProcs {
+		decl.Limits.MaxProcesses = nil
+	}
+	if !set.Has(capability.Labels) {
+		decl.Labels = nil
+	}
 	return decl
 }
 
@@ -284,7 +298,9 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	if err := Check(ctx, backend, decl, req.Network); err != nil {
 		return Result{}, nil, err
 	}
-	decl.ApplyDefaults()
+	// The platform's own values stay undeclared (plan.Defaults), so Create sizes the sandbox
+	// as plan said it would.
+	decl = plan.Defaults(backend.Platform(), backend.Capabilities(ctx), decl)
 	sess, pooled, pre, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
 		return Result{}, nil, err
