@@ -419,6 +419,8 @@ func copyFile(t *testing.T, from, to string) {
 // it came from.
 func TestPlatformRefusals(t *testing.T) {
 	t.Setenv(platform.EnvConfig, writeConfigFile(t, ""))
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
 	t.Setenv(platform.EnvPlatform, "")
 	sock := filepath.Join(t.TempDir(), "a.sock")
 	stack, err := filepath.Abs("../../examples/python-tool.yaml")
@@ -432,8 +434,9 @@ func TestPlatformRefusals(t *testing.T) {
 		code   int
 		stderr []string
 	}{
-		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
-			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
+		{server: true, args: []string{"serve", "--platform", "azure", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
+			stderr: []string{"platform azure", "binding not built yet (issue 22)", "'airlock plan --platform azure'"}},
+		{env: "aws", args: []string{"run", "-c", "1"}, code: exitRunFailed, stderr: []string{"aws.region is not set"}},
 		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"binding not built yet (issue 23)"}},
 		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
 		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"binding not built yet (issue 22)"}},
