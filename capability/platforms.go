@@ -143,7 +143,7 @@ var designs = sync.OnceValue(func() map[Platform]design {
 		// execution role, so the instance metadata service (169.254.169.254, which no connector
 		// governs) holds no credentials.
 		AWS: {unsupported: map[Name]string{
-			Preview:             "the aws binding does not mint preview tokens yet (CreateMicrovmAuthToken scoped to one declared port)",
+			Preview:             "a MicroVM's endpoint takes its credential only as request headers (X-aws-proxy-auth from CreateMicrovmAuthToken), which a browser opening a preview URL cannot send",
 			Snapshot:            "Lambda MicroVMs have no snapshot of a running MicroVM that can start another (their snapshots are the image's)",
 			Stats:               "the MicroVM API reports no resource usage of a running MicroVM",
 			LiveEgress:          "a MicroVM's network connectors are fixed when it is run: neither suspend nor resume changes them",

@@ -79,7 +79,7 @@ func TestPublishedFacts(t *testing.T) {
 		{AWS, LiveEgress, false, "fixed when it is run"},
 		{AWS, SessionLifetime, true, ""},
 		{AWS, SuspendResume, true, ""},
-		{AWS, Preview, false, "preview tokens"},
+		{AWS, Preview, false, "request headers"},
 		{AWS, IdleTimeout, false, "inbound traffic"},
 		{AWS, BackgroundProcesses, false, "process group"},
 		{AWS, GVisor, false, "Firecracker"},

@@ -9,7 +9,7 @@ import "github.com/airlock-sandbox/airlock/capability"
 // is configured: see Backend.Capabilities); the lifetime (maximumDurationInSeconds, at most
 // 28800 s); images by reference (the reference the configured MicroVM image was built from).
 var unsupported = map[capability.Name]string{
-	capability.Preview:           "the aws binding does not mint preview tokens yet (CreateMicrovmAuthToken scoped to one declared port)",
+	capability.Preview:           "a MicroVM's endpoint takes its credential only as request headers (X-aws-proxy-auth from CreateMicrovmAuthToken), which a browser opening a preview URL cannot send",
 	capability.Snapshot:          "Lambda MicroVMs have no snapshot of a running MicroVM that can start another (their snapshots are the image's)",
 	capability.Stats:             "the MicroVM API reports no resource usage of a running MicroVM",
 	capability.LiveEgress:        "a MicroVM's network connectors are fixed when it is run: neither suspend nor resume changes them",
