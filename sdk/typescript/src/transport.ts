@@ -110,9 +110,10 @@ export class Transport {
       );
       req.on('error', (err) => reject(transportError(what, !!opts.mutating, sent, err, opts.signal)));
       req.on('socket', (s) => {
-        // A reused keep-alive socket is connected already; a new one once it connects.
-        if (!s.connecting) sent = true;
-        else s.once('connect', () => (sent = true));
+        // A reused keep-alive socket is connected already; a new one once it connects (a TLS
+        // one once its handshake is done: a refused certificate means nothing was sent).
+        if (req.reusedSocket) sent = true;
+        else s.once(this.#module === https ? 'secureConnect' : 'connect', () => (sent = true));
       });
       if (opts.head !== undefined) req.write(opts.head);
       const body = opts.body;
