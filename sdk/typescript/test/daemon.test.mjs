@@ -384,3 +384,30 @@ describe('capabilities and plan through the CLI', () => {
     }
   });
 });
+
+describe('the npm package', () => {
+  it('npm pack produces a package whose README examples run as written', async () => {
+    const pkgDir = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+    const dest = path.join(work, 'pack');
+    const proj = path.join(work, 'project');
+    execFileSync('mkdir', ['-p', dest, proj]);
+    const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', dest], { cwd: pkgDir, encoding: 'utf8' }));
+    const files = packed[0].files.map((f) => f.path);
+    assert.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts') && files.includes('README.md'), files.join(' '));
+    assert.ok(!files.some((f) => f.startsWith('src/') || f.startsWith('test/')), files.join(' '));
+    writeFileSync(path.join(proj, 'package.json'), JSON.stringify({ name: 'readme-example', private: true, type: 'module' }));
+    execFileSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', path.join(dest, packed[0].filename)], { cwd: proj, stdio: 'pipe' });
+
+    const readme = readFileSync(path.join(pkgDir, 'README.md'), 'utf8');
+    const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+    assert.equal(blocks.length, 2, 'the README has its two examples');
+    const env = { ...process.env, AIRLOCK_SOCKET: socket, AIRLOCK_BIN: bin, AIRLOCK_URL: '', AIRLOCK_API_KEY: '', AIRLOCK_TOKEN: '' };
+    const outputs = blocks.map((code, i) => {
+      writeFileSync(path.join(proj, `example${i}.mjs`), code);
+      return execFileSync(process.execPath, [`example${i}.mjs`], { cwd: proj, env, encoding: 'utf8' });
+    });
+    assert.equal(outputs[0], '42\nexit 0\n6 /workspace/data.txt\n');
+    assert.match(outputs[1], /^problems: 0\naws cannot allow by domain: sandboxes\[0\]\.egress\.mode\n/);
+    assert.match(outputs[1], /apiVersion: airlock.dev\/v1alpha1\nkind: Stack\nsandboxes:\n  - id: py\n/);
+  });
+});
