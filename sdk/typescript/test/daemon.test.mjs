@@ -409,5 +409,11 @@ describe('the npm package', () => {
     assert.equal(outputs[0], '42\nexit 0\n6 /workspace/data.txt\n');
     assert.match(outputs[1], /^problems: 0\naws cannot allow by domain: sandboxes\[0\]\.egress\.mode\n/);
     assert.match(outputs[1], /apiVersion: airlock.dev\/v1alpha1\nkind: Stack\nsandboxes:\n  - id: py\n/);
+
+    // The repository README's TypeScript example, too.
+    const top = [...readFileSync(path.join(pkgDir, '../../README.md'), 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+    assert.equal(top.length, 1, "the repository README's TypeScript example");
+    writeFileSync(path.join(proj, 'top.mjs'), top[0]);
+    assert.equal(execFileSync(process.execPath, ['top.mjs'], { cwd: proj, env, encoding: 'utf8' }), '42\n');
   });
 });
