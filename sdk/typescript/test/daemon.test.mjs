@@ -175,6 +175,22 @@ describe('airlock serve from TypeScript', () => {
     }
     assert.equal(alive, false, `process ${pid} survived the abort`);
 
+    // Leaving the loop early does the same.
+    let pid2 = '';
+    for await (const f of sb.exec({ shell: 'echo $$; exec sleep 600' })) {
+      if (f.kind === 'output') {
+        pid2 = f.data.toString().trim();
+        break;
+      }
+    }
+    assert.match(pid2, /^\d+$/);
+    alive = true;
+    for (let i = 0; i < 600 && alive; i++) {
+      alive = (await sb.run(`kill -0 ${pid2} 2>/dev/null`)).exitCode === 0;
+      if (alive) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(alive, false, `process ${pid2} survived the loop's end`);
+
     await sb.terminate();
     await sb.terminate(); // idempotent
     await assert.rejects(c.get(sb.id), sdk.NotFoundError);
