@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 
 import type { components } from './gen/api.js';
 import type { Egress, Sandbox as Declaration } from './gen/declaration.js';
-import { errorFromBody, InvalidError, OutcomeUnknownError, UnreachableError } from './errors.js';
+import { AirlockError, errorFromBody, OutcomeUnknownError } from './errors.js';
 import { type Body, type ClientOptions, readAll, Transport, transportError } from './transport.js';
 
 type S = components['schemas'];
@@ -439,7 +439,7 @@ async function* events(res: IncomingMessage, what: string, signal?: AbortSignal)
       }
     }
   } catch (err) {
-    if (err instanceof Error && 'code' in err && typeof (err as { status?: unknown }).status === 'number') throw err;
+    if (err instanceof AirlockError) throw err;
     throw transportError(what, true, true, err, signal);
   } finally {
     if (!done) res.destroy();
