@@ -329,12 +329,13 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if err != nil {
 		return nil, err
 	}
-	// The idle policy is turned off: the idle time is the lifetime (the floor is 60 s), and a
-	// suspended MicroVM resumes on traffic.
+	// The idle policy is turned off: the idle time is the lifetime (the floor is 60 s), which
+	// ends the MicroVM first. No auto-resume: a paused sandbox stays paused until Resume, not
+	// until the next request reaches its endpoint.
 	idle := max(int64(r.lifetime/time.Second), 60)
 	req := RunRequest{
 		ImageIdentifier: b.cfg.Image, ImageVersion: b.cfg.ImageVersion, ClientToken: tok,
-		IdlePolicy:               &IdlePolicy{MaxIdleDurationSeconds: idle, SuspendedDurationSeconds: idle, AutoResumeEnabled: true},
+		IdlePolicy:               &IdlePolicy{MaxIdleDurationSeconds: idle, SuspendedDurationSeconds: idle, AutoResumeEnabled: false},
 		MaximumDurationInSeconds: int64(r.lifetime / time.Second),
 		RunHookPayload:           payload,
 	}

@@ -754,6 +754,19 @@ func portAllowed(ports []awsb.AllowedPort, port int) bool {
 func (s *Server) proxy(id string, w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	v := s.vms[id]
+	if v != nil && v.m.State == awsb.StateSuspended && v.m.IdlePolicy != nil && v.m.IdlePolicy.AutoResumeEnabled {
+		// Traffic resumes a MicroVM whose idle policy says so.
+		g := v.guest
+		s.mu.Unlock()
+		if err := g.Resume(r.Context()); err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		s.mu.Lock()
+		if v.m.State == awsb.StateSuspended {
+			v.m.State = awsb.StateRunning
+		}
+	}
 	if v == nil || v.m.State != awsb.StateRunning || v.guest == nil {
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusBadGateway)
