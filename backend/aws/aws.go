@@ -553,9 +553,9 @@ func stateOf(s string) sandbox.State {
 	return sandbox.StateRunning
 }
 
-// session builds a Session from the API's view and what this process knows; a MicroVM this
-// process did not create is asked its sandbox id through its agent.
-func (b *Backend) session(ctx context.Context, m *Microvm) (*sandbox.Session, error) {
+// session builds a Session from the API's view and what this process knows; with ask, a
+// running MicroVM this process did not create is asked its sandbox id through its agent.
+func (b *Backend) session(ctx context.Context, m *Microvm, ask bool) (*sandbox.Session, error) {
 	b.mu.Lock()
 	k := b.sessions[m.MicrovmID]
 	var cp known
@@ -574,7 +574,7 @@ func (b *Backend) session(ctx context.Context, m *Microvm) (*sandbox.Session, er
 		s.SandboxID, s.Spec, s.Labels, s.CreatedAt, s.ExpiresAt = cp.sandboxID, cp.spec, cp.spec.Labels, cp.created, cp.expires
 		return s, nil
 	}
-	if ctx == nil || s.State != sandbox.StateRunning {
+	if !ask || s.State != sandbox.StateRunning {
 		return s, nil
 	}
 	sid, err := b.askSandboxID(ctx, m)
@@ -597,11 +597,12 @@ func (b *Backend) askSandboxID(ctx context.Context, m *Microvm) (string, error) 
 	if m.Endpoint != "" {
 		b.setEndpoint(m.MicrovmID, m.Endpoint)
 	}
-	// Health needs no capability token; any sandbox id derives a key.
-	a, err := b.agentClient(ctx, m.MicrovmID, "health")
+	// Health needs no capability token.
+	h0, ep, err := b.proxyHeaders(ctx, m.MicrovmID)
 	if err != nil {
 		return "", err
 	}
+	a := client.NewHTTP(endpointURL(ep), &http.Client{Transport: &proxyTransport{base: b.agentHC.Transport, headers: h0}}, func() string { return "" })
 	defer a.Close()
 	h, err := a.Health(ctx)
 	if err != nil {
@@ -621,7 +622,7 @@ func (b *Backend) Get(ctx context.Context, id string) (*sandbox.Session, error) 
 	if err != nil {
 		return nil, err
 	}
-	return b.session(ctx, m)
+	return b.session(ctx, m, true)
 }
 
 // List is every live MicroVM of the configured image (ListMicrovms: an account-wide grant).
@@ -635,7 +636,7 @@ func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
 		if it.State == StateTerminating || it.State == StateTerminated || (it.ImageArn != "" && it.ImageArn != b.cfg.Image) {
 			continue
 		}
-		s, err := b.session(nil, &Microvm{MicrovmID: it.MicrovmID, State: it.State, ImageArn: it.ImageArn, StartedAt: it.StartedAt})
+		s, err := b.session(ctx, &Microvm{MicrovmID: it.MicrovmID, State: it.State, ImageArn: it.ImageArn, StartedAt: it.StartedAt}, false)
 		if err != nil {
 			return nil, err
 		}
