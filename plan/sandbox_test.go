@@ -81,3 +81,22 @@ func TestCheckSandbox(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSandboxGCPHostedByCreator: one gcp sandbox alone (a backend's Create, inside the
+// workload that runs it) is hosted by its creator; only a stack must say which workload hosts
+// it (gcp.requiresHost is Check's).
+func TestCheckSandboxGCPHostedByCreator(t *testing.T) {
+	set, err := capability.For(capability.GCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Host: true}}
+	if err := plan.CheckSandbox(d, set); err != nil {
+		t.Fatalf("CheckSandbox without hostedBy: %v", err)
+	}
+	st := &spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{d}}
+	res := plan.Check(st, capability.GCP, set)
+	if len(res.Refusals) != 1 || res.Refusals[0].Rule != plan.RuleGCPRequiresHost {
+		t.Fatalf("Check of the same sandbox in a stack: %v, want only %s", res.Refusals, plan.RuleGCPRequiresHost)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/gcp"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -76,6 +77,8 @@ func Published(p capability.Platform) (capability.Set, error) {
 		return docker.Published(), nil
 	case capability.Kubernetes:
 		return publishedKubernetes(), nil
+	case capability.GCP:
+		return gcp.Published(), nil
 	}
 	return capability.For(p)
 }

@@ -432,3 +432,9 @@ func newName() (string, error) {
 	}
 	return "airlock-" + hex.EncodeToString(r[:]), nil
 }
+
+// Launcher is the launcher CLI this backend drives.
+func (b *Backend) Launcher() string { return b.launcher }
+
+// Close releases nothing: sandboxes live on until deleted or their instance ends.
+func (b *Backend) Close() error { return nil }
