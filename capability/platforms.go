@@ -202,9 +202,11 @@ var designs = sync.OnceValue(func() map[Platform]design {
 
 		// Cloud Run sandboxes (issue 23): nested gVisor sandboxes started by the launcher CLI
 		// inside the Cloud Run instance of the workload that hosts them (Sandbox.HostedBy), with
-		// our agent inside (backend/gcp publishes this set, and its Create checks it). The root is the hosting container's own image, read-only (image: host);
-		// no network unless --allow-egress (deny holds, open is the flag); no per-sandbox cpu,
-		// memory, disk or process limit, no lifetime, no list.
+		// our agent inside (backend/gcp publishes this set, and its Create checks it). The root
+		// is the hosting container's own image, read-only (image: host); no network unless
+		// --allow-egress (deny holds, open is the flag); no per-sandbox cpu, memory, disk or
+		// process limit, no lifetime, no list. Labels are the binding's: it keeps them with the
+		// session it holds (the launcher takes none).
 		GCP: {unsupported: map[Name]string{
 			BackgroundProcesses: "inside a Cloud Run sandbox the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the sandbox is deleted",
 			Reconnect:           "sandbox ids live in one Cloud Run instance and the launcher cannot list them: a caller routed to another instance cannot reattach",
@@ -220,7 +222,6 @@ var designs = sync.OnceValue(func() map[Platform]design {
 			DiskLimit:           "a sandbox writes only /tmp, in the instance's memory, with no size of its own",
 			SessionLifetime:     "the launcher has no lifetime: a sandbox lives until it is deleted or its instance ends",
 			IdleTimeout:         "the launcher has no idle timeout",
-			Labels:              "the launcher takes no labels",
 			ImageRef:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host and put what it needs in the workload's image",
 			ImageOCI:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
 			ImageDir:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host",

@@ -169,6 +169,18 @@ func (r Result) Err() error {
 // capability of its own is an idle timeout no shorter than an enforced lifetime. st is not
 // modified.
 func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Result {
+	return check(st, platform, set, false)
+}
+
+// CheckCreate is Check of one sandbox this process is about to create (airlock run, the
+// daemon's and MCP's creates): a stack of it alone, without the rules only a stack answers.
+// A gcp sandbox created from inside its workload is hosted by its creator, so it needs no
+// hostedBy (gcp.requiresHost is a stack file's rule).
+func CheckCreate(decl spec.Sandbox, platform capability.Platform, set capability.Set) Result {
+	return check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, set, true)
+}
+
+func check(st *spec.Stack, platform capability.Platform, set capability.Set, alone bool) Result {
 	if st == nil {
 		st = &spec.Stack{}
 	}
@@ -190,7 +202,11 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 
 	if known {
 		for i := range st.Sandboxes {
-			c := checkSandbox(platform, set, st, i, st.Sandboxes[i])
+			in := st
+			if alone {
+				in = nil
+			}
+			c := checkSandbox(platform, set, in, i, st.Sandboxes[i])
 			items = append(items, c.items...)
 			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
 		}

@@ -148,11 +148,18 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 	}
 }
 
-// undeclareUnenforced leaves a run's lifetime and idle timeout undeclared (the platform's own)
-// where set does not enforce them: they are the run's safety net, not the caller's ask, under
-// the run's own deadline (enforced by the agent) and its termination when it ends. A run would
-// otherwise be refused on a platform (docker) for bounds nobody asked for.
+// undeclareUnenforced leaves a run's lifetime, idle timeout and limits undeclared (the
+// platform's own) where set does not enforce them: they are the run's safety net, not the
+// caller's ask, under the run's own deadline (enforced by the agent) and its termination when
+// it ends. A run would otherwise be refused on a platform (docker; gcp, whose sandboxes share
+// their instance's cpu and memory) for bounds nobody asked for.
 func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
+	if !set.Has(capability.EnforcedLimits) {
+		decl.Limits.CPU, decl.Limits.Memory = "", ""
+	}
+	if !set.Has(capability.ProcessLimit) {
+		decl.Limits.MaxProcesses = nil
+	}
 	if !set.Has(capability.SessionLifetime) {
 		decl.Session.MaxLifetimeSeconds = nil
 	}
@@ -219,7 +226,7 @@ func (e *RefusedError) Unwrap() []error {
 // plan.Check itself knows the lifetime ends the sandbox first.)
 func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, network bool) error {
 	set := backend.Capabilities(ctx)
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, backend.Platform(), set)
+	res := plan.CheckCreate(decl, backend.Platform(), set)
 	if len(res.Refusals) == 0 {
 		return nil
 	}

@@ -363,7 +363,7 @@ func TestRunDetachedNoSandbox(t *testing.T) {
 	}
 }
 
-// A run's lifetime and idle timeout are declared only where the platform enforces them.
+// A run's lifetime, idle timeout and limits are declared only where the platform enforces them.
 func TestUndeclareUnenforced(t *testing.T) {
 	d := Declaration(Request{Language: "python", Code: "1", TimeoutSeconds: 10}, Options{})
 	set := func(has ...capability.Name) capability.Set {
@@ -374,14 +374,19 @@ func TestUndeclareUnenforced(t *testing.T) {
 		return s
 	}
 	for _, tc := range []struct {
-		set        capability.Set
-		life, idle bool
+		set               capability.Set
+		life, idle        bool
+		cpuMem, processes bool
 	}{
-		{set(capability.SessionLifetime, capability.IdleTimeout), true, true},
-		{set(capability.SessionLifetime), true, false},
-		{set(), false, false},
+		{set(capability.SessionLifetime, capability.IdleTimeout, capability.EnforcedLimits, capability.ProcessLimit), true, true, true, true},
+		{set(capability.SessionLifetime, capability.EnforcedLimits), true, false, true, false},
+		{set(capability.ProcessLimit), false, false, false, true},
+		{set(), false, false, false, false},
 	} {
 		got := undeclareUnenforced(d, tc.set)
+		if (got.Limits.CPU != "") != tc.cpuMem || (got.Limits.Memory != "") != tc.cpuMem || (got.Limits.MaxProcesses != nil) != tc.processes {
+			t.Errorf("set %v: limits %+v; want cpu and memory declared %v, processes %v", tc.set.Entries, got.Limits, tc.cpuMem, tc.processes)
+		}
 		if (got.Session.MaxLifetimeSeconds != nil) != tc.life || (got.Session.IdleTimeoutSeconds != nil) != tc.idle {
 			t.Errorf("set %v: lifetime declared %v, idle declared %v; want %v %v", tc.set.Entries, got.Session.MaxLifetimeSeconds != nil, got.Session.IdleTimeoutSeconds != nil, tc.life, tc.idle)
 		}
@@ -389,7 +394,7 @@ func TestUndeclareUnenforced(t *testing.T) {
 			t.Errorf("lifetime changed: %d", *got.Session.MaxLifetimeSeconds)
 		}
 	}
-	if d.Session.MaxLifetimeSeconds == nil || d.Session.IdleTimeoutSeconds == nil {
+	if d.Session.MaxLifetimeSeconds == nil || d.Session.IdleTimeoutSeconds == nil || d.Limits.CPU == "" || d.Limits.MaxProcesses == nil {
 		t.Error("the declaration itself was changed")
 	}
 }

@@ -138,7 +138,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	platform := s.backend.Platform()
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, s.backend.Capabilities(ctx))
+	res := plan.CheckCreate(decl, platform, s.backend.Capabilities(ctx))
 	if res.Refused() {
 		problems := problemsOfRefusals(res.Refusals)
 		msgs := make([]string, len(problems))
