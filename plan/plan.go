@@ -279,14 +279,14 @@ func fromFieldError(fe *spec.FieldError) item {
 // checker collects the capability and bound refusals of one sandbox, and what its undeclared
 // properties become.
 type checker struct {
-	platform   capability.Platform
-	set        capability.Set
-	index      int
-	declared   spec.Sandbox // as written
-	sb         spec.Sandbox // after defaults
+	platform capability.Platform
+	set      capability.Set
+	index    int
+	declared spec.Sandbox // as written
+	sb       spec.Sandbox // after defaults
 	// stack holds the sandbox (nil for one sandbox alone: a backend's Create, Defaults), for
 	// the rules only a stack can answer (gcp.requiresHost).
-	stack *spec.Stack
+	stack      *spec.Stack
 	items      []item
 	undeclared []Value
 }
