@@ -63,8 +63,10 @@ func create(t *testing.T, b *Backend, id string) (*sandbox.Session, sandbox.Agen
 
 // everyExitStatus: the launcher collapses a command's status to 0/1; through our agent every
 // status 0-255 comes back as it was.
-func everyExitStatus(t *testing.T) {
-	_, a := create(t, newFakeBackend(t), "exit-all")
+func everyExitStatus(t *testing.T) { everyExitStatusOn(t, newFakeBackend(t)) }
+
+func everyExitStatusOn(t *testing.T, b *Backend) {
+	_, a := create(t, b, "exit-all")
 	// Each exec reuses the bridge's kept-alive connection: one launcher process for all 256.
 	for code := range 256 {
 		var out bytes.Buffer
@@ -77,8 +79,10 @@ func everyExitStatus(t *testing.T) {
 
 // bigFile: a 5 MB file goes in and out byte for byte (the launcher's argv path would be
 // bounded by 128 KiB per argument).
-func bigFile(t *testing.T) {
-	_, a := create(t, newFakeBackend(t), "big-file")
+func bigFile(t *testing.T) { bigFileOn(t, newFakeBackend(t)) }
+
+func bigFileOn(t *testing.T, b *Backend) {
+	_, a := create(t, b, "big-file")
 	ctx := context.Background()
 	data := make([]byte, 5<<20)
 	if _, err := rand.Read(data); err != nil {
