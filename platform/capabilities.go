@@ -62,6 +62,9 @@ func (o openers) capabilities(ctx context.Context, c Config) (capability.Set, So
 		return capability.Set{}, Source{Choice: ch}, err
 	}
 	set, perr := Published(ch.Platform)
+	if ch.Platform == capability.GCP {
+		set = publishedGcp(c.Gcp)
+	}
 	if perr != nil {
 		return capability.Set{}, Source{Choice: ch}, perr
 	}

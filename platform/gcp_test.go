@@ -41,6 +41,13 @@ func TestOpenGCP(t *testing.T) {
 	if err != nil || src.Instance || !reflect.DeepEqual(set, gcp.Published()) || !strings.HasPrefix(src.Text, "as airlock's gcp backend publishes it; none can be opened here") {
 		t.Errorf("Capabilities without the launcher: %v %+v", err, src)
 	}
+	// Configured without the agent, plan reads that path's set, here and where it opens.
+	for _, l := range []string{missing, launcher} {
+		set, _, err := Capabilities(t.Context(), Config{Platform: "gcp", Gcp: GcpConfig{Launcher: l, NoAgent: true}})
+		if err != nil || !reflect.DeepEqual(set, gcp.PublishedNoAgent()) || set.Has(capability.Files) {
+			t.Errorf("Capabilities with noAgent, launcher %s: %v, files %v", l, err, set.Has(capability.Files))
+		}
+	}
 }
 
 // TestDeployGCPConfig: the config file deploy/gcp puts in its image is one airlock reads.

@@ -53,3 +53,37 @@ func TestArgv(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkerWriter: the command's output passes through whole, the status after the marker
+// is read off the end wherever the writes split it, and a missing marker is no status.
+func TestMarkerWriter(t *testing.T) {
+	const m = "\x1eairlock-exit-abc"
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		out    string
+		code   int
+		ok     bool
+	}{
+		{"plain", []string{"hello\n" + m + " 0\n"}, "hello\n", 0, true},
+		{"no newline before the marker", []string{"partial" + m + " 42\n"}, "partial", 42, true},
+		{"split everywhere", []string{"ab", "c\n\x1eairl", "ock-exit-a", "bc 25", "5\n"}, "abc\n", 255, true},
+		{"long output", []string{strings.Repeat("x", 100000), m + " 3\n"}, strings.Repeat("x", 100000), 3, true},
+		{"the marker's text in the output", []string{"\x1eairlock-exit-abd 9\n", m + " 1\n"}, "\x1eairlock-exit-abd 9\n", 1, true},
+		{"no marker (the launcher failed)", []string{"sandbox is not running\n"}, "sandbox is not running\n", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			w := &markerWriter{w: capped(&out, 0), marker: []byte(m)}
+			for _, s := range tc.writes {
+				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+					t.Fatalf("Write: %d %v", n, err)
+				}
+			}
+			code, ok := w.finish()
+			if out.String() != tc.out || code != tc.code || ok != tc.ok {
+				t.Errorf("output %q, status %d %v; want %q, %d %v", out.String(), code, ok, tc.out, tc.code, tc.ok)
+			}
+		})
+	}
+}

@@ -39,6 +39,32 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceNoAgent runs the suite on the launcher-exec path (Options.NoAgent): every
+// command one launcher exec, its status recovered from the marker the wrapper prints.
+func TestConformanceNoAgent(t *testing.T) {
+	requireRoot(t)
+	newNoAgent := func(t *testing.T) *Backend {
+		b, err := New(context.Background(), Options{Launcher: fakeLauncher, LauncherEnv: launcherEnv(), NoAgent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newNoAgent(t) }, conformance.Options{
+		Decl:             decl,
+		PlatformDefaults: true,
+		Extra: []conformance.Subtest{
+			{Name: "EveryExitStatus", Run: func(t *testing.T) { everyExitStatusOn(t, newNoAgent(t)) }},
+			{Name: "FilesRefused", Run: func(t *testing.T) {
+				_, a := create(t, newNoAgent(t), "no-files")
+				if _, err := a.Stat(context.Background(), "/workspace"); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "gcp.noAgent") {
+					t.Errorf("Stat without the agent: %v, want ErrUnsupported saying why", err)
+				}
+			}},
+		},
+	})
+}
+
 // create starts a sandbox on b and registers its termination.
 func create(t *testing.T, b *Backend, id string) (*sandbox.Session, sandbox.Agent) {
 	t.Helper()

@@ -70,6 +70,10 @@ type Options struct {
 	AgentArgs []string
 	// LauncherEnv is the launcher's environment (default: this process's).
 	LauncherEnv []string
+	// NoAgent runs every command through the launcher's own exec instead of our agent, for a
+	// hosting image the agent cannot run in: weaker (PublishedNoAgent: no files, pty or
+	// background processes; deadlines kill the command's process group).
+	NoAgent bool
 	Logger      *slog.Logger
 }
 
@@ -82,6 +86,7 @@ type Backend struct {
 	agentArgs   []string
 	log         *slog.Logger
 	caps        capability.Set
+	noAgent     bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -115,6 +120,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	b := &Backend{launcher: l, launcherEnv: opts.LauncherEnv, log: opts.Logger.With("backend", "gcp"),
 		caps: Published(), sessions: map[string]*session{}}
+	if opts.NoAgent {
+		b.caps, b.noAgent = PublishedNoAgent(), true
+		return b, nil
+	}
 	b.agentPath, b.agentArgs, err = statedir.ResolveAgent(opts.AgentPath, opts.AgentArgs, func(string, fs.FileInfo) error { return nil })
 	if err != nil {
 		return nil, err
@@ -214,6 +223,9 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	id, err := newName()
 	if err != nil {
 		return nil, err
+	}
+	if b.noAgent {
+		return b.createNoAgent(ctx, id, decl, r)
 	}
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -379,7 +391,57 @@ func (b *Backend) Connect(_ context.Context, sessionID string) (sandbox.Agent, e
 	if err != nil {
 		return nil, err
 	}
+	if b.noAgent {
+		r, err := resolve(s.s.Spec)
+		if err != nil {
+			return nil, err
+		}
+		return &cliAgent{b: b, name: s.s.ID, workdir: r.workdir, env: agentEnv(r.workdir, s.s.Spec.Env)}, nil
+	}
 	return b.client(s), nil
+}
+
+// noAgentScript makes the workdir and then holds the sandbox open: the launcher-exec path's
+// sandbox runs nothing of ours.
+const noAgentScript = `mkdir -p "$1" && exec /bin/sleep infinity`
+
+// createNoAgent starts a sandbox that holds itself open, and returns once it runs commands.
+func (b *Backend) createNoAgent(ctx context.Context, id string, decl spec.Sandbox, r resolved) (*sandbox.Session, error) {
+	argv, err := argvRun(runArgs{name: id, allowEgress: r.allowEgress, workdir: r.workdir,
+		command: []string{"/bin/sh", "-c", noAgentScript, "sh", r.workdir}})
+	if err != nil {
+		return nil, err
+	}
+	if out, err := b.run(ctx, argv); err != nil {
+		b.cleanup(ctx, id)
+		return nil, fmt.Errorf("%w: launcher run: %v%s", sandbox.ErrUnreachable, err, out)
+	}
+	probe, err := argvProbe(id)
+	if err != nil {
+		return nil, err
+	}
+	for delay := 10 * time.Millisecond; ; {
+		out, err := b.run(ctx, probe)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			b.cleanup(ctx, id)
+			return nil, fmt.Errorf("%w: sandbox %s did not run commands: %v (last: %v%s)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), err, out)
+		case <-time.After(delay):
+		}
+		if delay < 200*time.Millisecond {
+			delay *= 2
+		}
+	}
+	sess := &session{s: sandbox.Session{ID: id, SandboxID: decl.ID, Platform: string(capability.GCP),
+		State: sandbox.StateRunning, Generation: 1, CreatedAt: time.Now().UTC(), Labels: decl.Labels, Spec: decl}}
+	b.mu.Lock()
+	b.sessions[id] = sess
+	b.mu.Unlock()
+	out := sess.s
+	return &out, nil
 }
 
 // Terminate deletes the sandbox and succeeds only once the launcher confirms it no longer
