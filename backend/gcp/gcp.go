@@ -74,7 +74,7 @@ type Options struct {
 	// hosting image the agent cannot run in: weaker (PublishedNoAgent: no files, pty or
 	// background processes; deadlines kill the command's process group).
 	NoAgent bool
-	Logger      *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Backend drives the launcher. It knows the sandboxes it created: the launcher cannot list,
