@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -27,6 +28,8 @@ const usage = `usage:
                                           hooks (default tcp:0.0.0.0:8080); the run hook's body
                                           is the session's config; serve it on --listen
                                           (default tcp:0.0.0.0:8971)
+  airlock-agent bridge unix:<path>        copy stdin to the agent socket at path and its answers
+                                          to stdout (how a launcher's exec reaches the agent)
   airlock-agent version                   print the agent and protocol versions
 `
 
@@ -64,6 +67,8 @@ func Main(args []string) int {
 		return nsinit.Main(args[1:])
 	case "lambda":
 		return lambda(args[1:])
+	case "bridge":
+		return bridge(args[1:], os.Stdin, os.Stdout)
 	case "version":
 		if len(args) != 1 {
 			fmt.Fprint(os.Stderr, usage)
@@ -110,6 +115,35 @@ func serve(args []string, stdin io.Reader) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// bridge joins stdin and stdout to one connection to the agent's unix socket: backend/gcp
+// reaches an agent inside a Cloud Run sandbox, whose launcher forwards only an exec's stdio,
+// by running this through the launcher. It ends when either side closes.
+func bridge(args []string, stdin io.Reader, stdout io.Writer) int {
+	if len(args) != 1 || len(args[0]) < len("unix:/") || args[0][:len("unix:/")] != "unix:/" {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: want exactly unix:<absolute socket path>\n%s", usage)
+		return 2
+	}
+	c, err := net.Dial("unix", args[0][len("unix:"):])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: %v\n", err)
+		return 1
+	}
+	uc := c.(*net.UnixConn)
+	go func() {
+		// The caller's end closed (EOF): the agent sees the request side end, answers what it
+		// has, then closes; the copy below ends then.
+		_, _ = io.Copy(uc, stdin)
+		_ = uc.CloseWrite()
+	}()
+	_, err = io.Copy(stdout, uc)
+	uc.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: %v\n", err)
 		return 1
 	}
 	return 0

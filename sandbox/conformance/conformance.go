@@ -37,6 +37,10 @@ type Options struct {
 	// suite with a declaration whose image holds just sh and a few tools (a directory image)
 	// or a runtime variant: the capability subtests and the walk are the main run's.
 	Basic bool
+	// PlatformDefaults: the backend's platform cannot hold airlock's defaults (limits,
+	// lifetime, idle timeout: gcp), so the suite creates its declarations as Decl returns them,
+	// undeclared fields taking the platform's values, instead of after spec ApplyDefaults.
+	PlatformDefaults bool
 	// Extra are the backend's own subtests for capabilities this suite cannot exercise the
 	// same way everywhere (public-only egress needs hosts the test makes in its own network
 	// namespaces): each runs inside the suite and counts for the walk like the suite's own.
@@ -198,7 +202,11 @@ func (s *suite) ctx() context.Context {
 // decl is the declaration a caller gives Create: airlock's defaults where the platform holds
 // them, its own values where it publishes them (plan.Defaults, as the daemon and run_code do).
 func (s *suite) decl(id string) spec.Sandbox {
-	return plan.Defaults(s.b.Platform(), s.b.Capabilities(s.ctx()), s.opts.Decl(id))
+	d := s.opts.Decl(id)
+	if !s.opts.PlatformDefaults {
+		d = plan.Defaults(s.b.Platform(), s.b.Capabilities(s.ctx()), d)
+	}
+	return d
 }
 
 // create starts a sandbox and registers its termination.
