@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -194,10 +195,10 @@ func (s *suite) ctx() context.Context {
 	return ctx
 }
 
+// decl is the declaration a caller would hand Create: airlock's defaults where the platform
+// holds them, the platform's own value (left unset) where it cannot (plan.Defaults).
 func (s *suite) decl(id string) spec.Sandbox {
-	d := s.opts.Decl(id)
-	d.ApplyDefaults()
-	return d
+	return plan.Defaults(s.b.Platform(), s.b.Capabilities(s.ctx()), s.opts.Decl(id))
 }
 
 // create starts a sandbox and registers its termination.
