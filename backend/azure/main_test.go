@@ -12,6 +12,8 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/azure/azurefake"
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // agentBin is the agent binary TestMain builds for the fake's local sandboxes (root only).
@@ -99,4 +101,9 @@ func newBackend(t testing.TB, o Options) *Backend {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// planDefaults is the declaration callers hand Create (plan.Defaults on the backend's set).
+func planDefaults(b *Backend, d spec.Sandbox) spec.Sandbox {
+	return plan.Defaults(b.Platform(), b.Capabilities(context.Background()), d)
 }

@@ -60,13 +60,16 @@ type Config struct {
 }
 
 // Fault is an answer the fake gives instead of the real one: to requests whose method is
-// Method ("" any) and whose path contains Path, the next Times times.
+// Method ("" any) and whose path contains Path, the next Times times (at least once). With
+// After, the request is served first and its answer replaced (the service acted, the caller
+// cannot know).
 type Fault struct {
 	Method, Path string
 	Status       int
 	RetryAfter   string
 	Body         string
 	Times        int
+	After        bool
 }
 
 // Fake serves ARM (ARM) and the data plane (DataPlane), both TLS.
@@ -156,6 +159,13 @@ func (f *Fake) Inject(x Fault) {
 	f.faults = append(f.faults, &x)
 }
 
+// ClearFaults drops every queued fault.
+func (f *Fake) ClearFaults() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = nil
+}
+
 // Audiences returns how many data-plane requests carried each token audience.
 func (f *Fake) Audiences() map[string]int {
 	f.mu.Lock()
@@ -237,8 +247,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// fault answers with a queued fault for r, if one matches.
-func (f *Fake) fault(w http.ResponseWriter, r *http.Request) bool {
+// fault answers with a queued fault for r, if one matches; serve is the real handler, run
+// first for a fault After.
+func (f *Fake) fault(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc) bool {
 	f.mu.Lock()
 	var hit *Fault
 	for i, x := range f.faults {
@@ -254,6 +265,9 @@ func (f *Fake) fault(w http.ResponseWriter, r *http.Request) bool {
 	if hit == nil {
 		return false
 	}
+	if hit.After && serve != nil {
+		serve(httptest.NewRecorder(), r)
+	}
 	if hit.RetryAfter != "" {
 		w.Header().Set("Retry-After", hit.RetryAfter)
 	}
@@ -267,7 +281,7 @@ func (f *Fake) serveARM(w http.ResponseWriter, r *http.Request) {
 	if _, ok := audience(w, r, []string{AudienceARM}); !ok {
 		return
 	}
-	if f.fault(w, r) {
+	if f.fault(w, r, nil) {
 		return
 	}
 	if v := r.URL.Query().Get("api-version"); v != APIVersion {
@@ -328,9 +342,14 @@ func (f *Fake) serveData(w http.ResponseWriter, r *http.Request) {
 	f.audiences[aud]++
 	f.requests = append(f.requests, r.Method+" "+r.URL.Path)
 	f.mu.Unlock()
-	if f.fault(w, r) {
+	if f.fault(w, r, f.route) {
 		return
 	}
+	f.route(w, r)
+}
+
+// route serves one data-plane request.
+func (f *Fake) route(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("api-version"); v != APIVersion {
 		writeError(w, http.StatusBadRequest, "InvalidApiVersionParameter", fmt.Sprintf("api-version %q is not supported", v))
 		return
