@@ -76,6 +76,8 @@ func Published(p capability.Platform) (capability.Set, error) {
 		return docker.Published(), nil
 	case capability.Kubernetes:
 		return publishedKubernetes(), nil
+	case capability.Azure:
+		return publishedAzure(), nil
 	}
 	return capability.For(p)
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -120,7 +119,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		if opts.Region == "" {
 			return nil, fmt.Errorf("%w: azure region is not set (config file key azure.region): the data plane is https://management.{region}.azuredevcompute.io", sandbox.ErrInvalid)
 		}
-		if !regionRE.MatchString(opts.Region) {
+		if !isRegion(opts.Region) {
 			return nil, bad("region", opts.Region, "must be an Azure region name such as westus2 (lower-case letters and digits)")
 		}
 		opts.DataPlaneEndpoint = "https://management." + opts.Region + ".azuredevcompute.io"
@@ -162,7 +161,25 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	return b, nil
 }
 
-var regionRE = regexp.MustCompile(`^[a-z0-9]{2,40}$`)
+// Hand-written checks, not regexps: package init is on the CLI's start-up path.
+
+// isRegion: an Azure region name, lower-case letters and digits, 2 to 40.
+func isRegion(s string) bool {
+	return len(s) >= 2 && len(s) <= 40 && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
+}
+
+// isDiskImage: a disk image name, [a-z0-9][a-z0-9._-]{0,127}.
+func isDiskImage(s string) bool {
+	return len(s) >= 1 && len(s) <= 128 && s[0] != '.' && s[0] != '_' && s[0] != '-' &&
+		strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+}
+
+// isSandboxID: what a sandbox id the service assigns looks like (a UUID), [A-Za-z0-9][A-Za-z0-9_-]{0,63};
+// anything else is refused before it reaches a URL path.
+func isSandboxID(s string) bool {
+	return len(s) >= 1 && len(s) <= 64 && s[0] != '_' && s[0] != '-' &&
+		strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == ""
+}
 
 func (b *Backend) newWire(base, scope string) *wire {
 	co := &policy.ClientOptions{}
@@ -209,7 +226,7 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 	case spec.ImageRef:
 		// A sandbox starts from a disk image of the group: a public one (ubuntu, node-22, ...)
 		// by name. Building a disk image from an OCI reference is not known on the wire.
-		if !diskImageRE.MatchString(decl.Image.Ref) {
+		if !isDiskImage(decl.Image.Ref) {
 			return nil, bad("image", decl.Image.Ref, "azure starts a sandbox from a disk image named in the sandbox group (lower-case letters, digits, '-', '.' and '_', such as ubuntu or node-22); building one from an OCI reference is not supported")
 		}
 		r.body.SourcesRef.DiskImage = &diskImage{Name: decl.Image.Ref, IsPublic: true}
@@ -271,8 +288,6 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 // minMemoryBytes is a floor below which no interpreter starts; the XS tier is 512 MB.
 const minMemoryBytes = 64 << 20
 
-var diskImageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
-
 // policyFor is the egress policy of a mode other than allow.
 func policyFor(e spec.Egress) (*egressPolicy, error) {
 	switch e.Mode {
@@ -327,7 +342,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 		}
 		return nil, fmt.Errorf("create %s: %w", decl.ID, err)
 	}
-	if !sessionIDRE.MatchString(sb.ID) {
+	if !isSandboxID(sb.ID) {
 		return nil, fmt.Errorf("%w: create %s: the data plane answered without a usable sandbox id (%q)", sandbox.ErrUnreachable, decl.ID, sb.ID)
 	}
 	sess, err := b.start(ctx, sb.ID, decl, r)
@@ -423,12 +438,8 @@ func (b *Backend) ensureGroup(ctx context.Context) error {
 	}
 }
 
-// sessionIDRE is what a sandbox id the service assigns looks like (a UUID); anything else is
-// refused before it reaches a URL path.
-var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 func checkID(id string) error {
-	if !sessionIDRE.MatchString(id) {
+	if !isSandboxID(id) {
 		return fmt.Errorf("%w: session id %q: an azure sandbox id is 1 to 64 letters, digits, '-' and '_'", sandbox.ErrInvalid, id)
 	}
 	return nil

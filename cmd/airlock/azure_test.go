@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/backend/azure/azurefake"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/platform"
+)
+
+// fakeAz is an az CLI for azidentity's AzureCLICredential: it prints a token the fake
+// accepts for the resource asked for.
+const fakeAz = `#!/bin/sh
+while [ $# -gt 0 ]; do
+	case "$1" in --resource) r=$2; shift;; esac
+	shift
+done
+printf '{"accessToken":"aud=%s","expires_on":4102444800,"expiresOn":"2099-12-31 00:00:00.000000"}' "$r"
+`
+
+// TestPlatformAzure runs airlock run, capabilities and mcp from the built binaries against the
+// Azure fake, as users would: the sandbox group in the config file, credentials through
+// DefaultAzureCredential (here the az CLI's, restricted by AZURE_TOKEN_CREDENTIALS), the
+// fake's certificate trusted through SSL_CERT_FILE. The fake's sandboxes are local ones.
+func TestPlatformAzure(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := buildCLI(t, true)
+	env := newRuntimeEnv(t)
+	lb := env.open(t)
+	t.Cleanup(func() { lb.Close() })
+	f := azurefake.New(azurefake.Config{Groups: []string{"sg"}, Local: lb, CreatingPolls: 1, DeletingPolls: 1})
+	t.Cleanup(f.Close)
+	dir := t.TempDir()
+	cert := filepath.Join(dir, "fake.pem")
+	if err := f.WriteCert(cert); err != nil {
+		t.Fatal(err)
+	}
+	azDir := filepath.Join(dir, "bin")
+	if err := os.Mkdir(azDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(azDir, "az"), []byte(fakeAz), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := writeConfigFile(t, fmt.Sprintf(`platform: azure
+azure:
+  subscription: 00000000-0000-0000-0000-000000000000
+  resourceGroup: rg
+  sandboxGroup: sg
+  region: westus2
+  dataPlaneEndpoint: %s
+  armEndpoint: %s
+`, f.DataPlane.URL, f.ARM.URL))
+	t.Setenv(envServer, "")
+	runEnv := []string{
+		platform.EnvConfig + "=" + config, platform.EnvPlatform + "=",
+		"SSL_CERT_FILE=" + cert, "AZURE_TOKEN_CREDENTIALS=AzureCLICredential",
+		"PATH=" + azDir + ":" + os.Getenv("PATH"),
+	}
+
+	code, out, errs := runBin(t, runEnv, bin, "run", "--image", "ubuntu", "-c", "import os; print(2+2, os.getcwd())")
+	if code != 0 || out != "4 /workspace\n" {
+		t.Errorf("airlock run on azure: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = runBin(t, runEnv, bin, "run", "--image", "ubuntu", "-c", "import sys; sys.exit(3)")
+	if code != 3 {
+		t.Errorf("airlock run of exit 3 on azure: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs = runBin(t, runEnv, bin, "capabilities")
+	if code != 0 || !strings.HasPrefix(out, "azure capabilities (the azure backend configured here)") || !strings.Contains(out, "domainEgressRules    yes") {
+		t.Errorf("capabilities: exit %d, %q %q", code, out, errs)
+	}
+
+	mcpCmd := exec.Command(bin, "mcp", "--image", "ubuntu")
+	mcpCmd.Env = append(os.Environ(), runEnv...)
+	var logs testutil.SyncBuffer
+	mcpCmd.Stderr = &logs
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+	if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\n42\n" {
+		t.Errorf("run_code through airlock mcp on azure: %v %s\n%s", err, textOf(r), logs.String())
+	}
+	closeMCP(t, cs, &logs)
+
+	// Every sandbox the commands made is gone from the data plane and from the local runtime.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if n := f.Count(); n != 0 {
+		t.Errorf("%d sandboxes left on the fake's data plane", n)
+	}
+	if list, _ := lb.List(ctx); len(list) != 0 {
+		t.Errorf("%d local sandboxes left behind the fake", len(list))
+	}
+	if a := f.Audiences(); a[azurefake.AudienceDynamicSessions] == 0 {
+		t.Errorf("data-plane audiences seen: %v", a)
+	}
+}
