@@ -45,7 +45,7 @@ const (
 	labelManaged = "airlock-managed"
 	labelSandbox = "airlock-sandbox"
 	labelWorkdir = "airlock-workdir" // base64url of the workdir: label values take no '/'
-	labelPrefix  = "airlock-"
+	labelPrefix  = plan.AzureLabelPrefix
 )
 
 // States of a sandbox on the data plane.
@@ -168,12 +168,6 @@ func isRegion(s string) bool {
 	return len(s) >= 2 && len(s) <= 40 && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
 }
 
-// isDiskImage: a disk image name, [a-z0-9][a-z0-9._-]{0,127}.
-func isDiskImage(s string) bool {
-	return len(s) >= 1 && len(s) <= 128 && s[0] != '.' && s[0] != '_' && s[0] != '-' &&
-		strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
-}
-
 // isSandboxID: what a sandbox id the service assigns looks like (a UUID), [A-Za-z0-9][A-Za-z0-9_-]{0,63};
 // anything else is refused before it reaches a URL path.
 func isSandboxID(s string) bool {
@@ -226,7 +220,7 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 	case spec.ImageRef:
 		// A sandbox starts from a disk image of the group: a public one (ubuntu, node-22, ...)
 		// by name. Building a disk image from an OCI reference is not known on the wire.
-		if !isDiskImage(decl.Image.Ref) {
+		if !plan.AzureDiskImage(decl.Image.Ref) {
 			return nil, bad("image", decl.Image.Ref, "azure starts a sandbox from a disk image named in the sandbox group (lower-case letters, digits, '-', '.' and '_', such as ubuntu or node-22); building one from an OCI reference is not supported")
 		}
 		r.body.SourcesRef.DiskImage = &diskImage{Name: decl.Image.Ref, IsPublic: true}
