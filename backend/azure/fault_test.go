@@ -189,3 +189,55 @@ func TestCreateRefusesUnknownDiskImage(t *testing.T) {
 		t.Errorf("%d sandboxes left", n)
 	}
 }
+
+// TestFiles: ranges, defaults and errors as agent/client gives them.
+func TestFiles(t *testing.T) {
+	f := newFake(t, azurefake.Config{Local: newLocal(t)})
+	b := newBackend(t, fakeOptions(f))
+	s := mustCreate(t, b, ubuntu("files"))
+	a, err := b.Connect(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const p = "/workspace/digits"
+	if err := a.WriteFile(ctx, p, bytes.NewReader([]byte("0123456789")), 0); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := a.Stat(ctx, p); err != nil || fi.Mode != 0o644 || fi.Size != 10 || fi.Type != "file" {
+		t.Errorf("Stat after a write with mode 0: %+v %v, want a 10-byte 0644 file", fi, err)
+	}
+	for _, tc := range []struct {
+		off, n int64
+		want   string
+	}{{2, 3, "234"}, {0, 0, "0123456789"}, {0, -1, "0123456789"}, {8, 5, "89"}, {10, 0, ""}} {
+		rc, err := a.ReadFile(ctx, p, tc.off, tc.n)
+		if err != nil {
+			t.Errorf("ReadFile(%d, %d): %v", tc.off, tc.n, err)
+			continue
+		}
+		var got bytes.Buffer
+		_, _ = got.ReadFrom(rc)
+		rc.Close()
+		if got.String() != tc.want {
+			t.Errorf("ReadFile(%d, %d) = %q, want %q", tc.off, tc.n, got.String(), tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"read past the end", func() error { _, err := a.ReadFile(ctx, p, 11, 0); return err }(), sandbox.ErrInvalid},
+		{"read a missing file", func() error { _, err := a.ReadFile(ctx, "/workspace/none", 0, 0); return err }(), sandbox.ErrNotFound},
+		{"write into a missing directory", a.WriteFile(ctx, "/workspace/no/such", bytes.NewReader(nil), 0), sandbox.ErrNotFound},
+		{"mkdir over a file", a.Mkdir(ctx, p, 0o755), sandbox.ErrConflict},
+		{"remove a missing path", a.Remove(ctx, "/workspace/none", false), sandbox.ErrNotFound},
+		{"rename a missing path", a.Rename(ctx, "/workspace/none", "/workspace/x"), sandbox.ErrNotFound},
+		{"a relative path", a.Mkdir(ctx, "rel", 0o755), sandbox.ErrInvalid},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+}

@@ -315,7 +315,7 @@ func exists(p string) string {
 }
 
 // ReadFile reads a file through the data plane's file operation; offset and length select a
-// part of it (length < 0: to the end).
+// part of it (length <= 0: to the end), as agent/client's does.
 func (a *shellAgent) ReadFile(ctx context.Context, p string, offset, length int64) (io.ReadCloser, error) {
 	if err := checkPath("path", p); err != nil {
 		return nil, err
@@ -338,22 +338,26 @@ func (a *shellAgent) ReadFile(ctx context.Context, p string, offset, length int6
 		return nil, fmt.Errorf("read %s in %s: %w", p, a.id, err)
 	}
 	if offset > int64(len(b)) {
-		offset = int64(len(b))
+		return nil, fmt.Errorf("%w: offset %d is past the end of %s (%d bytes)", sandbox.ErrInvalid, offset, p, len(b))
 	}
 	b = b[offset:]
-	if length >= 0 && length < int64(len(b)) {
+	if length > 0 && length < int64(len(b)) {
 		b = b[:length]
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
-// WriteFile writes a file through the data plane's file operation, then sets its mode.
+// WriteFile writes a file through the data plane's file operation, then sets its mode (0:
+// 0644, as agent/client's does).
 func (a *shellAgent) WriteFile(ctx context.Context, p string, r io.Reader, mode uint32) error {
 	if err := checkPath("path", p); err != nil {
 		return err
 	}
 	if mode > 0o7777 {
 		return fmt.Errorf("%w: mode %o: permission bits only", sandbox.ErrInvalid, mode)
+	}
+	if mode == 0 {
+		mode = 0o644
 	}
 	b, err := io.ReadAll(io.LimitReader(r, maxFileBytes+1))
 	if err != nil {
