@@ -37,6 +37,7 @@ type Config struct {
 	Docker     DockerConfig
 	Kubernetes KubernetesConfig
 	Azure      AzureConfig
+	Gcp        GcpConfig
 	Logger     *slog.Logger
 }
 
@@ -90,7 +91,7 @@ func (c Choice) Notice() string {
 var ErrNotBuilt = errors.New("binding not built yet")
 
 // cloudIssue is the issue that builds each cloud platform's binding.
-var cloudIssue = map[capability.Platform]int{capability.AWS: 21, capability.GCP: 23}
+var cloudIssue = map[capability.Platform]int{capability.AWS: 21}
 
 // Parse returns the platform a setting names: Auto ("" too) or a capability.Platform. The
 // error names the allowed values and where the setting came from.
@@ -118,10 +119,11 @@ type opener func(ctx context.Context, c Config) (b Backend, engine string, err e
 
 // openers are the constructors Open uses (tests give Auto others).
 type openers struct {
-	local, docker, kubernetes, azure opener
+	local, docker, kubernetes opener
+	gcp, azure                opener
 }
 
-var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, azure: openAzure}
+var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp, azure: openAzure}
 
 func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 	if c.From == "" {
@@ -145,6 +147,8 @@ func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 		op = o.kubernetes
 	case capability.Azure:
 		op = o.azure
+	case capability.GCP:
+		op = o.gcp
 	default:
 		return nil, ch, fmt.Errorf("%w: platform %s: %w (issue %d); 'airlock plan --platform %s' and 'airlock capabilities --platform %s' work from its published set",
 			sandbox.ErrUnsupported, p, ErrNotBuilt, cloudIssue[ch.Platform], p, p)

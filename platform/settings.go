@@ -26,6 +26,7 @@ type File struct {
 	Platform   string           `json:"platform,omitempty"`
 	Docker     DockerConfig     `json:"docker,omitempty"`
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
+	Gcp        GcpConfig        `json:"gcp,omitempty"`
 	Azure      AzureConfig      `json:"azure,omitempty"`
 }
 
@@ -67,7 +68,7 @@ func Settings(flag string, flagSet bool) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Azure: f.Azure}
+	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Gcp: f.Gcp, Azure: f.Azure}
 	env, envSet := os.LookupEnv(EnvPlatform)
 	switch {
 	case flagSet:
