@@ -17,7 +17,9 @@ import (
 func TestConformance(t *testing.T) {
 	f := newFake(t, azurefake.Config{Local: newLocal(t), CreatingPolls: 2, DeletingPolls: 2})
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newBackend(t, fakeOptions(f)) }, conformance.Options{
-		Decl:             func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Ref: "ubuntu"}, Workdir: spec.DefaultWorkdir} },
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Ref: "ubuntu"}, Workdir: spec.DefaultWorkdir}
+		},
 		PlatformDefaults: true,
 	})
 }

@@ -66,7 +66,9 @@ func TestLiveAudience(t *testing.T) {
 func TestLiveConformance(t *testing.T) {
 	o := liveOptions(t)
 	conformance.Run(t, func(t *testing.T) sandbox.Backend { return newBackend(t, o) }, conformance.Options{
-		Decl:             func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Ref: liveImage()}, Workdir: spec.DefaultWorkdir} },
+		Decl: func(id string) spec.Sandbox {
+			return spec.Sandbox{ID: id, Image: spec.Image{Ref: liveImage()}, Workdir: spec.DefaultWorkdir}
+		},
 		OpTimeout:        5 * time.Minute,
 		Basic:            true,
 		PlatformDefaults: true,
