@@ -28,6 +28,7 @@ type File struct {
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
 	AWS        AWSConfig        `json:"aws,omitempty"`
 	Gcp        GcpConfig        `json:"gcp,omitempty"`
+	Azure      AzureConfig      `json:"azure,omitempty"`
 }
 
 // ConfigPath is the config file to read: $AIRLOCK_CONFIG, else DefaultConfigFile; must says
@@ -68,7 +69,7 @@ func Settings(flag string, flagSet bool) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, AWS: f.AWS, Gcp: f.Gcp}
+	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, AWS: f.AWS, Gcp: f.Gcp, Azure: f.Azure}
 	env, envSet := os.LookupEnv(EnvPlatform)
 	switch {
 	case flagSet:
