@@ -281,7 +281,6 @@ func TestCapabilities(t *testing.T) {
 	}
 	t.Setenv("AWS_REGION", "")
 	t.Setenv("AWS_DEFAULT_REGION", "")
-	azure, _ := capability.For(capability.Azure)
 	for _, tc := range []struct {
 		c        Config
 		want     capability.Set
@@ -295,7 +294,6 @@ func TestCapabilities(t *testing.T) {
 		{Config{Platform: "aws", AWS: AWSConfig{Region: "eu-north-1", Image: "arn:aws:lambda:eu-north-1:123456789012:microvm-image:x",
 			EgressConnector: "arn:aws:lambda:eu-north-1:123456789012:network-connector:deny", StateDir: t.TempDir()}},
 			awsb.Published(), true, "the aws backend configured here: Lambda MicroVMs in eu-north-1"},
-		{Config{Platform: "azure"}, azure, false, "as airlock's azure backend is designed; its binding is not built yet"},
 	} {
 		set, src, err := o.capabilities(t.Context(), tc.c)
 		if err != nil {

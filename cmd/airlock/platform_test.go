@@ -435,8 +435,8 @@ func TestPlatformRefusals(t *testing.T) {
 		code   int
 		stderr []string
 	}{
-		{server: true, args: []string{"serve", "--platform", "azure", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
-			stderr: []string{"platform azure", "binding not built yet (issue 22)", "'airlock plan --platform azure'"}},
+		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
+			stderr: []string{"platform aws", "aws.region is not set"}},
 		{env: "aws", args: []string{"run", "-c", "1"}, code: exitRunFailed, stderr: []string{"aws.region is not set"}},
 		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"platform gcp", "the Cloud Run sandbox launcher /usr/local/gcp/bin/sandbox", "sandboxLauncher: true"}},
 		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
