@@ -33,7 +33,7 @@ type Workload struct {
 // Sandbox is the declaration of one sandbox.
 type Sandbox struct {
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]{1,64}$`
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9_-]{1,64})?$`
 
 	// ID names the sandbox: [A-Za-z0-9_-], 1 to 64 characters; immutable on update.
 	ID string `json:"id"`
