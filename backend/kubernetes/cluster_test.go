@@ -175,40 +175,23 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-var conformanceIDs = []string{"conf-create", "conf-streams", "conf-exit", "conf-env", "conf-cwd", "conf-timeout",
-	"conf-files", "conf-get", "conf-connect", "conf-term", "conf-conc-0", "conf-conc-1", "conf-conc-2"}
-
-// conformanceDecl is the declaration the suite creates for id; the env test adds its env, and
-// the Sandbox must declare the same (the broker refuses a claim whose declaration differs).
-func conformanceDecl(id string) spec.Sandbox {
-	d := baseDecl(id)
-	if id == "conf-env" {
-		d.Env = map[string]string{"AIRLOCK_DECL": "from-decl", "AIRLOCK_BOTH": "decl"}
-	}
-	return d
-}
-
+// TestConformance runs the whole suite: every sandbox it creates is declared first as a Sandbox
+// of the same declaration (conformance.Declarations, for the capability set the binding
+// publishes), each with a warm pool of one, so every claim finds its pod. Subtests of
+// capabilities the set says no to create nothing and are skipped; the walk checks the noes are
+// refused and the yeses were exercised.
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	for _, id := range conformanceIDs {
-		d := conformanceDecl(id)
-		d.ApplyDefaults() // the operator holds every default, process limit and idle timeout included
-		e.sandboxCR(d, 1, 0)
-	}
-	for _, id := range conformanceIDs {
-		e.waitIdle(id, 1)
-	}
 	b := e.backend("app")
-	conformance.Run(t, func(*testing.T) sandbox.Backend { return b }, conformance.Options{
-		Decl: func(id string) spec.Sandbox {
-			d := baseDecl(id)
-			return d
-		},
-		// The floor only, for now: each capability subtest and the walk create sandboxes of
-		// their own declarations, which the broker claims only from Sandboxes declared the
-		// same way (conformanceIDs above); those are not declared here yet.
-		Basic: true,
-	})
+	opts := conformance.Options{Decl: baseDecl}
+	decls := conformance.Declarations(opts, b.Capabilities(ctxT(t)))
+	for _, d := range decls {
+		e.sandboxCR(d, 1, 0) // the operator holds every default, process limit and idle timeout included
+	}
+	for _, d := range decls {
+		e.waitIdle(d.ID, 1)
+	}
+	conformance.Run(t, func(*testing.T) sandbox.Backend { return b }, opts)
 }
 
 func TestPoolRefillsAfterClaims(t *testing.T) {
