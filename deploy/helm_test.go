@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -321,6 +323,43 @@ func checkOperatorWiring(t *testing.T, objs map[string]runtime.Object) {
 	if want := []string{"--tls-cert=/etc/airlock/broker-tls/tls.crt", "--tls-key=/etc/airlock/broker-tls/tls.key"}; !slices.Contains(args, want[0]) || !slices.Contains(args, want[1]) {
 		t.Errorf("operator args %v lack %v", args, want)
 	}
+	// The operator accepts every flag the chart passes: it gets past flag parsing to the first
+	// thing that needs a cluster (a kubeconfig that does not exist).
+	c := spec.Spec.Template.Spec.Containers[0]
+	cmd := exec.Command(operatorBin(t), append(append(c.Command[1:], args...), "--kubeconfig=/nonexistent/kubeconfig")...)
+	cmd.Env = []string{"POD_NAMESPACE=" + releaseNS}
+	out, _ := cmd.CombinedOutput()
+	if o := string(out); strings.Contains(o, "flag provided but not defined") || strings.Contains(o, "invalid value") || !strings.Contains(o, "configuration") {
+		t.Errorf("airlock-operator %v did not reach the cluster step: %s", args, out)
+	}
+}
+
+var (
+	operatorOnce sync.Once
+	operatorPath string
+	operatorErr  error
+)
+
+// operatorBin builds cmd/airlock-operator once per test run.
+func operatorBin(t *testing.T) string {
+	t.Helper()
+	operatorOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-operator-")
+		if err != nil {
+			operatorErr = err
+			return
+		}
+		operatorPath = filepath.Join(dir, "airlock-operator")
+		cmd := exec.Command("go", "build", "-o", operatorPath, "./cmd/airlock-operator")
+		cmd.Dir = repoRoot(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			operatorErr = fmt.Errorf("build airlock-operator: %v\n%s", err, out)
+		}
+	})
+	if operatorErr != nil {
+		t.Fatal(operatorErr)
+	}
+	return operatorPath
 }
 
 // firstDiff shows the first differing line of two texts.

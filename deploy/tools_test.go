@@ -10,6 +10,14 @@ import (
 	"testing"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if operatorPath != "" {
+		os.RemoveAll(filepath.Dir(operatorPath))
+	}
+	os.Exit(code)
+}
+
 // update rewrites the generated files (CRD, kustomize base) and the helm template goldens.
 var update = flag.Bool("update", false, "rewrite generated files and goldens")
 
