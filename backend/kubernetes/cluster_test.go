@@ -444,8 +444,9 @@ func TestBrokerRestartKeepsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name")
-	kubectl(t, "", "-n", "airlock-system", "delete", old, "--wait=true")
+	// Every replica goes (the chart runs two): no broker that saw the claim survives.
+	old := strings.Fields(kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name"))
+	kubectl(t, "", append([]string{"-n", "airlock-system", "delete", "--wait=true"}, old...)...)
 	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "deployment/airlock-operator", "--timeout=120s")
 	e.broker = brokerURL(t)
 	fresh := e.backend("app") // no state carried over from b
