@@ -167,8 +167,8 @@ func run(args []string) error {
 		// A stopping leader hands over at once instead of leaving the pool unattended for the
 		// lease duration.
 		LeaderElectionReleaseOnCancel: true,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: *healthAddr,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        *healthAddr,
 		// Only our own pods and policies are cached, not every pod of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                 {Label: managed},
