@@ -289,10 +289,20 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 		Env:          in.Env,
 		PreviewPorts: in.PreviewPorts,
 	}
+	set := s.backend.Capabilities(ctx)
+	if in.LifetimeSeconds == 0 {
+		// This server's default lifetime is its safety net, not the caller's ask: where the
+		// platform holds none (gcp), the platform's own applies, as for run_code.
+		if !set.Has(capability.SessionLifetime) {
+			decl.Session.MaxLifetimeSeconds = nil
+		}
+		if !set.Has(capability.IdleTimeout) {
+			decl.Session.IdleTimeoutSeconds = nil
+		}
+	}
 	if err := runcode.Check(ctx, s.backend, decl, in.Network); err != nil {
 		return sessionInfo{}, "", err
 	}
-	set := s.backend.Capabilities(ctx)
 	decl = plan.Defaults(s.backend.Platform(), set, decl)
 	mem, cpu, procs := string(decl.Limits.Memory), string(decl.Limits.CPU), int64(0)
 	if mem == "" {
@@ -323,11 +333,15 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if err != nil {
 		return sessionInfo{}, "", fmt.Errorf("creating the sandbox: %w", err)
 	}
-	// A backend that publishes no expiry ends the session at its declared lifetime.
+	// A backend that publishes no expiry ends the session at its declared lifetime (none
+	// declared: the platform's, which the session's own ExpiresAt says when it has one).
+	expires := ""
+	if decl.Session.MaxLifetimeSeconds != nil {
+		expires = sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339)
+	}
 	se, err := s.adopt(ctx, sess, sessionInfo{
 		Workdir: decl.Workdir, Network: in.Network, Memory: mem, CPU: cpu, MaxProcesses: procs,
-		ExpiresAt:    sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339),
-		PreviewPorts: in.PreviewPorts,
+		ExpiresAt: expires, PreviewPorts: in.PreviewPorts,
 	})
 	if err != nil {
 		return sessionInfo{}, "", err

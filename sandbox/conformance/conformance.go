@@ -40,6 +40,10 @@ type Options struct {
 	// backend whose test environment cannot yet exercise every capability its set claims. The
 	// caller says why next to the list; the walk's verdict is then the full run's to give.
 	Subtests []string
+	// PlatformDefaults: the backend's platform cannot hold airlock's defaults (limits,
+	// lifetime, idle timeout: gcp), so the suite creates its declarations as Decl returns them,
+	// undeclared fields taking the platform's values, instead of after spec ApplyDefaults.
+	PlatformDefaults bool
 	// Extra are the backend's own subtests for capabilities this suite cannot exercise the
 	// same way everywhere (public-only egress needs hosts the test makes in its own network
 	// namespaces): each runs inside the suite and counts for the walk like the suite's own.
@@ -233,7 +237,9 @@ func (s *suite) decl(id string) spec.Sandbox {
 
 func declFor(opts Options, id string) spec.Sandbox {
 	d := opts.Decl(id)
-	d.ApplyDefaults()
+	if !opts.PlatformDefaults {
+		d.ApplyDefaults()
+	}
 	if tw, ok := tweaks[id]; ok {
 		tw(&d)
 	}
