@@ -328,3 +328,19 @@ func TestCRDMatchesOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestCRDAdmitsGoWrittenSandbox: a Sandbox written by a Go client with no id sends "id": "" (the
+// field has no omitempty: a stack file requires it); the schema admits it as "left out".
+func TestCRDAdmitsGoWrittenSandbox(t *testing.T) {
+	c := loadCRD(t)
+	sb := &v1alpha1.Sandbox{Spec: v1alpha1.SandboxSpec{PoolSize: 1, Sandbox: spec.Sandbox{Image: spec.Image{Ref: "python:3.12"}}}}
+	sb.APIVersion, sb.Kind, sb.Name = v1alpha1.GroupVersion.String(), v1alpha1.Kind, "py"
+	obj := toMap(t, sb)
+	if id, ok := obj["spec"].(map[string]any)["id"]; !ok || id != "" {
+		t.Fatalf("the Go type no longer writes an empty id (%v, %v): this test guards nothing", id, ok)
+	}
+	delete(obj, "status")
+	if _, errs := c.admit(obj); len(errs) > 0 {
+		t.Fatalf("a Go-written Sandbox without an id is refused: %v", errs.ToAggregate())
+	}
+}
