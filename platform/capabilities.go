@@ -80,6 +80,8 @@ func Published(p capability.Platform) (capability.Set, error) {
 		return docker.Published(), nil
 	case capability.Kubernetes:
 		return publishedKubernetes(), nil
+	case capability.AWS:
+		return publishedAWS(), nil
 	case capability.GCP:
 		return gcp.Published(), nil
 	case capability.Azure:
@@ -94,6 +96,8 @@ func instanceText(ch Choice) string {
 		return "this host's local runtime"
 	case capability.Docker:
 		return "docker engine: " + ch.Engine
+	case capability.AWS:
+		return "the aws backend configured here: " + ch.Engine
 	}
 	return "the " + string(ch.Platform) + " backend configured here"
 }

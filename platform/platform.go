@@ -36,6 +36,7 @@ type Config struct {
 	Local      LocalConfig
 	Docker     DockerConfig
 	Kubernetes KubernetesConfig
+	AWS        AWSConfig
 	Azure      AzureConfig
 	Gcp        GcpConfig
 	Logger     *slog.Logger
@@ -91,7 +92,7 @@ func (c Choice) Notice() string {
 var ErrNotBuilt = errors.New("binding not built yet")
 
 // cloudIssue is the issue that builds each cloud platform's binding.
-var cloudIssue = map[capability.Platform]int{capability.AWS: 21}
+var cloudIssue = map[capability.Platform]int{}
 
 // Parse returns the platform a setting names: Auto ("" too) or a capability.Platform. The
 // error names the allowed values and where the setting came from.
@@ -120,10 +121,10 @@ type opener func(ctx context.Context, c Config) (b Backend, engine string, err e
 // openers are the constructors Open uses (tests give Auto others).
 type openers struct {
 	local, docker, kubernetes opener
-	gcp, azure                opener
+	aws, gcp, azure           opener
 }
 
-var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp, azure: openAzure}
+var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, aws: openAWS, gcp: openGcp, azure: openAzure}
 
 func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 	if c.From == "" {
@@ -145,6 +146,8 @@ func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 		op = o.docker
 	case capability.Kubernetes:
 		op = o.kubernetes
+	case capability.AWS:
+		op = o.aws
 	case capability.Azure:
 		op = o.azure
 	case capability.GCP:
