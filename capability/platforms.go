@@ -93,9 +93,9 @@ const (
 // designs is built at first use: its maps are only read for a platform other than this
 // host's, and every start of the CLI would pay for them at init.
 //
-// The cloud sets are what the bindings of issues 21 (aws), 22 (azure) and 23 (gcp) are designed
-// to enforce, from the services' facts in ../shared/notes/cloud-apis.md; each binding publishes
-// its own set from the real API when it lands, and these give way to it.
+// The cloud sets are what backend/aws, backend/azure and backend/gcp publish, from the services'
+// facts in ../shared/notes/cloud-apis.md; each backend's tests hold its set equal to these, so
+// plan can read them without opening a backend.
 var designs = sync.OnceValue(func() map[Platform]design {
 	return map[Platform]design{
 		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless

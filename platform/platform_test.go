@@ -240,12 +240,21 @@ func TestOpenExplicitDoesNotFallBack(t *testing.T) {
 	}
 }
 
-func TestOpenCloudNotBuilt(t *testing.T) {
-	for p, issue := range cloudIssue {
-		_, _, err := Open(t.Context(), Config{Platform: string(p)})
-		if !errors.Is(err, sandbox.ErrUnsupported) || !errors.Is(err, ErrNotBuilt) ||
-			!strings.Contains(err.Error(), fmt.Sprintf("issue %d", issue)) || !strings.Contains(err.Error(), "airlock plan --platform "+string(p)) {
-			t.Errorf("Open(%s) = %v; want ErrUnsupported/ErrNotBuilt naming issue %d and plan", p, err, issue)
+// TestOpenEveryPlatform: every platform Parse accepts reaches its own opener.
+func TestOpenEveryPlatform(t *testing.T) {
+	var got capability.Platform
+	at := func(p capability.Platform) opener {
+		return func(context.Context, Config) (Backend, string, error) {
+			got = p
+			return nil, "", errors.New("stop")
+		}
+	}
+	o := openers{local: at(capability.Local), docker: at(capability.Docker), kubernetes: at(capability.Kubernetes),
+		aws: at(capability.AWS), gcp: at(capability.GCP), azure: at(capability.Azure)}
+	for _, p := range capability.Platforms {
+		got = ""
+		if _, _, err := o.open(t.Context(), Config{Platform: string(p)}); err == nil || got != p {
+			t.Errorf("open(%s) reached %q, err %v; want its own opener", p, got, err)
 		}
 	}
 }
