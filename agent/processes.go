@@ -279,11 +279,24 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 }
 
 // processStdin appends the body to the process's stdin; close=true then closes it (on a
-// terminal: sends VEOF).
+// terminal: sends VEOF). deadlineMs=N first makes the process's deadline N ms from now: the
+// work written is the process's real work (a waiting interpreter's code), and its deadline is
+// kept here, where no client's death can stretch it.
 func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r, "close"); err != nil {
+	if err := onlyQuery(r, "close", "deadlineMs"); err != nil {
 		writeError(w, err)
 		return
+	}
+	if v := r.URL.Query().Get("deadlineMs"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > s.cfg.MaxTimeout.Milliseconds() {
+			writeError(w, fmt.Errorf("%w: query parameter deadlineMs=%q: want milliseconds 1 to %d (this agent's maximum)", sbtypes.ErrInvalid, v, s.cfg.MaxTimeout.Milliseconds()))
+			return
+		}
+		if !p.j.setDeadline(time.Duration(ms) * time.Millisecond) {
+			writeError(w, fmt.Errorf("%w: process %s has exited or passed its deadline", sbtypes.ErrConflict, p.j.id))
+			return
+		}
 	}
 	closeAfter := false
 	if v := r.URL.Query().Get("close"); v != "" {

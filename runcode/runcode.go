@@ -79,6 +79,9 @@ type Options struct {
 	Stdin io.Reader
 	// MaxOutputBytes caps each stream; 0 means DefaultOutputBytes.
 	MaxOutputBytes int64
+	// ViewBytes, when positive, is how much of each stream Result keeps: its first and last
+	// ViewBytes/2 bytes around a marker of what was cut (core.Options.ViewBytes).
+	ViewBytes int64
 	// Labels are added to the sandbox's labels.
 	Labels map[string]string
 	Logger *slog.Logger
@@ -91,7 +94,7 @@ type Options struct {
 
 // Core is the part of opts core.RunIn takes (a run in a spare, internal/runcli).
 func (opts Options) Core() core.Options {
-	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, Logger: opts.Logger}
+	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, ViewBytes: opts.ViewBytes, Logger: opts.Logger}
 }
 
 // Pool hands out fresh sandboxes created ahead of time from one template

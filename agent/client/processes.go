@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
@@ -108,9 +109,19 @@ func (c *Client) Attach(ctx context.Context, id string, fromStart bool) (*Stream
 // WriteStdin sends r's bytes to the process's stdin; closeAfter then closes it (on a terminal:
 // types ^D).
 func (c *Client) WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
-	var q url.Values
+	return c.WriteStdinDeadline(ctx, id, r, closeAfter, 0)
+}
+
+// WriteStdinDeadline is WriteStdin that first makes the process's deadline d from now (0:
+// unchanged), kept by the agent: the work r hands over gets its own deadline, which no death
+// of this client stretches.
+func (c *Client) WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error {
+	q := url.Values{}
 	if closeAfter {
-		q = url.Values{"close": {"true"}}
+		q.Set("close", "true")
+	}
+	if d > 0 {
+		q.Set("deadlineMs", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 	}
 	if r == nil {
 		r = http.NoBody

@@ -70,6 +70,9 @@ func (a fakeProcessAgent) Attach(context.Context, string, bool) (*client.Stream,
 func (a fakeProcessAgent) WriteStdin(context.Context, string, io.Reader, bool) error {
 	panic("stdin: the run used a pre-started interpreter")
 }
+func (a fakeProcessAgent) WriteStdinDeadline(context.Context, string, io.Reader, bool, time.Duration) error {
+	panic("stdin: the run used a pre-started interpreter")
+}
 func (a fakeProcessAgent) RemoveProcess(context.Context, string) error {
 	panic("remove: the run used a pre-started interpreter")
 }
