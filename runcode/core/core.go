@@ -208,8 +208,8 @@ type Result struct {
 	TimeoutSeconds int   `json:"timeout_seconds"`
 	// TimeoutCappedFrom is the timeout asked for when it was over the cap and TimeoutSeconds
 	// is the cap.
-	TimeoutCappedFrom int `json:"timeout_capped_from,omitempty" jsonschema:"the timeout_seconds asked for, when it was over the cap of 300 and was capped"`
-	SandboxID      string `json:"sandbox_id"`
+	TimeoutCappedFrom int    `json:"timeout_capped_from,omitempty" jsonschema:"the timeout_seconds asked for, when it was over the cap of 300 and was capped"`
+	SandboxID         string `json:"sandbox_id"`
 	// Memory is the memory limit the program ran under, for the OOM message.
 	Memory string `json:"memory" jsonschema:"the memory limit the program ran under"`
 	// OutputCapBytes is the per-stream cap, for the truncation message.
