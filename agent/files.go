@@ -386,6 +386,13 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	err = func() error {
 		if _, err := io.Copy(tf, r.Body); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				// Name the limit the write ran into: the filesystem's size (the sandbox's disk).
+				var st unix.Statfs_t
+				if unix.Fstatfs(int(tf.Fd()), &st) == nil {
+					return fmt.Errorf("%w: the filesystem of %s holds %d bytes, the sandbox's disk limit (limits.disk), and it is full", f.fsError(err), abs, int64(st.Blocks)*st.Bsize)
+				}
+			}
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
 				return f.fsError(err)
 			}

@@ -52,6 +52,7 @@ func (h HostProbe) Set() Set {
 	put(ProcessLimit, h.Cgroup.controllerReason("pids", h.UID))
 	if h.Tmpfs {
 		put(DiskLimit, "")
+		s.Notes = map[Property]string{PropMemory: LocalMemoryNote}
 	} else {
 		put(DiskLimit, "the kernel has no tmpfs, which bounds a sandbox's writable layer")
 	}
@@ -174,3 +175,9 @@ func firstReason(reasons ...string) string {
 	}
 	return ""
 }
+
+// LocalMemoryNote is how the local runtime holds limits.memory (plan prints it): its writable
+// layer is tmpfs, whose pages are memory charged to the sandbox, so that files cannot take the
+// processes' memory (nor a full disk the agent's), the sandbox's memory cgroup holds both.
+const LocalMemoryNote = "the writable layer (limits.disk) is tmpfs, in memory: the sandbox's memory cgroup is limits.memory + limits.disk " +
+	"(runtime gvisor: + twice limits.disk, for /tmp and the workdir); files written count in it, and a write past limits.disk fails with ENOSPC"

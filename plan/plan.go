@@ -118,6 +118,15 @@ type SandboxValues struct {
 	// order, with the value it takes; a default the platform can neither hold nor replace is a
 	// refusal instead, and is not listed.
 	Undeclared []Value `json:"undeclared"`
+	// Notes are the platform's notes (capability.Set.Notes) on how it holds this sandbox's
+	// properties, in capability.Properties order.
+	Notes []Note `json:"notes,omitempty"`
+}
+
+// Note is how the platform holds one property, in words.
+type Note struct {
+	Field capability.Property `json:"field"`
+	Note  string              `json:"note"`
 }
 
 // Value is what one undeclared property becomes.
@@ -192,7 +201,13 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 		for i := range st.Sandboxes {
 			c := checkSandbox(platform, set, i, st.Sandboxes[i])
 			items = append(items, c.items...)
-			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
+			sv := SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared}
+			for _, p := range capability.Properties {
+				if n, ok := set.Notes[p]; ok {
+					sv.Notes = append(sv.Notes, Note{Field: p, Note: n})
+				}
+			}
+			res.Sandboxes = append(res.Sandboxes, sv)
 		}
 	}
 

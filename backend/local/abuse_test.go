@@ -117,8 +117,13 @@ func TestAbuseMemoryBomb(t *testing.T) {
 	if v2 {
 		limit, swap, wantSwap = "memory.max", "memory.swap.max", 0 // swap alone
 	}
-	if got := readInt64(t, x.cgroupFile("memory", limit)); got != 64<<20 {
-		t.Errorf("%s = %d", limit, got)
+	if !v2 {
+		wantSwap += defaultDisk(t)
+	}
+	// The memory cgroup holds the memory and the writable layer (tmpfs): 64Mi + the disk.
+	want := int64(64<<20) + defaultDisk(t)
+	if got := readInt64(t, x.cgroupFile("memory", limit)); got != want {
+		t.Errorf("%s = %d, want %d (limits.memory + limits.disk)", limit, got, want)
 	}
 	if got := readInt64(t, x.cgroupFile("memory", swap)); got != wantSwap {
 		t.Errorf("%s = %d, want %d (no swap past the memory limit)", swap, got, wantSwap)
@@ -155,6 +160,44 @@ func TestAbuseDiskFill(t *testing.T) {
 		t.Errorf("the host mount table mentions %s:\n%s", x.sess.ID, mi)
 	}
 	x.alive(t)
+}
+
+// TestAbuseDiskFillNotMemory: filling the disk when it is larger than the memory fails the
+// writer with ENOSPC and leaves the sandbox and its agent alive, and an upload past the disk
+// is refused naming the limit (issue 25: the tmpfs pages filled the memory cgroup and the OOM
+// killer took the agent; the upload answered 500 and the sandbox was gone).
+func TestAbuseDiskFillNotMemory(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { d.Limits.Memory, d.Limits.Disk = "64Mi", "160Mi" })
+	out, errs, res := x.run(t, `head -c 300M /dev/zero > /tmp/fill; echo rc=$?; stat -c %s /tmp/fill`, 120*time.Second)
+	if !strings.Contains(errs, "No space left on device") || !strings.Contains(out, "rc=1") || res.OOMKilled {
+		t.Fatalf("writing past the disk: stdout %q stderr %q %+v: want ENOSPC for the writer, no OOM kill", out, errs, res)
+	}
+	x.alive(t)
+	// The processes still have their memory with the disk full.
+	if out, errs, res := x.run(t, `python3 -c "b = bytearray(40 << 20); print(len(b))"`, 60*time.Second); out != "41943040\n" || res.ExitCode != 0 {
+		t.Errorf("40 MiB of memory with the disk full: %q %q %+v", out, errs, res)
+	}
+	x.run(t, "rm /tmp/fill", 30*time.Second)
+	err := x.a.WriteFile(context.Background(), "/tmp/upload", io.LimitReader(zeros{}, 300<<20), 0o644)
+	if !errors.Is(err, sandbox.ErrTooLarge) || !strings.Contains(err.Error(), "limits.disk") || !strings.Contains(err.Error(), strconv.Itoa(160<<20)) {
+		t.Errorf("upload past the disk: %v, want too large naming limits.disk and its %d bytes", err, 160<<20)
+	}
+	x.alive(t)
+}
+
+func defaultDisk(t *testing.T) int64 {
+	n, err := spec.Limits{Disk: spec.DefaultDisk}.DiskBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 func TestAbuseCPUHog(t *testing.T) {

@@ -175,6 +175,8 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		capability.Labels, capability.Workdir, capability.ImageHost, capability.ImageDir,
 		capability.ImageOCI, capability.ImageRef, capability.DiskLimit,
 		capability.IdleTimeout) // the agent ends itself when idle (agent.Config.IdleTimeout)
+	// resolve: the memory cgroup holds limits.memory + limits.disk (the writable layer is tmpfs).
+	set.Notes = map[capability.Property]string{capability.PropMemory: capability.LocalMemoryNote}
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
 		yes(capability.SuspendResume) // pause.go: the cgroup freezer
