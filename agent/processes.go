@@ -221,11 +221,22 @@ func (s *server) deleteProcess(w http.ResponseWriter, r *http.Request, p *proc) 
 
 // attach streams the process's output from the oldest frame still held (from=start) or from
 // now (from=live), then its terminal frame. A slow reader never blocks the process: it skips
-// the frames the ring dropped (visible as a gap in seq).
+// the frames the ring dropped (visible as a gap in seq). follow=false sends only what is held
+// now and ends there, with the terminal frame only if the process has exited: a look at the
+// output of a process that runs on (a server an MCP agent started).
 func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r, "from"); err != nil {
+	if err := onlyQuery(r, "from", "follow"); err != nil {
 		writeError(w, err)
 		return
+	}
+	follow := true
+	if v := r.URL.Query().Get("follow"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: query parameter follow=%q is not a boolean", sbtypes.ErrInvalid, v))
+			return
+		}
+		follow = b
 	}
 	var cursor uint64
 	switch from := r.URL.Query().Get("from"); from {
@@ -264,6 +275,9 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 			// Not flushed: returning, the server writes it with the end of the body in one
 			// write, so the client reads both at once and keeps the connection.
 			return
+		}
+		if len(frames) == 0 && !follow {
+			return // what was held is sent; the process runs on
 		}
 		if err := rc.Flush(); err != nil {
 			return

@@ -306,3 +306,40 @@ func TestProcessDeadlineWithItsWork(t *testing.T) {
 		t.Errorf("deadline on an exited process answered %d %s, want 409", code, body)
 	}
 }
+
+// TestProcessOutputLook: Output returns what is held now without waiting for more (the process
+// runs on), then, once it has exited, the rest with its exit.
+func TestProcessOutputLook(t *testing.T) {
+	h := newHarness(t).start()
+	ctx := context.Background()
+	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{
+		ExecRequest: sbtypes.ExecRequest{Shell: `echo one; read x; echo "two $x" >&2; exit 4`, Timeout: time.Hour},
+		OpenStdin:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []sbtypes.OutputFrame
+	var exit *sbtypes.ExecResult
+	eventually(t, "the first line held", func() bool {
+		frames, exit, err = h.cl.Output(ctx, p.ID, 0)
+		return err != nil || len(frames) > 0
+	})
+	if err != nil || exit != nil || len(frames) != 1 || string(frames[0].Data) != "one\n" {
+		t.Fatalf("running: frames %+v exit %+v err %v", frames, exit, err)
+	}
+	if err := h.cl.WriteStdin(ctx, p.ID, strings.NewReader("x\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.cl.Wait(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	frames, exit, err = h.cl.Output(ctx, p.ID, frames[0].Seq)
+	if err != nil || exit == nil || exit.ExitCode != 4 || len(frames) != 1 || string(frames[0].Data) != "two x\n" || frames[0].Stream != sbtypes.Stderr {
+		t.Fatalf("exited: frames %+v exit %+v err %v", frames, exit, err)
+	}
+	code, body := h.raw("GET", "/v1/processes/"+p.ID+"/output?follow=maybe", h.token(token.Execute, nil), nil)
+	if code != 400 || !strings.Contains(string(body), "follow") {
+		t.Errorf("follow=maybe answered %d %s", code, body)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -146,6 +147,49 @@ func TestLocalSessionTools(t *testing.T) {
 	ex = call(t, cs, "sandbox_exec", map[string]any{"session_id": id, "command": "sleep 60", "timeout_seconds": 1})
 	if r := structured[runcode.Result](t, ex); !r.TimedOut || !strings.Contains(text(ex), "Timed out after 1s") {
 		t.Fatalf("exec timeout: %s", text(ex))
+	}
+
+	// A background process outlives its call, its output read in parts (issue 25).
+	bg := call(t, cs, "sandbox_exec", map[string]any{"session_id": id, "background": true,
+		"command": "for i in 1 2 3; do echo tick $i; done; echo ready >&2; exec sleep 600"})
+	pid := structured[struct {
+		ProcessID string `json:"process_id"`
+	}](t, bg).ProcessID
+	if bg.IsError || pid == "" || !strings.Contains(text(bg), "sandbox_process_output") {
+		t.Fatalf("background exec: %s", text(bg))
+	}
+	type procOut struct {
+		Running  bool   `json:"running"`
+		ExitCode *int   `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	var stdout, stderr string
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stderr, "ready") {
+		r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid})
+		o := structured[procOut](t, r)
+		if r.IsError || !o.Running || o.ExitCode != nil {
+			t.Fatalf("output of a running process: %s", text(r))
+		}
+		stdout, stderr = stdout+o.Stdout, stderr+o.Stderr
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line within a minute: %q %q", stdout, stderr)
+		}
+	}
+	if stdout != "tick 1\ntick 2\ntick 3\n" {
+		t.Errorf("stdout read in parts: %q", stdout)
+	}
+	if r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid}); !strings.Contains(text(r), "no new output") {
+		t.Errorf("a second read with nothing new: %s", text(r))
+	}
+	for i := range 2 { // idempotent
+		if r := call(t, cs, "sandbox_process_kill", map[string]any{"session_id": id, "process_id": pid}); r.IsError {
+			t.Fatalf("kill %d: %s", i, text(r))
+		}
+	}
+	if r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid}); !r.IsError || !strings.Contains(text(r), "killed") {
+		t.Errorf("output of a killed process: %s", text(r))
 	}
 
 	rd := call(t, cs, "sandbox_read_file", map[string]any{"session_id": id, "path": "/workspace/pkg/data.txt"})

@@ -141,7 +141,7 @@ func TestToolsAndSchemas(t *testing.T) {
 		tools[tl.Name] = tl
 	}
 	slices.Sort(names)
-	want := []string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}
+	want := []string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_process_kill", "sandbox_process_output", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

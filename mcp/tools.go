@@ -74,6 +74,7 @@ type execInput struct {
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory (default: the sandbox's workdir); relative to it when not absolute"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to standard input; default: stdin is closed"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this command"`
+	Background     bool              `json:"background,omitempty" jsonschema:"start the command and return at once with a process_id: it keeps running (a server, say) until sandbox_process_kill, the session's end or timeout_seconds when given; read its output with sandbox_process_output"`
 }
 
 type readInput struct {
@@ -179,8 +180,16 @@ func (s *Server) register() {
 		Title: "Run a command in a sandbox session",
 		Description: "Runs a shell command in a sandbox from sandbox_create and returns its exit code (124 when killed at its timeout), stdout and stderr" + s.viewNote() + ". " +
 			"Files persist between commands of the same session; processes do not: everything the command started, " +
-			"including what it put in the background with & or nohup, is killed when it ends.",
-	}, func(in *jsonschema.Schema) { timeoutSchema(prop(in, "timeout_seconds")) }, s.exec)
+			"including what it put in the background with & or nohup, is killed when it ends. To keep a process running " +
+			"(a server), use background: true, then sandbox_process_output and sandbox_process_kill.",
+	}, func(in *jsonschema.Schema) {
+		timeoutSchema(prop(in, "timeout_seconds"))
+		if !s.hasProcesses() {
+			delete(in.Properties, "background")
+		} else {
+			prop(in, "background").Default = []byte("false")
+		}
+	}, s.exec)
 
 	addTool(s, &sdk.Tool{
 		Name:        "sandbox_read_file",
@@ -217,6 +226,7 @@ func (s *Server) register() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
 	}, nil, s.terminate)
 
+	s.registerProcesses()
 	s.registerFeatures()
 }
 
@@ -244,6 +254,12 @@ func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, 
 type session struct {
 	info  sessionInfo
 	agent sandbox.Agent
+
+	// mu guards read and carry: per background process (process.go), the last output frame
+	// read, and an incomplete character at its end held for the next read (stdout, stderr).
+	mu    sync.Mutex
+	read  map[string]uint64
+	carry map[string][2][]byte
 
 	once sync.Once
 	err  error
@@ -380,28 +396,31 @@ func resolvePath(field, p, workdir string) (string, error) {
 	return path.Clean(p), nil
 }
 
-func (s *Server) exec(ctx context.Context, in execInput) (runcode.Result, string, error) {
+func (s *Server) exec(ctx context.Context, in execInput) (execOutput, string, error) {
 	se, err := s.lookup(in.SessionID)
 	if err != nil {
-		return runcode.Result{}, "", err
+		return execOutput{}, "", err
 	}
 	if strings.TrimSpace(in.Command) == "" {
-		return runcode.Result{}, "", fmt.Errorf("%w: command is empty: give a shell command line", sandbox.ErrInvalid)
+		return execOutput{}, "", fmt.Errorf("%w: command is empty: give a shell command line", sandbox.ErrInvalid)
 	}
 	timeout, cappedFrom := in.TimeoutSeconds, 0
 	switch {
 	case timeout == 0:
 		timeout = runcode.DefaultTimeoutSeconds
 	case timeout < 0:
-		return runcode.Result{}, "", fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, timeout)
-	case timeout > runcode.MaxTimeoutSeconds:
+		return execOutput{}, "", fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, timeout)
+	case timeout > runcode.MaxTimeoutSeconds && !in.Background:
 		timeout, cappedFrom = runcode.MaxTimeoutSeconds, timeout
 	}
 	cwd := se.info.Workdir
 	if in.Cwd != "" {
 		if cwd, err = resolvePath("cwd", in.Cwd, se.info.Workdir); err != nil {
-			return runcode.Result{}, "", err
+			return execOutput{}, "", err
 		}
+	}
+	if in.Background {
+		return s.startBackground(ctx, se, in, cwd, timeout, cappedFrom)
 	}
 	var stdin io.Reader
 	if in.Stdin != "" {
@@ -411,12 +430,12 @@ func (s *Server) exec(ctx context.Context, in execInput) (runcode.Result, string
 		Shell: in.Command, Cwd: cwd, Env: in.Env, Timeout: time.Duration(timeout) * time.Second, Stdin: stdin,
 	}, runcode.Options{ViewBytes: s.viewBytes()})
 	if err != nil {
-		return runcode.Result{}, "", fmt.Errorf("running the command: %w", err)
+		return execOutput{}, "", fmt.Errorf("running the command: %w", err)
 	}
 	res.TimeoutCappedFrom = cappedFrom
 	res.SandboxID = se.info.SandboxID
 	res.Memory = se.info.Memory
-	return res, res.Text(), nil
+	return execOutput{Result: res}, res.Text(), nil
 }
 
 func (s *Server) readFile(ctx context.Context, in readInput) (readOutput, string, error) {

@@ -65,6 +65,15 @@ func ParseLanguage(s string) (Language, error) { return core.ParseLanguage(s) }
 // Request is one run.
 type Request = core.Request
 
+// View is output cut for a reader with little room (core.View).
+func View(b []byte, room int64) (string, int64, bool) { return core.View(b, room) }
+
+// PartialTail is the length of an incomplete UTF-8 character at the end of b (core.PartialTail).
+func PartialTail(b []byte) int { return core.PartialTail(b) }
+
+// TimeoutExitCode is the exit code of a program killed at its timeout (core.TimeoutExitCode).
+const TimeoutExitCode = core.TimeoutExitCode
+
 // Normalize checks req and returns it with the language canonical and the timeout defaulted.
 func Normalize(req Request) (Request, error) { return core.Normalize(req) }
 

@@ -497,15 +497,21 @@ func (c *capped) String() string {
 	return s
 }
 
-// view is what the stream reads as: valid UTF-8 (bad reports invalid bytes, replaced by
-// U+FFFD), and with room > 0 and more than room bytes, its first and last room/2 bytes
-// around a line saying how many were cut (cut), each part cut at a character boundary.
+// view is what the stream reads as (View of what was kept, less a character the cap split).
 func (c *capped) view(room int64) (s string, cut int64, bad bool) {
 	b := c.buf.Bytes()
 	if c.over {
 		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
 		b = b[:len(b)-partialTail(b)]
 	}
+	return View(b, room)
+}
+
+// View is output as a reader with little room (a model's context) gets it: valid UTF-8 (bad
+// reports invalid bytes, replaced by U+FFFD), and with room > 0 and more than room bytes, the
+// first and last room/2 bytes around a line saying how many were cut (cut), each part cut at a
+// character boundary.
+func View(b []byte, room int64) (s string, cut int64, bad bool) {
 	if room > 0 && int64(len(b)) > room {
 		head, tail := b[:room/2], b[int64(len(b))-room/2:]
 		head = head[:len(head)-partialTail(head)]
@@ -522,6 +528,10 @@ func (c *capped) view(room int64) (s string, cut int64, bad bool) {
 	}
 	return string(b), 0, false
 }
+
+// PartialTail is the length of an incomplete UTF-8 character at the end of b (0: none): what
+// a reader of output still arriving keeps for the next read.
+func PartialTail(b []byte) int { return partialTail(b) }
 
 // partialTail is the length of an incomplete UTF-8 character at the end of b (0: none).
 func partialTail(b []byte) int {
