@@ -130,7 +130,7 @@ func (f *Flags) Check(sparesChanged bool) error {
 // this process's standard input, and the returned reader what the code reads (nil: closed).
 func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader, error) {
 	req := core.Request{Language: f.Lang, Network: f.Network}
-	var src string
+	var src, bigFile string
 	if len(args) == 1 {
 		src = args[0]
 	}
@@ -154,6 +154,7 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 			return req, nil, &cliexit.ExitError{Code: cliexit.ExitUsage, Err: fmt.Errorf("reading the code: %w", err)}
 		}
 		req.Code = string(data)
+		bigFile = src
 		if req.Language == "" {
 			req.Language = languageFromExt(src)
 			if req.Language == "" {
@@ -190,6 +191,13 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 		}
 		req.Files[remote] = data
 	}
+	if bigFile != "" && len(req.Code) > core.MaxCodeBytes {
+		// The code cap bounds a program sent as text; a FILE larger than it goes as a file,
+		// which nothing but the disk bounds, and the code runs it.
+		if err := runAsFile(&req, bigFile); err != nil {
+			return req, nil, err
+		}
+	}
 	var in io.Reader
 	if f.Interactive {
 		in = stdin
@@ -199,6 +207,29 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 		return req, nil, cliexit.UsageError("%v", err)
 	}
 	return req, in, nil
+}
+
+// runAsFile moves req's code (read from FILE src) into req.Files under src's name and makes
+// the code a one-line runner of that file.
+func runAsFile(req *core.Request, src string) error {
+	l, err := core.ParseLanguage(req.Language)
+	if err != nil {
+		return cliexit.UsageError("%v", err)
+	}
+	codeFile, _ := core.Program(l)
+	name := filepath.Base(src)
+	if name == codeFile || name == "." || name == "/" {
+		name = "program" + filepath.Ext(codeFile)
+	}
+	if _, dup := req.Files[name]; dup {
+		return cliexit.UsageError("%s is over the code cap of %d bytes and goes into the sandbox as the file %s, which a --file already names", src, core.MaxCodeBytes, name)
+	}
+	if req.Files == nil {
+		req.Files = map[string][]byte{}
+	}
+	req.Files[name] = []byte(req.Code)
+	req.Code = core.Runner(l, name)
+	return nil
 }
 
 func languageFromExt(p string) string {

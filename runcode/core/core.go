@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -63,6 +64,19 @@ var runtimes = map[Language]runtime{
 func Program(l Language) (file string, argv []string) {
 	rt := runtimes[l]
 	return rt.file, slices.Clone(rt.argv)
+}
+
+// Runner is code in language l that runs the program in file (relative to the working
+// directory) as if it were the code itself: how a program larger than MaxCodeBytes runs,
+// sent as a file.
+func Runner(l Language, file string) string {
+	switch l {
+	case Node:
+		return fmt.Sprintf("process.argv[1] = require('path').resolve(%s);\nrequire(process.argv[1]);\n", strconv.Quote(file))
+	case Bash:
+		return "source '" + strings.ReplaceAll(file, "'", `'\''`) + "'\n"
+	}
+	return fmt.Sprintf("import runpy, sys\nsys.argv[0] = %s\nrunpy.run_path(%s, run_name='__main__')\n", strconv.Quote(file), strconv.Quote(file))
 }
 
 // aliases maps every accepted (lower-case) name to its language, canonical names included.
@@ -131,7 +145,7 @@ func Normalize(req Request) (Request, error) {
 		return req, fmt.Errorf("%w: code is empty: give the program to run", sbtypes.ErrInvalid)
 	}
 	if len(req.Code) > MaxCodeBytes {
-		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: put large programs in files", sbtypes.ErrInvalid, len(req.Code), MaxCodeBytes)
+		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: send a larger program as a file (run_code's files; airlock run FILE does) and code that runs it", sbtypes.ErrInvalid, len(req.Code), MaxCodeBytes)
 	}
 	switch {
 	case req.TimeoutSeconds == 0:
