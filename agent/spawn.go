@@ -50,14 +50,14 @@ type spawnReply struct {
 // statuses: the reaper below is the only caller of wait4, and mu spans fork+register so a child
 // that exits at once is still dispatched to its waiter.
 type spawner struct {
-	cred    *syscall.Credential
-	homeV1  string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
-	homeFD  int    // homeV1 kept open by the spawner thread (-1: not open), to go back with one write
+	cred   *syscall.Credential
+	homeV1 string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
+	homeFD int    // homeV1 kept open by the spawner thread (-1: not open), to go back with one write
 	// oomFD is /proc/self/oom_score_adj kept open by the spawner thread (-1: none), and
 	// oomBase the agent's own score, which it returns to after each fork (spawn).
 	oomFD   int
 	oomBase []byte
-	reapAll bool   // PID 1: reap every child, dispatch the tracked ones
+	reapAll bool // PID 1: reap every child, dispatch the tracked ones
 
 	reqs     chan *spawnRequest
 	stop     chan struct{}
