@@ -7,7 +7,7 @@ export PATH="/usr/local/go/bin:$PATH"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 need=()
-for bin in python3:python3 node:nodejs npm:npm ip:iproute2 bash:bash newuidmap:uidmap file:file; do
+for bin in python3:python3 node:nodejs npm:npm ip:iproute2 bash:bash newuidmap:uidmap file:file openssl:openssl; do
   command -v "${bin%%:*}" >/dev/null || need+=("${bin##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

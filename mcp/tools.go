@@ -21,6 +21,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -61,7 +63,7 @@ type sessionInfo struct {
 	Network      bool   `json:"network"`
 	Memory       string `json:"memory"`
 	CPU          string `json:"cpu"`
-	MaxProcesses int64  `json:"max_processes"`
+	MaxProcesses int64  `json:"max_processes" jsonschema:"the process limit; 0: the platform's own (it has none of airlock's)"`
 	CreatedAt    string `json:"created_at"`
 	ExpiresAt    string `json:"expires_at"`
 	PreviewPorts []int  `json:"preview_ports,omitempty"`
@@ -286,16 +288,11 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	case life > MaxSessionLifetimeSeconds:
 		return sessionInfo{}, "", fmt.Errorf("%w: lifetime_seconds %d is over the cap of %d seconds", sandbox.ErrInvalid, life, MaxSessionLifetimeSeconds)
 	}
-	procs := in.MaxProcesses
-	if procs == 0 {
-		procs = runcode.DefaultMaxProcesses
-	}
-	mem, cpu := in.Memory, in.CPU
-	if mem == "" {
-		mem = runcode.DefaultMemory
-	}
-	if cpu == "" {
-		cpu = runcode.DefaultCPU
+	// Limits the caller left out stay undeclared: airlock's default where the platform holds
+	// it, the platform's own value where it publishes one (plan.Defaults below).
+	limits := spec.Limits{CPU: in.CPU, Memory: in.Memory}
+	if in.MaxProcesses != 0 {
+		limits.MaxProcesses = &in.MaxProcesses
 	}
 	egress := spec.EgressDeny
 	if in.Network {
@@ -309,7 +306,7 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	decl := spec.Sandbox{
 		ID:     "mcp-" + randomHex(6),
 		Image:  img,
-		Limits: spec.Limits{CPU: cpu, Memory: mem, MaxProcesses: &procs},
+		Limits: limits,
 		Egress: spec.Egress{Mode: egress},
 		// The idle timeout is the lifetime: sandbox_terminate, the lifetime and this server's
 		// shutdown end a session.
@@ -318,10 +315,31 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 		Env:          in.Env,
 		PreviewPorts: in.PreviewPorts,
 	}
+	set := s.backend.Capabilities(ctx)
+	if in.LifetimeSeconds == 0 {
+		// This server's default lifetime is its safety net, not the caller's ask: where the
+		// platform holds none (gcp), the platform's own applies, as for run_code.
+		if !set.Has(capability.SessionLifetime) {
+			decl.Session.MaxLifetimeSeconds = nil
+		}
+		if !set.Has(capability.IdleTimeout) {
+			decl.Session.IdleTimeoutSeconds = nil
+		}
+	}
 	if err := runcode.Check(ctx, s.backend, decl, in.Network); err != nil {
 		return sessionInfo{}, "", err
 	}
-	decl.ApplyDefaults()
+	decl = plan.Defaults(s.backend.Platform(), set, decl)
+	mem, cpu, procs := string(decl.Limits.Memory), string(decl.Limits.CPU), int64(0)
+	if mem == "" {
+		mem = set.PlatformValues[capability.PropMemory]
+	}
+	if cpu == "" {
+		cpu = set.PlatformValues[capability.PropCPU]
+	}
+	if decl.Limits.MaxProcesses != nil {
+		procs = *decl.Limits.MaxProcesses
+	}
 
 	// A slot is reserved before the (slow) create, so concurrent creates cannot overshoot.
 	s.mu.Lock()
@@ -341,11 +359,15 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if err != nil {
 		return sessionInfo{}, "", fmt.Errorf("creating the sandbox: %w", err)
 	}
-	// A backend that publishes no expiry ends the session at its declared lifetime.
+	// A backend that publishes no expiry ends the session at its declared lifetime (none
+	// declared: the platform's, which the session's own ExpiresAt says when it has one).
+	expires := ""
+	if decl.Session.MaxLifetimeSeconds != nil {
+		expires = sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339)
+	}
 	se, err := s.adopt(ctx, sess, sessionInfo{
-		Workdir: decl.Workdir, Network: in.Network, Memory: string(mem), CPU: string(cpu), MaxProcesses: procs,
-		ExpiresAt:    sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339),
-		PreviewPorts: in.PreviewPorts,
+		Workdir: decl.Workdir, Network: in.Network, Memory: mem, CPU: cpu, MaxProcesses: procs,
+		ExpiresAt: expires, PreviewPorts: in.PreviewPorts,
 	})
 	if err != nil {
 		return sessionInfo{}, "", err

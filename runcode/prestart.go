@@ -211,9 +211,9 @@ func processDeadline(sess *sandbox.Session) time.Duration {
 	if !sess.ExpiresAt.IsZero() {
 		return time.Until(sess.ExpiresAt)
 	}
-	d := sess.Spec
-	d.ApplyDefaults()
-	return time.Duration(d.Session.Lifetime())*time.Second - time.Since(sess.CreatedAt)
+	// No expiry published: the declared lifetime, else airlock's default bounds the process (a
+	// lifetime left to the platform is not known here, and the agent needs a deadline).
+	return time.Duration(sess.Spec.Session.Lifetime())*time.Second - time.Since(sess.CreatedAt)
 }
 
 // start starts one language's interpreter and waits until its loader waits for code.

@@ -160,11 +160,20 @@ func Declaration(req Request, opts Options) spec.Sandbox {
 	}
 }
 
-// undeclareUnenforced leaves a run's lifetime and idle timeout undeclared (the platform's own)
-// where set does not enforce them: they are the run's safety net, not the caller's ask, under
-// the run's own deadline (enforced by the agent) and its termination when it ends. A run would
-// otherwise be refused on a platform (docker) for bounds nobody asked for.
+// undeclareUnenforced leaves a run's limits, lifetime and idle timeout undeclared where set
+// does not enforce them: they are airlock's choices for a run, not the caller's ask (a run
+// declares none of them). The lifetime and idle timeout are the run's safety net, under its
+// own deadline (enforced by the agent) and its termination when it ends; the limits are
+// run_code's defaults. Left undeclared, each becomes the platform's own value where the set
+// publishes one (plan.Defaults), and is refused as a default where it does not; a run would
+// otherwise be refused (docker, the clouds) for bounds nobody asked for.
 func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
+	if !set.Has(capability.EnforcedLimits) {
+		decl.Limits.CPU, decl.Limits.Memory = "", ""
+	}
+	if !set.Has(capability.ProcessLimit) {
+		decl.Limits.MaxProcesses = nil
+	}
 	if !set.Has(capability.SessionLifetime) {
 		decl.Session.MaxLifetimeSeconds = nil
 	}
@@ -172,6 +181,21 @@ func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
 		decl.Session.IdleTimeoutSeconds = nil
 	}
 	return decl
+}
+
+// withDefaults is decl as a backend is given it to create: airlock's default for every
+// undeclared property the platform holds, the platform's own value (left unset) elsewhere.
+func withDefaults(backend sandbox.Backend, set capability.Set, decl spec.Sandbox) spec.Sandbox {
+	return plan.Defaults(backend.Platform(), set, decl)
+}
+
+// memoryOf is what a run's memory is for its result: the declared (or defaulted) ceiling, else
+// the platform's own size in its words.
+func memoryOf(decl spec.Sandbox, set capability.Set) string {
+	if decl.Limits.Memory != "" {
+		return string(decl.Limits.Memory)
+	}
+	return set.PlatformValues[capability.PropMemory]
 }
 
 func randomHex(n int) string {
@@ -230,12 +254,15 @@ func (e *RefusedError) Unwrap() []error {
 // (An idle timeout no shorter than an enforced lifetime needs no idleTimeout capability:
 // plan.Check itself knows the lifetime ends the sandbox first.)
 func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, network bool) error {
-	set := backend.Capabilities(ctx)
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, backend.Platform(), set)
+	return check(backend.Platform(), backend.Capabilities(ctx), decl, network)
+}
+
+func check(platform capability.Platform, set capability.Set, decl spec.Sandbox, network bool) error {
+	res := plan.CheckCreate(decl, platform, set)
 	if len(res.Refusals) == 0 {
 		return nil
 	}
-	return &RefusedError{Platform: backend.Platform(), Network: network, Refusals: res.Refusals, Set: set}
+	return &RefusedError{Platform: platform, Network: network, Refusals: res.Refusals, Set: set}
 }
 
 // Run runs req in a fresh sandbox on backend and always terminates that sandbox, even when
@@ -292,11 +319,12 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	if log == nil {
 		log = slog.Default()
 	}
-	decl := undeclareUnenforced(Declaration(req, opts), backend.Capabilities(ctx))
-	if err := Check(ctx, backend, decl, req.Network); err != nil {
+	set := backend.Capabilities(ctx)
+	decl := undeclareUnenforced(Declaration(req, opts), set)
+	if err := check(backend.Platform(), set, decl, req.Network); err != nil {
 		return Result{}, nil, err
 	}
-	decl.ApplyDefaults()
+	decl = withDefaults(backend, set, decl)
 	sess, pooled, pre, err := claim(ctx, opts.Pool, decl, time.Duration(req.TimeoutSeconds)*time.Second, log)
 	if err != nil {
 		return Result{}, nil, err
@@ -326,6 +354,9 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 		}()
 	}()
 	res, err = runIn(ctx, backend, sess, pre, decl, req, opts, log)
+	if err == nil {
+		res.Memory = memoryOf(decl, set)
+	}
 	return res, term, err
 }
 
@@ -350,7 +381,6 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 		return Result{}, err
 	}
 	res.SandboxID = sess.SandboxID
-	res.Memory = string(decl.Limits.Memory)
 	return res, nil
 }
 

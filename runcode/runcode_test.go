@@ -71,13 +71,17 @@ func supportedSet() capability.Set {
 	return s
 }
 
-func (f *fakeBackend) Platform() capability.Platform               { return capability.Local }
+func (f *fakeBackend) Platform() capability.Platform               { return f.set.Platform }
 func (f *fakeBackend) Capabilities(context.Context) capability.Set { return f.set }
 func (f *fakeBackend) Get(context.Context, string) (*sandbox.Session, error) {
 	return nil, sandbox.ErrNotFound
 }
 func (f *fakeBackend) List(context.Context) ([]*sandbox.Session, error) { return nil, nil }
 func (f *fakeBackend) Create(_ context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	// What its set says no to is refused, as every backend's Create does.
+	if err := plan.CheckSandbox(decl, f.set); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created = append(f.created, decl)
@@ -363,7 +367,7 @@ func TestRunDetachedNoSandbox(t *testing.T) {
 	}
 }
 
-// A run's lifetime and idle timeout are declared only where the platform enforces them.
+// A run's limits, lifetime and idle timeout are declared only where the platform enforces them.
 func TestUndeclareUnenforced(t *testing.T) {
 	d := Declaration(Request{Language: "python", Code: "1", TimeoutSeconds: 10}, Options{})
 	set := func(has ...capability.Name) capability.Set {
@@ -374,12 +378,13 @@ func TestUndeclareUnenforced(t *testing.T) {
 		return s
 	}
 	for _, tc := range []struct {
-		set        capability.Set
-		life, idle bool
+		set                       capability.Set
+		life, idle, limits, procs bool
 	}{
-		{set(capability.SessionLifetime, capability.IdleTimeout), true, true},
-		{set(capability.SessionLifetime), true, false},
-		{set(), false, false},
+		{set(capability.SessionLifetime, capability.IdleTimeout, capability.EnforcedLimits, capability.ProcessLimit), true, true, true, true},
+		{set(capability.SessionLifetime, capability.ProcessLimit), true, false, false, true},
+		{set(capability.EnforcedLimits), false, false, true, false},
+		{set(), false, false, false, false},
 	} {
 		got := undeclareUnenforced(d, tc.set)
 		if (got.Session.MaxLifetimeSeconds != nil) != tc.life || (got.Session.IdleTimeoutSeconds != nil) != tc.idle {
@@ -388,8 +393,63 @@ func TestUndeclareUnenforced(t *testing.T) {
 		if tc.life && *got.Session.MaxLifetimeSeconds != *d.Session.MaxLifetimeSeconds {
 			t.Errorf("lifetime changed: %d", *got.Session.MaxLifetimeSeconds)
 		}
+		if gotLimits := got.Limits.CPU != "" && got.Limits.Memory != ""; gotLimits != tc.limits || (got.Limits.CPU == "") != (got.Limits.Memory == "") {
+			t.Errorf("set %v: cpu %q memory %q declared; want declared %v", tc.set.Entries, got.Limits.CPU, got.Limits.Memory, tc.limits)
+		}
+		if (got.Limits.MaxProcesses != nil) != tc.procs {
+			t.Errorf("set %v: maxProcesses declared %v, want %v", tc.set.Entries, got.Limits.MaxProcesses != nil, tc.procs)
+		}
 	}
-	if d.Session.MaxLifetimeSeconds == nil || d.Session.IdleTimeoutSeconds == nil {
+	if d.Session.MaxLifetimeSeconds == nil || d.Session.IdleTimeoutSeconds == nil || d.Limits.Memory == "" || d.Limits.MaxProcesses == nil {
 		t.Error("the declaration itself was changed")
+	}
+}
+
+// TestRunTakesPlatformValues: on a platform that cannot hold run_code's limits but publishes
+// its own values for them, a run creates its sandbox with those left to the platform (the
+// backend's own check in Create accepts it), holds what the platform enforces at airlock's
+// value, and reports the platform's memory; without the platform's values it is refused.
+func TestRunTakesPlatformValues(t *testing.T) {
+	set := supportedSet()
+	set.Platform = capability.AWS
+	for _, n := range []capability.Name{capability.EnforcedLimits, capability.ProcessLimit, capability.DiskLimit} {
+		set.Entries[n] = capability.Status{Reason: "the platform sizes its sandboxes"}
+	}
+	set.PlatformValues = map[capability.Property]string{
+		capability.PropCPU:          "platform-sized (tier cpu)",
+		capability.PropMemory:       "platform-sized (tier 2048 MiB)",
+		capability.PropDisk:         "platform-sized (tier disk)",
+		capability.PropMaxProcesses: "unbounded",
+	}
+	f := &fakeBackend{set: set, exec: func(context.Context, sandbox.ExecRequest, io.Writer, io.Writer) (sandbox.ExecResult, error) {
+		return sandbox.ExecResult{}, nil
+	}}
+	res, err := Run(t.Context(), f, Request{Language: "py", Code: "x", TimeoutSeconds: 7}, Options{})
+	if err != nil {
+		t.Fatalf("a run on a platform with its own sizes: %v", err)
+	}
+	if len(f.created) != 1 {
+		t.Fatalf("created %d sandboxes", len(f.created))
+	}
+	got := f.created[0]
+	if got.Limits.CPU != "" || got.Limits.Memory != "" || got.Limits.Disk != "" || got.Limits.MaxProcesses != nil {
+		t.Errorf("limits given to Create %+v: want every one left to the platform", got.Limits)
+	}
+	if got.Workdir != spec.DefaultWorkdir || got.Egress.Mode != spec.EgressDeny || got.Session.MaxLifetimeSeconds == nil || *got.Session.MaxLifetimeSeconds != 7+lifetimeMargin {
+		t.Errorf("what the platform holds was not airlock's value: workdir %q egress %q lifetime %v", got.Workdir, got.Egress.Mode, got.Session.MaxLifetimeSeconds)
+	}
+	if res.Memory != "platform-sized (tier 2048 MiB)" {
+		t.Errorf("result memory %q, want the platform's", res.Memory)
+	}
+
+	delete(set.PlatformValues, capability.PropMemory)
+	f.created = nil
+	_, err = Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{})
+	var r *plan.Refusal
+	if !errors.As(err, &r) || r.Capability != capability.EnforcedLimits || !strings.Contains(err.Error(), "limits.memory") {
+		t.Fatalf("err = %v, want a refusal of limits.memory naming enforcedLimits", err)
+	}
+	if len(f.created) != 0 {
+		t.Error("a sandbox was created for a refused run")
 	}
 }

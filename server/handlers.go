@@ -137,8 +137,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	platform := s.backend.Platform()
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, s.backend.Capabilities(ctx))
+	platform, set := s.backend.Platform(), s.backend.Capabilities(ctx)
+	res := plan.CheckCreate(decl, platform, set)
 	if res.Refused() {
 		problems := problemsOfRefusals(res.Refusals)
 		msgs := make([]string, len(problems))
@@ -149,7 +149,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("refused on %s: %s", platform, strings.Join(msgs, "; "))})
 		return
 	}
-	decl.ApplyDefaults()
+	// Undeclared properties get airlock's default where the platform holds it and stay unset
+	// where the platform's own value applies: Create checks what it is given as declared.
+	decl = plan.Defaults(platform, set, decl)
 	start := time.Now()
 	sess, err := s.backend.Create(ctx, decl)
 	s.metrics.observeCreate(time.Since(start), err)
