@@ -177,7 +177,8 @@ func firstReason(reasons ...string) string {
 }
 
 // LocalMemoryNote is how the local runtime holds limits.memory (plan prints it): its writable
-// layer is tmpfs, whose pages are memory charged to the sandbox, so that files cannot take the
-// processes' memory (nor a full disk the agent's), the sandbox's memory cgroup holds both.
-const LocalMemoryNote = "the writable layer (limits.disk) is tmpfs, in memory: the sandbox's memory cgroup is limits.memory + limits.disk " +
-	"(runtime gvisor: + twice limits.disk, for /tmp and the workdir); files written count in it, and a write past limits.disk fails with ENOSPC"
+// layer is tmpfs, whose pages are memory charged to the sandbox, so files and processes share
+// limits.memory; the code, never the agent, is what the OOM killer takes when they fill it.
+const LocalMemoryNote = "the writable layer (limits.disk) is tmpfs, in memory: files written count against limits.memory. " +
+	"A write past limits.disk fails with ENOSPC; one that fills the memory first gets its writer OOM-killed (exit 137), never the agent; " +
+	"an upload that would is refused (413)"

@@ -154,8 +154,7 @@ func TestGVisorLimits(t *testing.T) {
 		}
 		return strings.TrimSpace(string(raw))
 	}
-	// The memory cgroup holds the memory and gVisor's two tmpfs (/tmp, the workdir) of the disk.
-	mem := strconv.FormatInt(200<<20+2*defaultDisk(t), 10)
+	mem := "209715200"
 	want := map[[2]string]string{
 		{"memory", "memory.limit_in_bytes"}: mem, {"cpu", "cpu.cfs_quota_us"}: "50000",
 	}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"os"
 	"os/exec"
 	"path"
@@ -418,18 +417,6 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	case r.limits.MaxProcesses < 1 || r.limits.MaxProcesses > idRange:
 		return nil, bad("limits.maxProcesses", fmt.Sprint(r.limits.MaxProcesses), fmt.Sprintf("must be 1..%d", idRange))
 	}
-	// The writable layer is tmpfs: its pages are memory, charged to the sandbox's cgroup. The
-	// cgroup holds limits.memory + limits.disk (capability.LocalMemoryNote, which plan prints),
-	// so that a full disk fails its writer with ENOSPC instead of taking the processes' memory
-	// and the OOM killer the agent. gVisor has two such tmpfs (/tmp and the workdir).
-	tmpfs := int64(1)
-	if r.gvisor {
-		tmpfs = 2
-	}
-	if r.disk > (math.MaxInt64-r.limits.MemoryBytes)/tmpfs {
-		return nil, bad("limits.disk", string(decl.Limits.Disk), "at most limits.memory + limits.disk of 8 EiB")
-	}
-	r.limits.MemoryBytes += tmpfs * r.disk
 	life := decl.Session.Lifetime()
 	if life < 1 {
 		return nil, bad("session.maxLifetimeSeconds", fmt.Sprint(life), "at least 1")

@@ -175,7 +175,7 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		capability.Labels, capability.Workdir, capability.ImageHost, capability.ImageDir,
 		capability.ImageOCI, capability.ImageRef, capability.DiskLimit,
 		capability.IdleTimeout) // the agent ends itself when idle (agent.Config.IdleTimeout)
-	// resolve: the memory cgroup holds limits.memory + limits.disk (the writable layer is tmpfs).
+	// The writable layer is tmpfs: files count against limits.memory (capability.LocalMemoryNote).
 	set.Notes = map[capability.Property]string{capability.PropMemory: capability.LocalMemoryNote}
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
