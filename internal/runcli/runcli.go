@@ -170,6 +170,10 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 	if f.Timeout%time.Second != 0 || f.Timeout < time.Second {
 		return req, nil, cliexit.UsageError("--timeout %v: give whole seconds from 1s to %ds", f.Timeout, core.MaxTimeoutSeconds)
 	}
+	if f.Timeout > core.MaxTimeoutSeconds*time.Second {
+		// A flag the user typed is refused, not capped (run_code's tool caps what a model sends).
+		return req, nil, cliexit.UsageError("--timeout %v is over the cap of %d seconds", f.Timeout, core.MaxTimeoutSeconds)
+	}
 	req.TimeoutSeconds = int(f.Timeout / time.Second)
 	if len(f.Files) > 0 {
 		req.Files = map[string][]byte{}
