@@ -264,7 +264,10 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	// program's first line. The agent keeps a process's output from its start (at least 1 MiB),
 	// so nothing printed before the attach is lost.
 	if err := pa.WriteStdinDeadline(bg, w.id, strings.NewReader(first.String()), closeFirst, timeout); err != nil {
-		if errors.Is(err, sbtypes.ErrConflict) || errors.Is(err, sbtypes.ErrNotFound) {
+		// ErrInvalid: an agent older than the deadline it is handed (a spare parked before an
+		// upgrade) refuses the request before reading it: the code never got there either, and
+		// the cold run's exec has its deadline kept by any agent.
+		if errors.Is(err, sbtypes.ErrConflict) || errors.Is(err, sbtypes.ErrNotFound) || errors.Is(err, sbtypes.ErrInvalid) {
 			// It had exited (or the agent no longer holds it): the code never got there.
 			_ = kill()
 			if stdinIsString {
