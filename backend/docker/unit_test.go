@@ -527,6 +527,33 @@ func TestCapabilitiesPerHost(t *testing.T) {
 	}
 }
 
+// TestPublishedFacts: what a user relies on in this backend's set (the one copy: capability.For
+// keeps none).
+func TestPublishedFacts(t *testing.T) {
+	set := Capable()
+	for _, tt := range []struct {
+		n    capability.Name
+		want bool
+		why  string // substring of the reason when false
+	}{
+		{capability.EgressDeny, true, ""},
+		{capability.PublicOnlyEgress, false, "private and metadata addresses"},
+		{capability.EnforcedLimits, true, ""},
+		{capability.ImageHost, false, "local runtime"},
+		{capability.DockerRuntime, true, ""},
+		{capability.BackgroundProcesses, true, ""},
+		{capability.DiskLimit, true, ""},
+	} {
+		st := set.Entries[tt.n]
+		if st.Supported != tt.want || !strings.Contains(st.Reason, tt.why) {
+			t.Errorf("%s = %+v, want supported %v with reason containing %q", tt.n, st, tt.want, tt.why)
+		}
+	}
+	if set.Platform != capability.Docker || set.Bounds != (capability.Bounds{}) || len(set.PlatformValues) != 0 {
+		t.Errorf("platform %q, bounds %+v, platform values %v", set.Platform, set.Bounds, set.PlatformValues)
+	}
+}
+
 // TestCodeIDs: the code never runs as the uid that owns the session's directories.
 func TestCodeIDs(t *testing.T) {
 	for uid, want := range map[int]uint32{0: CodeUID, 1000: CodeUID + 1, 65534: CodeUID, 1001: CodeUID} {
