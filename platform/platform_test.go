@@ -373,4 +373,3 @@ func TestOpenLocal(t *testing.T) {
 		t.Errorf("capabilities from %+v differ from the opened backend's", src)
 	}
 }
-

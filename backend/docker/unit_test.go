@@ -484,7 +484,6 @@ func TestSessionIDs(t *testing.T) {
 	}
 }
 
-
 func TestStartHints(t *testing.T) {
 	for stderr, want := range map[string]string{
 		"Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied":                   "default_ulimits",
