@@ -26,6 +26,8 @@ if [ -n "$unformatted" ]; then echo "not gofmt-clean:"; echo "$unformatted"; exi
 echo "== go vet"
 go vet ./...
 
+# ./... includes the node suites: e2e/mcp (the official MCP TypeScript client) and sdk/typescript
+# (the TypeScript SDK: its generation check, build, and suites against a real airlock serve).
 echo "== go test -race (unit and root suites)"
 go test -race -count=1 -timeout 40m ./...
 
