@@ -309,6 +309,11 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	}
 	set := backend.Capabilities(ctx)
 	decl := undeclareUnenforced(Declaration(req, opts), set)
+	if !set.Has(capability.Labels) && len(opts.Labels) == 0 {
+		// The run's own labels (purpose, language) only describe it: where the platform keeps
+		// none, they are not asked for. A caller's labels are, and are refused there.
+		decl.Labels = nil
+	}
 	if err := check(backend.Platform(), set, decl, req.Network); err != nil {
 		return Result{}, nil, err
 	}
