@@ -169,6 +169,18 @@ func (r Result) Err() error {
 // capability of its own is an idle timeout no shorter than an enforced lifetime. st is not
 // modified.
 func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Result {
+	return check(st, platform, set, false)
+}
+
+// CheckCreate is Check of one sandbox this process is about to create (airlock run, the
+// daemon's and MCP's creates): a stack of it alone, without the rules only a stack answers.
+// A gcp sandbox created from inside its workload is hosted by its creator, so it needs no
+// hostedBy (gcp.requiresHost is a stack file's rule).
+func CheckCreate(decl spec.Sandbox, platform capability.Platform, set capability.Set) Result {
+	return check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, set, true)
+}
+
+func check(st *spec.Stack, platform capability.Platform, set capability.Set, alone bool) Result {
 	if st == nil {
 		st = &spec.Stack{}
 	}
@@ -190,7 +202,11 @@ func Check(st *spec.Stack, platform capability.Platform, set capability.Set) Res
 
 	if known {
 		for i := range st.Sandboxes {
-			c := checkSandbox(platform, set, i, st.Sandboxes[i])
+			in := st
+			if alone {
+				in = nil
+			}
+			c := checkSandbox(platform, set, in, i, st.Sandboxes[i])
 			items = append(items, c.items...)
 			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
 		}
@@ -263,11 +279,14 @@ func fromFieldError(fe *spec.FieldError) item {
 // checker collects the capability and bound refusals of one sandbox, and what its undeclared
 // properties become.
 type checker struct {
-	platform   capability.Platform
-	set        capability.Set
-	index      int
-	declared   spec.Sandbox // as written
-	sb         spec.Sandbox // after defaults
+	platform capability.Platform
+	set      capability.Set
+	index    int
+	declared spec.Sandbox // as written
+	sb       spec.Sandbox // after defaults
+	// stack holds the sandbox (nil for one sandbox alone: a backend's Create, Defaults), for
+	// the rules only a stack can answer (gcp.requiresHost).
+	stack      *spec.Stack
 	items      []item
 	undeclared []Value
 }
@@ -275,8 +294,8 @@ type checker struct {
 // checkSandbox checks declared, the sandbox at index i of its stack (its refusals' paths are
 // sandboxes[i].…), against platform's set. Stack-level rules (id.duplicate, hostedBy.unknown) and
 // validation are Check's.
-func checkSandbox(platform capability.Platform, set capability.Set, i int, declared spec.Sandbox) *checker {
-	c := &checker{platform: platform, set: set, index: i, declared: declared, undeclared: []Value{}}
+func checkSandbox(platform capability.Platform, set capability.Set, st *spec.Stack, i int, declared spec.Sandbox) *checker {
+	c := &checker{platform: platform, set: set, stack: st, index: i, declared: declared, undeclared: []Value{}}
 	c.sb = declared // a copy: ApplyDefaults assigns fields, never writes through pointers
 	c.sb.ApplyDefaults()
 	c.check()
@@ -446,9 +465,11 @@ func (c *checker) platformRules() {
 	sb := c.sb
 	switch c.platform {
 	case capability.GCP:
-		if sb.HostedBy == "" {
+		// In a stack the link is either side's: the sandbox's hostedBy or a workload's hosts.
+		// One sandbox alone (a backend's Create) is hosted by the process creating it.
+		if c.stack != nil && sb.HostedBy == "" && !slices.ContainsFunc(c.stack.Workloads, func(w spec.Workload) bool { return slices.Contains(w.Hosts, sb.ID) }) {
 			c.add("hostedBy", "", "", RuleGCPRequiresHost,
-				"a gcp sandbox runs inside a hosting workload: set hostedBy to the id of a workload in this stack")
+				"a gcp sandbox runs inside a hosting workload: set hostedBy to the id of a workload in this stack, or list the sandbox in a workload's hosts")
 		}
 	case capability.Kubernetes:
 		// The operator's Accept (operator/accept.go) refuses both.
@@ -487,7 +508,7 @@ func joinMap(m map[string]string, withValues bool) string {
 // applies only what it enforces and never takes a platform value for a declared one. Refusals
 // are Check's; Defaults fills what it can whatever they are.
 func Defaults(platform capability.Platform, set capability.Set, declared spec.Sandbox) spec.Sandbox {
-	c := checkSandbox(platform, set, 0, declared)
+	c := checkSandbox(platform, set, nil, 0, declared)
 	sb := c.sb
 	for _, v := range c.undeclared {
 		if v.Source != SourcePlatform {

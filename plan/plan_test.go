@@ -96,6 +96,16 @@ func TestCheckRules(t *testing.T) {
 			Sandboxes:  []spec.Sandbox{hostSandbox(func(s *spec.Sandbox) { s.HostedBy = "app" })},
 			Workloads:  []spec.Workload{{ID: "app", Hosts: []string{"py"}}},
 		}, want: []string{}},
+		{name: "gcp hosted through a workload's hosts", platform: capability.GCP, set: fullSet(capability.GCP), stack: &spec.Stack{
+			APIVersion: spec.APIVersion,
+			Sandboxes:  []spec.Sandbox{hostSandbox(nil)},
+			Workloads:  []spec.Workload{{ID: "app", Hosts: []string{"py"}}},
+		}, want: []string{}},
+		{name: "gcp: a workload hosting another sandbox does not host this one", platform: capability.GCP, set: fullSet(capability.GCP), stack: &spec.Stack{
+			APIVersion: spec.APIVersion,
+			Sandboxes:  []spec.Sandbox{hostSandbox(nil), hostSandbox(func(s *spec.Sandbox) { s.ID = "other" })},
+			Workloads:  []spec.Workload{{ID: "app", Hosts: []string{"other"}}},
+		}, want: []string{"sandboxes[0].hostedBy gcp.requiresHost"}},
 		{name: "hostedBy is not needed off gcp", stack: stackOf(hostSandbox(nil)), platform: capability.AWS, set: fullSet(capability.AWS), want: []string{}},
 
 		// Image sources.

@@ -81,3 +81,39 @@ func TestCheckSandbox(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSandboxGCPHostedByCreator: one gcp sandbox alone (a backend's Create, inside the
+// workload that runs it) is hosted by its creator; only a stack must say which workload hosts
+// it (gcp.requiresHost is Check's).
+func TestCheckSandboxGCPHostedByCreator(t *testing.T) {
+	set, err := capability.For(capability.GCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Host: true}}
+	if err := plan.CheckSandbox(d, set); err != nil {
+		t.Fatalf("CheckSandbox without hostedBy: %v", err)
+	}
+	st := &spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{d}}
+	res := plan.Check(st, capability.GCP, set)
+	if len(res.Refusals) != 1 || res.Refusals[0].Rule != plan.RuleGCPRequiresHost {
+		t.Fatalf("Check of the same sandbox in a stack: %v, want only %s", res.Refusals, plan.RuleGCPRequiresHost)
+	}
+}
+
+// TestCheckCreateGCP: CheckCreate (a create by this process: run, the daemon, MCP) has no
+// stack rule, while Check of the same sandbox as a stack file refuses it.
+func TestCheckCreateGCP(t *testing.T) {
+	set, err := capability.For(capability.GCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Host: true}}
+	if res := plan.CheckCreate(d, capability.GCP, set); len(res.Refusals) != 0 {
+		t.Fatalf("CheckCreate: %v", res.Refusals)
+	}
+	d.Limits.Memory = "1Gi"
+	if res := plan.CheckCreate(d, capability.GCP, set); len(res.Refusals) != 1 || res.Refusals[0].Capability != capability.EnforcedLimits {
+		t.Fatalf("CheckCreate of a declared memory ceiling: %v, want enforcedLimits", res.Refusals)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/gcp"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -61,6 +62,9 @@ func (o openers) capabilities(ctx context.Context, c Config) (capability.Set, So
 		return capability.Set{}, Source{Choice: ch}, err
 	}
 	set, perr := Published(ch.Platform)
+	if ch.Platform == capability.GCP {
+		set = publishedGcp(c.Gcp)
+	}
 	if perr != nil {
 		return capability.Set{}, Source{Choice: ch}, perr
 	}
@@ -76,6 +80,8 @@ func Published(p capability.Platform) (capability.Set, error) {
 		return docker.Published(), nil
 	case capability.Kubernetes:
 		return publishedKubernetes(), nil
+	case capability.GCP:
+		return gcp.Published(), nil
 	}
 	return capability.For(p)
 }

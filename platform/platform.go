@@ -36,6 +36,7 @@ type Config struct {
 	Local      LocalConfig
 	Docker     DockerConfig
 	Kubernetes KubernetesConfig
+	Gcp        GcpConfig
 	Logger     *slog.Logger
 }
 
@@ -89,7 +90,7 @@ func (c Choice) Notice() string {
 var ErrNotBuilt = errors.New("binding not built yet")
 
 // cloudIssue is the issue that builds each cloud platform's binding.
-var cloudIssue = map[capability.Platform]int{capability.AWS: 21, capability.Azure: 22, capability.GCP: 23}
+var cloudIssue = map[capability.Platform]int{capability.AWS: 21, capability.Azure: 22}
 
 // Parse returns the platform a setting names: Auto ("" too) or a capability.Platform. The
 // error names the allowed values and where the setting came from.
@@ -118,9 +119,10 @@ type opener func(ctx context.Context, c Config) (b Backend, engine string, err e
 // openers are the constructors Open uses (tests give Auto others).
 type openers struct {
 	local, docker, kubernetes opener
+	gcp                       opener
 }
 
-var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes}
+var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp}
 
 func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 	if c.From == "" {
@@ -142,6 +144,8 @@ func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 		op = o.docker
 	case capability.Kubernetes:
 		op = o.kubernetes
+	case capability.GCP:
+		op = o.gcp
 	default:
 		return nil, ch, fmt.Errorf("%w: platform %s: %w (issue %d); 'airlock plan --platform %s' and 'airlock capabilities --platform %s' work from its published set",
 			sandbox.ErrUnsupported, p, ErrNotBuilt, cloudIssue[ch.Platform], p, p)

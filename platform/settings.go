@@ -26,6 +26,7 @@ type File struct {
 	Platform   string           `json:"platform,omitempty"`
 	Docker     DockerConfig     `json:"docker,omitempty"`
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
+	Gcp        GcpConfig        `json:"gcp,omitempty"`
 }
 
 // ConfigPath is the config file to read: $AIRLOCK_CONFIG, else DefaultConfigFile; must says
@@ -66,7 +67,7 @@ func Settings(flag string, flagSet bool) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes}
+	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Gcp: f.Gcp}
 	env, envSet := os.LookupEnv(EnvPlatform)
 	switch {
 	case flagSet:

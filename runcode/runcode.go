@@ -246,7 +246,7 @@ func Check(ctx context.Context, backend sandbox.Backend, decl spec.Sandbox, netw
 }
 
 func check(platform capability.Platform, set capability.Set, decl spec.Sandbox, network bool) error {
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, set)
+	res := plan.CheckCreate(decl, platform, set)
 	if len(res.Refusals) == 0 {
 		return nil
 	}

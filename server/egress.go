@@ -57,7 +57,7 @@ func (s *Server) setEgress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	platform := s.backend.Platform()
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, s.backend.Capabilities(ctx))
+	res := plan.CheckCreate(decl, platform, s.backend.Capabilities(ctx))
 	var refusals []*plan.Refusal
 	for _, rf := range res.Refusals {
 		if isEgressField(strings.TrimPrefix(rf.Field, "sandboxes[0].")) {

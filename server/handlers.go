@@ -138,7 +138,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	platform, set := s.backend.Platform(), s.backend.Capabilities(ctx)
-	res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{decl}}, platform, set)
+	res := plan.CheckCreate(decl, platform, set)
 	if res.Refused() {
 		problems := problemsOfRefusals(res.Refusals)
 		msgs := make([]string, len(problems))

@@ -122,7 +122,7 @@ func New(opts Options) (*Server, error) {
 	set, platform := opts.Backend.Capabilities(context.Background()), opts.Backend.Platform()
 	var bad []error
 	for _, name := range slices.Sorted(maps.Keys(opts.Templates)) {
-		res := plan.Check(&spec.Stack{APIVersion: spec.APIVersion, Sandboxes: []spec.Sandbox{opts.Templates[name]}}, platform, set)
+		res := plan.CheckCreate(opts.Templates[name], platform, set)
 		for _, r := range res.Refusals {
 			bad = append(bad, fmt.Errorf("template %q: %w", name, r))
 		}

@@ -65,6 +65,14 @@ func New(addr string, tokenFn func() string) *Client {
 	return c
 }
 
+// NewDial returns a client whose every connection to the agent is made by dial: for an agent
+// reached through a launcher's stdio rather than an address (backend/gcp). A connection that
+// is a unix socket (a socketpair end) is checked for staleness before reuse like any other.
+func NewDial(dial func(ctx context.Context) (net.Conn, error), tokenFn func() string) *Client {
+	return &Client{base: "http://airlock-agent", token: tokenFn, ownsHC: true,
+		hc: &http.Client{Transport: newTransport(dial)}}
+}
+
 // NewHTTP returns a client that sends requests to baseURL with hc (which the caller owns).
 func NewHTTP(baseURL string, hc *http.Client, tokenFn func() string) *Client {
 	return &Client{base: strings.TrimSuffix(baseURL, "/"), hc: hc, token: tokenFn}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -140,5 +141,33 @@ func TestTransportErrors(t *testing.T) {
 	}
 	if _, err := drop.Exec(ctx, sbtypes.ExecRequest{Argv: []string{"x"}}, nil, nil); !errors.Is(err, sbtypes.ErrInvalid) {
 		t.Errorf("no timeout: %v, want ErrInvalid before sending", err)
+	}
+}
+
+// TestNewDial: every connection of a NewDial client is the dial function's, kept alive
+// across calls (one dial for several), and a failing dial is the call's error.
+func TestNewDial(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(sbtypes.Health{ProtocolVersion: 1, SandboxID: "sb"})
+	}))
+	defer srv.Close()
+	dials := 0
+	c := NewDial(func(ctx context.Context) (net.Conn, error) {
+		dials++
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", strings.TrimPrefix(srv.URL, "http://"))
+	}, func() string { return "tok" })
+	defer c.Close()
+	for range 3 {
+		if h, err := c.Health(t.Context()); err != nil || h.SandboxID != "sb" {
+			t.Fatalf("Health: %+v %v", h, err)
+		}
+	}
+	if dials != 1 {
+		t.Errorf("%d dials for 3 calls, want 1 kept-alive connection", dials)
+	}
+	c2 := NewDial(func(context.Context) (net.Conn, error) { return nil, errors.New("no launcher") }, func() string { return "tok" })
+	if _, err := c2.Health(t.Context()); err == nil || !strings.Contains(err.Error(), "no launcher") {
+		t.Errorf("Health through a failing dial: %v", err)
 	}
 }

@@ -562,6 +562,7 @@ func copyFile(t *testing.T, from, to string) {
 // it came from.
 func TestPlatformRefusals(t *testing.T) {
 	t.Setenv(platform.EnvConfig, writeConfigFile(t, ""))
+	t.Setenv("AIRLOCK_GCP_LAUNCHER", "")
 	t.Setenv(platform.EnvPlatform, "")
 	sock := filepath.Join(t.TempDir(), "a.sock")
 	stack, err := filepath.Abs("../../examples/python-tool.yaml")
@@ -577,7 +578,7 @@ func TestPlatformRefusals(t *testing.T) {
 	}{
 		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
 			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
-		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"binding not built yet (issue 23)"}},
+		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"platform gcp", "the Cloud Run sandbox launcher /usr/local/gcp/bin/sandbox", "sandboxLauncher: true"}},
 		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
 		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"binding not built yet (issue 22)"}},
 		{env: "lambda", args: []string{"run", "-c", "1"}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -22,6 +23,8 @@ const usage = `usage:
   airlock-agent serve --config <file|->   run the agent with an agent.Config (JSON) from a file or stdin;
                                           exits 3 when its idleTimeout ended it
   airlock-agent init ...                  the local runtime's in-namespace first stage
+  airlock-agent bridge unix:<path>        copy stdin to the agent socket at path and its answers
+                                          to stdout (how a launcher's exec reaches the agent)
   airlock-agent version                   print the agent and protocol versions
 `
 
@@ -57,6 +60,8 @@ func Main(args []string) int {
 		return serve(args[1:], os.Stdin)
 	case "init":
 		return nsinit.Main(args[1:])
+	case "bridge":
+		return bridge(args[1:], os.Stdin, os.Stdout)
 	case "version":
 		if len(args) != 1 {
 			fmt.Fprint(os.Stderr, usage)
@@ -103,6 +108,35 @@ func serve(args []string, stdin io.Reader) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock-agent serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// bridge joins stdin and stdout to one connection to the agent's unix socket: backend/gcp
+// reaches an agent inside a Cloud Run sandbox, whose launcher forwards only an exec's stdio,
+// by running this through the launcher. It ends when either side closes.
+func bridge(args []string, stdin io.Reader, stdout io.Writer) int {
+	if len(args) != 1 || len(args[0]) < len("unix:/") || args[0][:len("unix:/")] != "unix:/" {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: want exactly unix:<absolute socket path>\n%s", usage)
+		return 2
+	}
+	c, err := net.Dial("unix", args[0][len("unix:"):])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: %v\n", err)
+		return 1
+	}
+	uc := c.(*net.UnixConn)
+	go func() {
+		// The caller's end closed (EOF): the agent sees the request side end, answers what it
+		// has, then closes; the copy below ends then.
+		_, _ = io.Copy(uc, stdin)
+		_ = uc.CloseWrite()
+	}()
+	_, err = io.Copy(stdout, uc)
+	uc.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-agent bridge: %v\n", err)
 		return 1
 	}
 	return 0

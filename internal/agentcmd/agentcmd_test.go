@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,5 +408,42 @@ func TestServeUsesOneProcessor(t *testing.T) {
 			}
 			t.Fatalf("no scheduler trace after listening (stderr ended: %v)", sc.Err())
 		})
+	}
+}
+
+// TestBridge: airlock-agent bridge carries bytes both ways between its stdio and a unix
+// socket, passes the end of its stdin on as a half-close (the peer answers, then the bridge
+// ends), and refuses anything but unix:<absolute path>.
+func TestBridge(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c) // until the bridge's half-close
+		_, _ = c.Write([]byte("got " + strings.ToUpper(string(b))))
+	}()
+	cmd := exec.Command(agentBin, "bridge", "unix:"+sock)
+	cmd.Stdin = strings.NewReader("hello bridge")
+	out, err := cmd.Output()
+	if err != nil || string(out) != "got HELLO BRIDGE" {
+		t.Fatalf("bridge: %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"bridge"}, {"bridge", "tcp:127.0.0.1:1"}, {"bridge", "unix:rel.sock"}, {"bridge", "unix:/a", "x"}} {
+		var exit *exec.ExitError
+		if err := exec.Command(agentBin, args...).Run(); !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("%q: %v, want exit 2", args, err)
+		}
+	}
+	var exit *exec.ExitError
+	if err := exec.Command(agentBin, "bridge", "unix:"+filepath.Join(t.TempDir(), "none.sock")).Run(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("bridge to no socket: %v, want exit 1", err)
 	}
 }

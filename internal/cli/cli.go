@@ -185,7 +185,7 @@ const PlatformFlag = runcli.PlatformFlag
 
 // AddPlatform declares --platform.
 func AddPlatform(fs *pflag.FlagSet, p *string) {
-	fs.StringVar(p, runcli.PlatformFlag, platform.Auto, "where sandboxes run: auto, local, docker, kubernetes (aws, azure, gcp: plan only so far); default $"+
+	fs.StringVar(p, runcli.PlatformFlag, platform.Auto, "where sandboxes run: auto, local, docker, kubernetes, gcp (inside a launcher-enabled Cloud Run container) (aws, azure: plan only so far); default $"+
 		platform.EnvPlatform+", else the config file's ($"+platform.EnvConfig+", else "+platform.DefaultConfigFile+"), else auto")
 }
 
@@ -283,10 +283,11 @@ func ParseImage(s string) (spec.Image, error) {
 }
 
 // CheckImage refuses the image flag's default, the host image, on a platform other than the
-// local runtime, which alone assembles a root from the host's /usr: there the image must be
-// given (a reference the engine has or pulls, an OCI layout, a tarball).
+// local runtime, which assembles a root from the host's /usr, and gcp, whose sandboxes' root
+// is the hosting container's own: elsewhere the image must be given (a reference the engine
+// has or pulls, an OCI layout, a tarball).
 func CheckImage(fs *pflag.FlagSet, flag string, img spec.Image, ch platform.Choice) error {
-	if fs.Changed(flag) || !img.Host || ch.Platform == capability.Local {
+	if fs.Changed(flag) || !img.Host || ch.Platform == capability.Local || ch.Platform == capability.GCP {
 		return nil
 	}
 	return UsageError("--%s: the default image, host, is the local runtime's (a root from this host's /usr; %s has no %s); on %s give an image: a reference (e.g. python:3.12-slim), an OCI layout (oci:DIR) or a tarball",

@@ -36,6 +36,10 @@ type Options struct {
 	// suite with a declaration whose image holds just sh and a few tools (a directory image)
 	// or a runtime variant: the capability subtests and the walk are the main run's.
 	Basic bool
+	// PlatformDefaults: the backend's platform cannot hold airlock's defaults (limits,
+	// lifetime, idle timeout: gcp), so the suite creates its declarations as Decl returns them,
+	// undeclared fields taking the platform's values, instead of after spec ApplyDefaults.
+	PlatformDefaults bool
 	// Extra are the backend's own subtests for capabilities this suite cannot exercise the
 	// same way everywhere (public-only egress needs hosts the test makes in its own network
 	// namespaces): each runs inside the suite and counts for the walk like the suite's own.
@@ -196,7 +200,9 @@ func (s *suite) ctx() context.Context {
 
 func (s *suite) decl(id string) spec.Sandbox {
 	d := s.opts.Decl(id)
-	d.ApplyDefaults()
+	if !s.opts.PlatformDefaults {
+		d.ApplyDefaults()
+	}
 	return d
 }
 
