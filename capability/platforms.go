@@ -141,14 +141,15 @@ var designs = sync.OnceValue(func() map[Platform]design {
 				PropMaxProcesses: "unbounded within the MicroVM (aws has no process limit)",
 			}},
 
-		// Azure Container Apps sandboxes (issue 22): a hardware-isolated sandbox per declaration
-		// in a sandbox group, sized by free-form cpu and memory (tiers XS to L), created from a
-		// disk image built from an OCI reference, with a per-sandbox egress policy (defaultAction
-		// Deny, host rules) that can be replaced while it runs, ports published as URLs, files
-		// through the data plane's file operations, env at create and a working directory per
-		// command. What needs our agent inside (stdin, pty, background processes) waits for the
-		// binding to reach it through a published port.
+		// Azure Container Apps sandboxes (issue 22, backend/azure publishes this set): a
+		// hardware-isolated sandbox per declaration in a sandbox group, started from a disk image
+		// of the group, sized by free-form cpu and memory within the tiers (XS to L), with a
+		// per-sandbox egress policy (defaultAction Deny, host rules) that is replaced while it
+		// runs, env at create. Commands run through executeShellCommand under a wrapper that
+		// holds the deadline (kills the command's process group), a working directory per
+		// command; files through the data plane's file operations and coreutils in the image.
 		Azure: {unsupported: map[Name]string{
+			Preview:             "the data plane's port operations are not known on the wire, so the azure backend publishes no ports",
 			SuspendResume:       "the data plane's suspend operation is not known on the wire (only auto-suspend on idle and resume are)",
 			Snapshot:            "the data plane's snapshot operations are not known on the wire",
 			Stats:               "the data plane reports no resource usage of a sandbox",
@@ -157,13 +158,13 @@ var designs = sync.OnceValue(func() map[Platform]design {
 			DiskLimit:           "an Azure sandbox's disk is its tier's (20 GB, 40 GB at tier L), not a declared size",
 			SessionLifetime:     "the data plane has no known per-sandbox wall-clock ceiling (only auto-suspend and auto-delete policies)",
 			IdleTimeout:         "the data plane suspends an idle sandbox rather than ending it",
-			Stdin:               "executeShellCommand takes a command, not a stdin stream; stdin needs our agent inside the sandbox (issue 22)",
-			PTY:                 "executeShellCommand has no terminal; a pty needs our agent inside the sandbox (issue 22)",
-			BackgroundProcesses: "executeShellCommand runs one command to completion; background processes need our agent inside the sandbox (issue 22)",
+			Stdin:               "executeShellCommand takes a command, not a stdin stream",
+			PTY:                 "executeShellCommand has no terminal",
+			BackgroundProcesses: "executeShellCommand runs one command to completion; its deadline kills the command's process group, so a process that calls setsid escapes it until the sandbox is terminated",
 			GVisor:              "an Azure sandbox is a hardware-isolated microVM: the platform's boundary, not gVisor",
 			ImageHost:           reasonNoHostRoot,
 			ImageDir:            reasonNoDirRoot,
-			ImageOCI:            "a disk image is built from an OCI image in a registry: push a local OCI layout or tarball and declare its reference",
+			ImageOCI:            "an Azure sandbox starts from a disk image of its sandbox group: declare the disk image by name (image: ubuntu)",
 			DockerRuntime:       reasonDockerLocal,
 		}, bounds: Bounds{MaxCPUMillis: AzureMaxCPUMillis, MaxMemoryBytes: AzureMaxMemoryBytes},
 			values: map[Property]string{

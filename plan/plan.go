@@ -30,6 +30,11 @@ const (
 	// RuleKubernetesLabel: the operator's own label keys (the airlock.dev/ prefix and
 	// app.kubernetes.io/managed-by) select pods for claims and NetworkPolicy.
 	RuleKubernetesLabel = "kubernetes.reservedLabel"
+	// RuleAzureDiskImage: an azure sandbox starts from a disk image of its sandbox group,
+	// named by the image reference; an OCI reference is not one.
+	RuleAzureDiskImage = "azure.diskImage"
+	// RuleAzureLabel: the azure backend's own label keys (AzureLabelPrefix).
+	RuleAzureLabel = "azure.reservedLabel"
 	// The platform's own ceilings (capability.Bounds).
 	RuleBoundLifetime  = "bound.lifetime"
 	RuleBoundDomains   = "bound.domains"
@@ -471,6 +476,18 @@ func (c *checker) platformRules() {
 			c.add("hostedBy", "", "", RuleGCPRequiresHost,
 				"a gcp sandbox runs inside a hosting workload: set hostedBy to the id of a workload in this stack, or list the sandbox in a workload's hosts")
 		}
+	case capability.Azure:
+		// backend/azure's Create refuses both too.
+		if sb.Image.Kind() == spec.ImageRef && !AzureDiskImage(sb.Image.Ref) {
+			c.add("image", sb.Image.Ref, "", RuleAzureDiskImage,
+				"an azure sandbox starts from a disk image of its sandbox group, named in lower-case letters, digits, '.', '_' and '-' (image: ubuntu); building one from an OCI reference is not supported")
+		}
+		for _, k := range slices.Sorted(maps.Keys(sb.Labels)) {
+			if strings.HasPrefix(k, AzureLabelPrefix) {
+				c.add("labels["+k+"]", k+"="+sb.Labels[k], "", RuleAzureLabel,
+					fmt.Sprintf("label keys starting with %s are the azure backend's own: use another key", AzureLabelPrefix))
+			}
+		}
 	case capability.Kubernetes:
 		// The operator's Accept (operator/accept.go) refuses both.
 		for _, k := range slices.Sorted(maps.Keys(sb.Labels)) {
@@ -485,6 +502,16 @@ func (c *checker) platformRules() {
 				"the operator runs no sandbox inside a workload (hostedBy is for gcp): leave it empty")
 		}
 	}
+}
+
+// AzureLabelPrefix starts the label keys the azure backend puts on its sandboxes.
+const AzureLabelPrefix = "airlock-"
+
+// AzureDiskImage reports whether ref names a disk image as the azure data plane takes it:
+// [a-z0-9][a-z0-9._-]{0,127} (no registry, tag or digest).
+func AzureDiskImage(ref string) bool {
+	return len(ref) >= 1 && len(ref) <= 128 && strings.IndexByte("._-", ref[0]) < 0 &&
+		strings.Trim(ref, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
 }
 
 // joinMap renders a map's keys (and values when withValues) sorted, comma-separated.

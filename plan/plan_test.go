@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -531,5 +532,28 @@ func TestDefaults(t *testing.T) {
 	// A default the platform neither holds nor replaces is filled (and Check refuses it).
 	if got := Defaults(capability.Local, without(fullSet(capability.Local), capability.DiskLimit), hostSandbox(nil)); got.Limits.Disk != spec.DefaultDisk {
 		t.Errorf("refused default disk = %q", got.Limits.Disk)
+	}
+}
+
+// Azure's rules: a sandbox starts from a disk image named by reference (an OCI reference is
+// not one), and the azure backend's own label keys are refused, as its Create refuses them.
+func TestAzureRules(t *testing.T) {
+	set, err := capability.For(capability.Azure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sb   spec.Sandbox
+		want []string
+	}{
+		{spec.Sandbox{ID: "a", Image: spec.Image{Ref: "ubuntu"}}, nil},
+		{spec.Sandbox{ID: "a", Image: spec.Image{Ref: "node-22"}, Labels: map[string]string{"team": "x"}}, nil},
+		{spec.Sandbox{ID: "a", Image: spec.Image{Ref: "docker.io/library/python:3.12"}}, []string{"sandboxes[0].image azure.diskImage"}},
+		{spec.Sandbox{ID: "a", Image: spec.Image{Ref: "python:3.12"}}, []string{"sandboxes[0].image azure.diskImage"}},
+		{spec.Sandbox{ID: "a", Image: spec.Image{Ref: "ubuntu"}, Labels: map[string]string{"airlock-sandbox": "b"}}, []string{"sandboxes[0].labels[airlock-sandbox] azure.reservedLabel"}},
+	} {
+		if got := summary(Check(stackOf(tc.sb), capability.Azure, set)); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: refused %q, want %q", tc.sb, got, tc.want)
+		}
 	}
 }

@@ -82,6 +82,8 @@ func Published(p capability.Platform) (capability.Set, error) {
 		return publishedKubernetes(), nil
 	case capability.GCP:
 		return gcp.Published(), nil
+	case capability.Azure:
+		return publishedAzure(), nil
 	}
 	return capability.For(p)
 }

@@ -36,6 +36,7 @@ type Config struct {
 	Local      LocalConfig
 	Docker     DockerConfig
 	Kubernetes KubernetesConfig
+	Azure      AzureConfig
 	Gcp        GcpConfig
 	Logger     *slog.Logger
 }
@@ -90,7 +91,7 @@ func (c Choice) Notice() string {
 var ErrNotBuilt = errors.New("binding not built yet")
 
 // cloudIssue is the issue that builds each cloud platform's binding.
-var cloudIssue = map[capability.Platform]int{capability.AWS: 21, capability.Azure: 22}
+var cloudIssue = map[capability.Platform]int{capability.AWS: 21}
 
 // Parse returns the platform a setting names: Auto ("" too) or a capability.Platform. The
 // error names the allowed values and where the setting came from.
@@ -119,10 +120,10 @@ type opener func(ctx context.Context, c Config) (b Backend, engine string, err e
 // openers are the constructors Open uses (tests give Auto others).
 type openers struct {
 	local, docker, kubernetes opener
-	gcp                       opener
+	gcp, azure                opener
 }
 
-var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp}
+var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp, azure: openAzure}
 
 func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 	if c.From == "" {
@@ -144,6 +145,8 @@ func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 		op = o.docker
 	case capability.Kubernetes:
 		op = o.kubernetes
+	case capability.Azure:
+		op = o.azure
 	case capability.GCP:
 		op = o.gcp
 	default:

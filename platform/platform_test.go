@@ -373,3 +373,27 @@ func TestOpenLocal(t *testing.T) {
 		t.Errorf("capabilities from %+v differ from the opened backend's", src)
 	}
 }
+
+// TestOpenAzure: without its config section azure is refused naming the first missing key;
+// with it the backend opens (without reaching Azure) and says which group it drives, and the
+// config file's keys reach it.
+func TestOpenAzure(t *testing.T) {
+	_, _, err := Open(t.Context(), Config{Platform: "azure"})
+	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "azure.subscription") {
+		t.Errorf("no azure section: err = %v; want ErrInvalid naming azure.subscription", err)
+	}
+	t.Setenv(EnvConfig, writeConfig(t, "platform: azure\nazure:\n  subscription: s\n  resourceGroup: rg\n  sandboxGroup: sg\n  region: westus2\n"))
+	t.Setenv(EnvPlatform, "")
+	c, err := Settings("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, ch, err := Open(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Platform() != capability.Azure || !strings.Contains(ch.Engine, "sandbox group sg in s/rg (https://management.westus2.azuredevcompute.io)") {
+		t.Errorf("opened %s, %q", b.Platform(), ch.Engine)
+	}
+}

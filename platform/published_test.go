@@ -33,7 +33,7 @@ func TestBackendSetsAreTheirOwn(t *testing.T) {
 func TestEveryPublishedSetPlansAnUndeclaredSandbox(t *testing.T) {
 	image := map[capability.Platform]spec.Image{
 		capability.Local: {Host: true}, capability.Docker: {Ref: "python:3.12"}, capability.Kubernetes: {Ref: "python:3.12"},
-		capability.AWS: {Ref: "python:3.12"}, capability.Azure: {Ref: "python:3.12"}, capability.GCP: {Host: true},
+		capability.AWS: {Ref: "python:3.12"}, capability.Azure: {Ref: "ubuntu"}, capability.GCP: {Host: true},
 	}
 	summary := func(res plan.Result) []string {
 		out := []string{}

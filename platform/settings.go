@@ -27,6 +27,7 @@ type File struct {
 	Docker     DockerConfig     `json:"docker,omitempty"`
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
 	Gcp        GcpConfig        `json:"gcp,omitempty"`
+	Azure      AzureConfig      `json:"azure,omitempty"`
 }
 
 // ConfigPath is the config file to read: $AIRLOCK_CONFIG, else DefaultConfigFile; must says
@@ -67,7 +68,7 @@ func Settings(flag string, flagSet bool) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Gcp: f.Gcp}
+	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Gcp: f.Gcp, Azure: f.Azure}
 	env, envSet := os.LookupEnv(EnvPlatform)
 	switch {
 	case flagSet:

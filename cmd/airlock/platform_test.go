@@ -580,7 +580,7 @@ func TestPlatformRefusals(t *testing.T) {
 			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
 		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"platform gcp", "the Cloud Run sandbox launcher /usr/local/gcp/bin/sandbox", "sandboxLauncher: true"}},
 		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
-		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"binding not built yet (issue 22)"}},
+		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"platform azure (chosen by --platform)", "azure subscription is not set (config file key azure.subscription)"}},
 		{env: "lambda", args: []string{"run", "-c", "1"}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
 		{env: "lambda", args: []string{"plan", "-f", stack}, code: 2, stderr: []string{`platform "lambda" (from $AIRLOCK_PLATFORM)`}},
 		{args: []string{"run", "--platform", "kubernetes", "--cgroup-parent", "x", "-c", "1"}, code: 2, stderr: []string{"--cgroup-parent is the local runtime's; the platform is kubernetes (from --platform)"}},
