@@ -175,40 +175,33 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-var conformanceIDs = []string{"conf-create", "conf-streams", "conf-exit", "conf-env", "conf-cwd", "conf-timeout",
-	"conf-files", "conf-get", "conf-connect", "conf-term", "conf-conc-0", "conf-conc-1", "conf-conc-2"}
-
-// conformanceDecl is the declaration the suite creates for id; the env test adds its env, and
-// the Sandbox must declare the same (the broker refuses a claim whose declaration differs).
-func conformanceDecl(id string) spec.Sandbox {
-	d := baseDecl(id)
-	if id == "conf-env" {
-		d.Env = map[string]string{"AIRLOCK_DECL": "from-decl", "AIRLOCK_BOTH": "decl"}
-	}
-	return d
-}
-
+// TestConformance runs the suite: every sandbox it creates is declared first as a Sandbox
+// of the same declaration (conformance.Declarations, for the capability set the binding
+// publishes), each with a warm pool of one, so every claim finds its pod. Subtests of
+// capabilities the set says no to create nothing and are skipped; the walk checks the noes are
+// refused and the yeses were exercised.
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	for _, id := range conformanceIDs {
-		d := conformanceDecl(id)
-		d.ApplyDefaults() // the operator holds every default, process limit and idle timeout included
-		e.sandboxCR(d, 1, 0)
-	}
-	for _, id := range conformanceIDs {
-		e.waitIdle(id, 1)
-	}
 	b := e.backend("app")
-	conformance.Run(t, func(*testing.T) sandbox.Backend { return b }, conformance.Options{
-		Decl: func(id string) spec.Sandbox {
-			d := baseDecl(id)
-			return d
-		},
-		// The floor only, for now: each capability subtest and the walk create sandboxes of
-		// their own declarations, which the broker claims only from Sandboxes declared the
-		// same way (conformanceIDs above); those are not declared here yet.
-		Basic: true,
-	})
+	// Every subtest but two, and so no capability walk (conformance.Options.Subtests), until this
+	// cluster can exercise what the binding's set claims (issue 27):
+	//   EgressDenyOnlyLoopback: the test cluster's bridge CNI does not enforce NetworkPolicy, and
+	//     the subtest checks the local runtime's mechanism (only lo) rather than a refused
+	//     connection; a pod always has eth0.
+	//   DiskLimitHolds: the kubelet enforces ephemeral storage by evicting the pod after the
+	//     fact, so a write past limits.disk succeeds (64 MiB into a 16Mi workdir, seen here).
+	skip := []string{"EgressDenyOnlyLoopback", "DiskLimitHolds"}
+	opts := conformance.Options{Decl: baseDecl, Subtests: slices.DeleteFunc(conformance.SubtestNames(), func(n string) bool {
+		return slices.Contains(skip, n)
+	})}
+	decls := conformance.Declarations(opts, b.Capabilities(ctxT(t)))
+	for _, d := range decls {
+		e.sandboxCR(d, 1, 0) // the operator holds every default, process limit and idle timeout included
+	}
+	for _, d := range decls {
+		e.waitIdle(d.ID, 1)
+	}
+	conformance.Run(t, func(*testing.T) sandbox.Backend { return b }, opts)
 }
 
 func TestPoolRefillsAfterClaims(t *testing.T) {
@@ -451,8 +444,9 @@ func TestBrokerRestartKeepsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name")
-	kubectl(t, "", "-n", "airlock-system", "delete", old, "--wait=true")
+	// Every replica goes (the chart runs two): no broker that saw the claim survives.
+	old := strings.Fields(kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name"))
+	kubectl(t, "", append([]string{"-n", "airlock-system", "delete", "--wait=true"}, old...)...)
 	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "deployment/airlock-operator", "--timeout=120s")
 	e.broker = brokerURL(t)
 	fresh := e.backend("app") // no state carried over from b

@@ -109,6 +109,8 @@ func run(args []string) error {
 		tokenTTL     = fs.Duration("token-ttl", time.Hour, "longest life of a capability token (the session's end caps it too)")
 		reviewTTL    = fs.Duration("review-cache-ttl", 10*time.Second, "how long a successful TokenReview/SubjectAccessReview is reused (0: never)")
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+		leaderElect  = fs.Bool("leader-elect", false, "run the pool controller on the elected replica only (a Lease in -namespace); the broker serves on every replica")
+		drainTimeout = fs.Duration("drain-timeout", 20*time.Second, "on SIGTERM, how long the broker lets claims in flight finish (keep it below the pod's terminationGracePeriodSeconds)")
 		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
 			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
 	)
@@ -158,9 +160,15 @@ func run(args []string) error {
 	}
 	managed := labels.SelectorFromSet(labels.Set{operator.LabelManagedBy: operator.ManagedBy})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: *healthAddr,
+		Scheme:                  scheme,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "airlock-operator",
+		LeaderElectionNamespace: *namespace,
+		// A stopping leader hands over at once instead of leaving the pool unattended for the
+		// lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        *healthAddr,
 		// Only our own pods and policies are cached, not every pod of the cluster.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                 {Label: managed},
@@ -202,35 +210,44 @@ func run(args []string) error {
 			DisableKeepAlives: true,
 		}}),
 	}
-	srv := &http.Server{Addr: *brokerAddr, Handler: broker.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	bs := &operator.BrokerServer{Broker: broker, DrainTimeout: *drainTimeout, Log: logger}
+	if *tlsCert != "" {
+		// Read again on every handshake whose files changed: a renewed Secret needs no restart.
+		bs.TLS = &operator.CertReloader{CertFile: *tlsCert, KeyFile: *tlsKey, Log: logger}
+	}
+	ln, err := net.Listen("tcp", *brokerAddr)
+	if err != nil {
+		return err
+	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// On SIGTERM the broker drains first (claims in flight finish, on the manager's clients and
+	// caches), then the manager stops.
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	errc := make(chan error, 2)
-	go func() { errc <- mgr.Start(ctx) }()
+	mgrCtx, stopMgr := context.WithCancel(context.Background())
+	defer stopMgr()
+	mgrErr := make(chan error, 1)
+	go func() { mgrErr <- mgr.Start(mgrCtx) }()
+	brokerCtx, stopBroker := context.WithCancel(sigCtx)
+	defer stopBroker()
+	brokerErr := make(chan error, 1)
 	go func() {
-		logger.Info("broker listening", "addr", *brokerAddr, "tls", *tlsCert != "")
-		var err error
-		if *tlsCert != "" {
-			err = srv.ListenAndServeTLS(*tlsCert, *tlsKey)
-		} else {
-			err = srv.ListenAndServe()
-		}
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- err
+		logger.Info("broker listening", "addr", *brokerAddr, "tls", bs.TLS != nil)
+		brokerErr <- bs.Serve(brokerCtx, ln)
 	}()
 	var first error
 	select {
-	case first = <-errc:
-	case <-ctx.Done():
+	case first = <-mgrErr: // the manager failed (or lost its lease): the broker drains and we exit
+		stopBroker()
+		if err := <-brokerErr; first == nil {
+			first = err
+		}
+	case first = <-brokerErr:
+		stopMgr()
+		<-mgrErr
 	}
-	stop()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if first != nil && !strings.Contains(first.Error(), "context canceled") {
+	stopMgr()
+	if first != nil && !errors.Is(first, context.Canceled) && !strings.Contains(first.Error(), "context canceled") {
 		return first
 	}
 	return nil

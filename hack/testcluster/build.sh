@@ -82,5 +82,21 @@ build_k8s() {
   log "built: $("$BIN/kube-apiserver" --version)"
 }
 
+# helm, pinned by hack/tools (the same module the chart tests build it from), cached beside the
+# Kubernetes binaries and rebuilt when that module changes.
+build_helm() {
+  local tools; tools="$(cd "$(dirname "$0")/../tools" && pwd)"
+  local want; want="$(sha256sum "$tools/go.sum" | cut -c1-12) $(go env GOVERSION)"
+  if [[ -x "$BIN/helm" && -f "$BIN/.helm-stamp" && "$(cat "$BIN/.helm-stamp")" == "$want" ]]; then
+    log "helm cached in $BIN"; return
+  fi
+  log "go build helm (hack/tools)"
+  mkdir -p "$BIN"
+  (cd "$tools" && CGO_ENABLED=0 go build -trimpath -o "$BIN/helm.tmp" helm.sh/helm/v4/cmd/helm)
+  mv "$BIN/helm.tmp" "$BIN/helm"
+  echo "$want" >"$BIN/.helm-stamp"
+}
+
 install_apt
 build_k8s
+build_helm

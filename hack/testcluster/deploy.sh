@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# deploy.sh: install deploy/base (CRD, RBAC, operator) into the running test cluster, create the
-# master Secret if absent, and wait for the operator to be ready. Images must be loaded first.
+# deploy.sh: install airlock into the running test cluster with its Helm chart (deploy/helm/airlock:
+# CRD, RBAC, operator Deployment with 2 broker replicas, the master Secret made by the chart), after
+# making the broker's TLS Secret, and wait for the operator to be ready. Images must be loaded first.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
-kc apply -k "$REPO/deploy/base" >&2
-kc wait --for condition=established --timeout=60s crd/sandboxes.airlock.dev >&2
-if ! kc -n airlock-system get secret airlock-master >/dev/null 2>&1; then
-  kc -n airlock-system create secret generic airlock-master --from-literal=master="$(openssl rand -hex 32)" >&2
-fi
+NS=airlock-system
+kc get namespace "$NS" >/dev/null 2>&1 || kc create namespace "$NS" >&2
 # The broker's TLS certificate, from a CA made for this cluster: the tests trust $TLS/ca.crt and
-# verify the name airlock-broker.airlock-system.svc while dialling the broker pod's IP.
+# verify the name airlock-broker.airlock-system.svc while dialling a broker pod's IP.
 TLS="$STATE/broker-tls"
-if ! kc -n airlock-system get secret airlock-broker-tls >/dev/null 2>&1; then
+if ! kc -n "$NS" get secret airlock-broker-tls >/dev/null 2>&1; then
   mkdir -p "$TLS"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 -subj /CN=airlock-test-broker-ca \
     -keyout "$TLS/ca.key" -out "$TLS/ca.crt" 2>/dev/null
@@ -24,12 +22,15 @@ if ! kc -n airlock-system get secret airlock-broker-tls >/dev/null 2>&1; then
   printf 'subjectAltName=DNS:airlock-broker.airlock-system.svc,DNS:airlock-broker.airlock-system.svc.cluster.local\nextendedKeyUsage=serverAuth\n' >"$TLS/ext"
   openssl x509 -req -in "$TLS/tls.csr" -CA "$TLS/ca.crt" -CAkey "$TLS/ca.key" -CAcreateserial -days 7 \
     -extfile "$TLS/ext" -out "$TLS/tls.crt" 2>/dev/null
-  kc -n airlock-system create secret tls airlock-broker-tls --cert "$TLS/tls.crt" --key "$TLS/tls.key" >&2
+  kc -n "$NS" create secret tls airlock-broker-tls --cert "$TLS/tls.crt" --key "$TLS/tls.key" >&2
 fi
 # No kube-proxy runs here, so the kubernetes Service IP does not route: point the operator's
 # in-cluster config at the API server's node address (its certificate names it).
-kc -n airlock-system set env deployment/airlock-operator \
-  KUBERNETES_SERVICE_HOST="$(cat "$STATE/node-ip")" KUBERNETES_SERVICE_PORT=6443 >&2
+"$BIN/helm" --kubeconfig "$KUBECONFIG_OUT" upgrade --install airlock "$REPO/deploy/helm/airlock" \
+  --namespace "$NS" --set masterSecret.create=true --set sandboxImagePullPolicy=IfNotPresent \
+  --set-json "extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"$(cat "$STATE/node-ip")\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"6443\"}]" \
+  --wait --timeout 3m >&2
+kc wait --for condition=established --timeout=60s crd/sandboxes.airlock.dev >&2
 # A re-deploy of the same tag must run the freshly loaded image.
-kc -n airlock-system rollout restart deployment/airlock-operator >&2
-kc -n airlock-system rollout status deployment/airlock-operator --timeout=120s >&2
+kc -n "$NS" rollout restart deployment/airlock-operator >&2
+kc -n "$NS" rollout status deployment/airlock-operator --timeout=180s >&2

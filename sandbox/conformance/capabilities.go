@@ -210,7 +210,6 @@ func (s *suite) waitGone(id string, what string) {
 // VM, under emulation) took over 2 s, so a shorter life ended before the agent first answered.
 func (s *suite) lifetime() {
 	d := s.decl("conf-life")
-	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(10)), ptr(int64(10))
 	sess := s.create(d)
 	if life := sess.ExpiresAt.Sub(sess.CreatedAt); life <= 0 || life > 11*time.Second {
 		s.t.Errorf("session expires at %v, created %v: want 10s later", sess.ExpiresAt, sess.CreatedAt)
@@ -222,7 +221,6 @@ func (s *suite) lifetime() {
 // 5 s for the same reason as lifetime's 10: the idle clock may start before the create returns.
 func (s *suite) idle() {
 	d := s.decl("conf-idle")
-	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = ptr(int64(3600)), ptr(int64(5))
 	sess := s.create(d)
 	s.waitGone(sess.ID, "the 5s idle timeout")
 }
@@ -311,7 +309,6 @@ time.sleep(600)
 // labels: the declaration's labels come back with the session.
 func (s *suite) labels() {
 	d := s.decl("conf-labels")
-	d.Labels = map[string]string{"team": "conformance", "run": "walk"}
 	sess := s.create(d)
 	got, err := s.b.Get(s.ctx(), sess.ID)
 	if err != nil {
@@ -337,7 +334,6 @@ func (s *suite) egressDeny() {
 // memoryCeiling: a process that touches more than the ceiling is killed; one below it is not.
 func (s *suite) memoryCeiling() {
 	d := s.decl("conf-mem")
-	d.Limits.Memory = "128Mi"
 	sess := s.create(d)
 	a := s.connect(sess.ID)
 	under := s.sh(a, "python3 -c 'b = bytearray(16 << 20); print(len(b))'")
@@ -353,7 +349,6 @@ func (s *suite) memoryCeiling() {
 // processLimit: no more processes than declared run at once.
 func (s *suite) processLimit() {
 	d := s.decl("conf-pids")
-	d.Limits.MaxProcesses = ptr(int64(32))
 	sess := s.create(d)
 	a := s.connect(sess.ID)
 	// Each child blocks; forks past the limit fail (EAGAIN), which the script counts.
@@ -382,7 +377,6 @@ os.killpg(0, 9)
 // diskLimit: the writable layer holds no more than declared.
 func (s *suite) diskLimit() {
 	d := s.decl("conf-disk")
-	d.Limits.Disk = "16Mi"
 	sess := s.create(d)
 	a := s.connect(sess.ID)
 	got := s.sh(a, "head -c 67108864 /dev/zero > big; echo status $?; wc -c < big")
@@ -495,7 +489,6 @@ func (s *suite) previewer() {
 		s.t.Fatalf("Feature[Previewer]: %v", err)
 	}
 	d := s.decl("conf-preview")
-	d.PreviewPorts = []int{8080}
 	sess := s.create(d)
 	if _, err := pv.Preview(s.ctx(), sess.ID, 8081, 0); err == nil {
 		s.t.Errorf("Preview of an undeclared port succeeded")

@@ -1,5 +1,10 @@
 // Package v1alpha1 is the airlock.dev/v1alpha1 Kubernetes API: the Sandbox resource and its pool.
+// +kubebuilder:object:generate=false
+// +groupName=airlock.dev
 package v1alpha1
+
+// The CRD (deploy/helm/airlock/crds, deploy/base) is generated from these types and the markers
+// here and in package spec by controller-gen: go test ./deploy -run TestCRD -update.
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,13 +32,26 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,shortName=sbx,categories=airlock
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Pool",type=integer,JSONPath=`.spec.poolSize`
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idle`
+// +kubebuilder:printcolumn:name="Claimed",type=integer,JSONPath=`.status.claimed`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image.ref`,priority=1
+// +kubebuilder:printcolumn:name="Egress",type=string,JSONPath=`.spec.egress.mode`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.id) || self.spec.id == '' || self.spec.id == self.metadata.name",message="spec.id must equal metadata.name (or be left out: a Go client writes it empty)"
+
 // Sandbox is a sandbox declaration the operator keeps a warm pool of pods for; each pod is one
 // session, claimed through the broker.
 type Sandbox struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   SandboxSpec   `json:"spec"`
+	Spec SandboxSpec `json:"spec"`
+	// +optional
 	Status SandboxStatus `json:"status,omitempty"`
 }
 
@@ -42,6 +60,9 @@ type Sandbox struct {
 // written, must equal the name.
 type SandboxSpec struct {
 	spec.Sandbox `json:",inline"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+
 	// PoolSize is how many idle, ready pods the operator keeps for claims (0 to 1000).
 	PoolSize int32 `json:"poolSize"`
 }
@@ -68,14 +89,29 @@ const (
 
 // SandboxStatus is what the operator observed at ObservedGeneration.
 type SandboxStatus struct {
+	// ObservedGeneration is the metadata.generation this status describes.
+	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Idle counts ready, unclaimed pods; Starting counts unclaimed pods not ready yet; Claimed
-	// counts pods bound to a session.
-	Idle       int32              `json:"idle"`
-	Starting   int32              `json:"starting"`
-	Claimed    int32              `json:"claimed"`
+	// Idle counts ready, unclaimed pods.
+	// +optional
+	Idle int32 `json:"idle"`
+	// Starting counts unclaimed pods not ready yet.
+	// +optional
+	Starting int32 `json:"starting"`
+	// Claimed counts pods bound to a session.
+	// +optional
+	Claimed int32 `json:"claimed"`
+	// Conditions: Accepted (reason Accepted, or False with InvalidDeclaration, Unsupported,
+	// RuntimeClassMissing or KeysUnavailable) and Ready (PoolReady; False with PoolFilling,
+	// PoolEmpty or the Accepted reason). The reasons are stable and documented in
+	// docs/kubernetes.md; the message names the field, the value and what is allowed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// +kubebuilder:object:root=true
 
 // SandboxList is a list of Sandbox.
 type SandboxList struct {
