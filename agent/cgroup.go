@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,39 @@ type cgroups struct {
 	// read (see counterFile).
 	oomMu sync.Mutex
 	oom   *counterFile
+}
+
+// memoryRoom is how much of the sandbox's memory limit is free, and the limit (ok false: no
+// limit known): v1 the memory cgroup's, v2 the tightest of the exec cgroups' parent and its own
+// parent (the sandbox's cgroup).
+func (c *cgroups) memoryRoom() (room, limit int64, ok bool) {
+	read := func(p string) (int64, bool) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return v, err == nil
+	}
+	switch c.kind {
+	case scopeV1:
+		if c.memoryV1 == "" {
+			return 0, 0, false
+		}
+		l, ok1 := read(c.memoryV1 + "/memory.limit_in_bytes")
+		u, ok2 := read(c.memoryV1 + "/memory.usage_in_bytes")
+		return l - u, l, ok1 && ok2 && l < 1<<60
+	case scopeV2:
+		for _, dir := range []string{c.base, filepath.Dir(c.base)} {
+			l, ok1 := read(dir + "/memory.max") // "max": no limit here, not a number
+			u, ok2 := read(dir + "/memory.current")
+			if ok1 && ok2 && (!ok || l-u < room) {
+				room, limit, ok = l-u, l, true
+			}
+		}
+		return room, limit, ok
+	}
+	return 0, 0, false
 }
 
 func newCgroups(cfg *Config) (*cgroups, error) {

@@ -250,6 +250,33 @@ type job struct {
 	// rest, set by supervise for an exitFirst job that left processes behind, empties and
 	// removes its cgroup; the caller runs it once the exit is reported.
 	rest func() error
+
+	// deadline is the timer supervise waits on; setDeadline moves it, or before supervise
+	// has made it, leaves the time in deadlineAt (both guarded by mu).
+	deadline   *time.Timer
+	deadlineAt time.Time
+}
+
+// setDeadline makes the job's deadline d from now: a background process handed its work
+// later than it started (a waiting interpreter given its code) gets the work's deadline,
+// kept here in the sandbox so that no client's death stretches it. It reports false when
+// the job has no running deadline any more (it has exited or its deadline has passed).
+func (j *job) setDeadline(d time.Duration) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.done {
+		return false
+	}
+	if j.deadline == nil {
+		j.deadlineAt = time.Now().Add(d)
+		return true
+	}
+	// Stop reports false when the timer has fired: the old deadline stands, already passed.
+	if !j.deadline.Stop() {
+		return false
+	}
+	j.deadline.Reset(d)
+	return true
 }
 
 func newID() string {
@@ -608,7 +635,14 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	}
 	// A closed channel, not a timer's one-shot one: the deadline is waited on twice.
 	expired := make(chan struct{})
-	timer := time.AfterFunc(j.spec.timeout, func() { close(expired) })
+	j.mu.Lock()
+	timeout := j.spec.timeout
+	if !j.deadlineAt.IsZero() {
+		timeout = time.Until(j.deadlineAt)
+	}
+	timer := time.AfterFunc(timeout, func() { close(expired) })
+	j.deadline = timer
+	j.mu.Unlock()
 	defer timer.Stop()
 	var (
 		ws        syscall.WaitStatus

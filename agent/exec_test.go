@@ -412,3 +412,21 @@ sys.stdout.write(" ".join(str(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK) fo
 		})
 	}
 }
+
+// TestExecOOMScore: a command (and what it forks) is what the OOM killer takes before the
+// agent: its oom_score_adj is the most killable (issue 25: a full tmpfs OOM-killed the agent).
+func TestExecOOMScore(t *testing.T) {
+	h := newHarness(t).start()
+	var out bytes.Buffer
+	res, err := h.cl.Exec(context.Background(), sbtypes.ExecRequest{Shell: "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'", Timeout: time.Minute}, &out, io.Discard)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	if out.String() != "1000\n1000\n" {
+		t.Errorf("oom_score_adj of the command and its child: %q, want 1000 for both", out.String())
+	}
+	// The agent itself is back at its own score once the command is forked.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", h.proc.Process.Pid)); err != nil || string(b) != "0\n" {
+		t.Errorf("the agent's oom_score_adj after a fork: %q %v, want 0", b, err)
+	}
+}

@@ -385,7 +385,17 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = func() error {
-		if _, err := io.Copy(tf, r.Body); err != nil {
+		if err := s.copyIntoMemory(tf, r.Body, abs); err != nil {
+			if errors.Is(err, sbtypes.ErrTooLarge) {
+				return err
+			}
+			if errors.Is(err, syscall.ENOSPC) {
+				// Name the limit the write ran into: the filesystem's size (the sandbox's disk).
+				var st unix.Statfs_t
+				if unix.Fstatfs(int(tf.Fd()), &st) == nil {
+					return fmt.Errorf("%w: the filesystem of %s holds %d bytes, the sandbox's disk limit (limits.disk), and it is full", f.fsError(err), abs, int64(st.Blocks)*st.Bsize)
+				}
+			}
 			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
 				return f.fsError(err)
 			}
@@ -422,6 +432,40 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, fi)
+}
+
+// uploadReserve is the memory an upload into a memory-backed file system leaves free for the
+// agent and the code: an upload that would take it is refused instead of OOM-killing the
+// agent, which is its writer.
+const uploadReserve = 16 << 20
+
+// copyIntoMemory copies body into tf. Where tf lives in memory (tmpfs, charged to the
+// sandbox's memory cgroup: the local runtime's writable layer), each chunk first needs room in
+// the memory limit; an upload that would fill it is refused (ErrTooLarge, naming the limit).
+func (s *server) copyIntoMemory(tf *os.File, body io.Reader, abs string) error {
+	var st unix.Statfs_t
+	if s.cg == nil || unix.Fstatfs(int(tf.Fd()), &st) != nil || st.Type != unix.TMPFS_MAGIC {
+		_, err := io.Copy(tf, body)
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		n, rerr := io.ReadFull(body, buf)
+		if n > 0 {
+			if room, limit, ok := s.cg.memoryRoom(); ok && room < int64(n)+uploadReserve {
+				return fmt.Errorf("%w: writing %s: the sandbox's files are in its memory (tmpfs) and %d of its %d bytes (limits.memory) are left: the upload would fill them", sbtypes.ErrTooLarge, abs, room, limit)
+			}
+			if _, err := tf.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
 }
 
 func (s *server) statFile(w http.ResponseWriter, r *http.Request) {

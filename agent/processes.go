@@ -221,11 +221,22 @@ func (s *server) deleteProcess(w http.ResponseWriter, r *http.Request, p *proc) 
 
 // attach streams the process's output from the oldest frame still held (from=start) or from
 // now (from=live), then its terminal frame. A slow reader never blocks the process: it skips
-// the frames the ring dropped (visible as a gap in seq).
+// the frames the ring dropped (visible as a gap in seq). follow=false sends only what is held
+// now and ends there, with the terminal frame only if the process has exited: a look at the
+// output of a process that runs on (a server an MCP agent started).
 func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r, "from"); err != nil {
+	if err := onlyQuery(r, "from", "follow"); err != nil {
 		writeError(w, err)
 		return
+	}
+	follow := true
+	if v := r.URL.Query().Get("follow"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: query parameter follow=%q is not a boolean", sbtypes.ErrInvalid, v))
+			return
+		}
+		follow = b
 	}
 	var cursor uint64
 	switch from := r.URL.Query().Get("from"); from {
@@ -265,6 +276,9 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 			// write, so the client reads both at once and keeps the connection.
 			return
 		}
+		if len(frames) == 0 && !follow {
+			return // what was held is sent; the process runs on
+		}
 		if err := rc.Flush(); err != nil {
 			return
 		}
@@ -279,11 +293,24 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 }
 
 // processStdin appends the body to the process's stdin; close=true then closes it (on a
-// terminal: sends VEOF).
+// terminal: sends VEOF). deadlineMs=N first makes the process's deadline N ms from now: the
+// work written is the process's real work (a waiting interpreter's code), and its deadline is
+// kept here, where no client's death can stretch it.
 func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r, "close"); err != nil {
+	if err := onlyQuery(r, "close", "deadlineMs"); err != nil {
 		writeError(w, err)
 		return
+	}
+	if v := r.URL.Query().Get("deadlineMs"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > s.cfg.MaxTimeout.Milliseconds() {
+			writeError(w, fmt.Errorf("%w: query parameter deadlineMs=%q: want milliseconds 1 to %d (this agent's maximum)", sbtypes.ErrInvalid, v, s.cfg.MaxTimeout.Milliseconds()))
+			return
+		}
+		if !p.j.setDeadline(time.Duration(ms) * time.Millisecond) {
+			writeError(w, fmt.Errorf("%w: process %s has exited or passed its deadline", sbtypes.ErrConflict, p.j.id))
+			return
+		}
 	}
 	closeAfter := false
 	if v := r.URL.Query().Get("close"); v != "" {

@@ -16,6 +16,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
+// codeOOMScoreAdj is every command's oom_score_adj: the most killable (spawn).
+const codeOOMScoreAdj = "1000"
+
 // spawnRequest is one fork/exec, executed on the spawner's locked thread.
 type spawnRequest struct {
 	argv0 string
@@ -47,10 +50,14 @@ type spawnReply struct {
 // statuses: the reaper below is the only caller of wait4, and mu spans fork+register so a child
 // that exits at once is still dispatched to its waiter.
 type spawner struct {
-	cred    *syscall.Credential
-	homeV1  string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
-	homeFD  int    // homeV1 kept open by the spawner thread (-1: not open), to go back with one write
-	reapAll bool   // PID 1: reap every child, dispatch the tracked ones
+	cred   *syscall.Credential
+	homeV1 string // tasks file of the v1 freezer cgroup the spawner thread lives in, or ""
+	homeFD int    // homeV1 kept open by the spawner thread (-1: not open), to go back with one write
+	// oomFD is /proc/self/oom_score_adj kept open by the spawner thread (-1: none), and
+	// oomBase the agent's own score, which it returns to after each fork (spawn).
+	oomFD   int
+	oomBase []byte
+	reapAll bool // PID 1: reap every child, dispatch the tracked ones
 
 	reqs     chan *spawnRequest
 	stop     chan struct{}
@@ -67,6 +74,7 @@ type spawner struct {
 func newSpawner(cfg *Config) *spawner {
 	s := &spawner{
 		homeFD:  -1,
+		oomFD:   -1,
 		reqs:    make(chan *spawnRequest),
 		stop:    make(chan struct{}),
 		waiters: map[int]chan syscall.WaitStatus{},
@@ -181,6 +189,14 @@ func (s *spawner) loop(prepare func() error, ready chan<- error, locked chan<- s
 			s.homeFD = -1
 		}()
 	}
+	// Open before prepare, as homeV1: its landlock domain may not allow /proc.
+	s.openOOMScore()
+	defer func() {
+		if s.oomFD >= 0 {
+			unix.Close(s.oomFD)
+			s.oomFD = -1
+		}
+	}()
 	if prepare != nil {
 		if err := prepare(); err != nil {
 			ready <- fmt.Errorf("agent: prepare spawn thread: %w", err)
@@ -250,7 +266,20 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 		g.left = make(chan struct{})
 	}
 	s.mu.Lock()
+	// The command is born the most killable (codeOOMScoreAdj), for the fork's span the agent
+	// with it: a score is the process's, not the thread's, and the kernel has no other way
+	// to give a child a score before it runs.
+	if s.oomFD >= 0 {
+		if _, err := unix.Pwrite(s.oomFD, []byte(codeOOMScoreAdj), 0); err != nil {
+			s.closeOOMScore()
+		}
+	}
 	pid, err := syscall.ForkExec(req.argv0, req.argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
+	if s.oomFD >= 0 {
+		if _, err := unix.Pwrite(s.oomFD, s.oomBase, 0); err != nil {
+			s.closeOOMScore()
+		}
+	}
 	var ch chan syscall.WaitStatus
 	if err == nil {
 		ch = make(chan syscall.WaitStatus, 1)
@@ -262,6 +291,35 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 		return spawnReply{err: err}
 	}
 	return spawnReply{pid: pid, pidfd: pidfd, exited: ch}
+}
+
+// openOOMScore opens the agent's oom_score_adj for spawn, if it can go up to the code's score
+// and back down to the agent's own without privilege (lowering below what was set by a
+// privileged writer needs CAP_SYS_RESOURCE); else commands keep the agent's score.
+func (s *spawner) openOOMScore() {
+	base, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return
+	}
+	fd, err := unix.Open("/proc/self/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	base = bytes.TrimSpace(base)
+	if _, err := unix.Pwrite(fd, []byte(codeOOMScoreAdj), 0); err != nil {
+		unix.Close(fd)
+		return
+	}
+	if _, err := unix.Pwrite(fd, base, 0); err != nil {
+		unix.Close(fd) // the agent stays at codeOOMScoreAdj: nothing better to do
+		return
+	}
+	s.oomFD, s.oomBase = fd, base
+}
+
+func (s *spawner) closeOOMScore() {
+	unix.Close(s.oomFD)
+	s.oomFD = -1
 }
 
 // run hands req to the spawner thread.

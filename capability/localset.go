@@ -52,6 +52,7 @@ func (h HostProbe) Set() Set {
 	put(ProcessLimit, h.Cgroup.controllerReason("pids", h.UID))
 	if h.Tmpfs {
 		put(DiskLimit, "")
+		s.Notes = map[Property]string{PropMemory: LocalMemoryNote}
 	} else {
 		put(DiskLimit, "the kernel has no tmpfs, which bounds a sandbox's writable layer")
 	}
@@ -174,3 +175,10 @@ func firstReason(reasons ...string) string {
 	}
 	return ""
 }
+
+// LocalMemoryNote is how the local runtime holds limits.memory (plan prints it): its writable
+// layer is tmpfs, whose pages are memory charged to the sandbox, so files and processes share
+// limits.memory; the code, never the agent, is what the OOM killer takes when they fill it.
+const LocalMemoryNote = "the writable layer (limits.disk) is tmpfs, in memory: files written count against limits.memory. " +
+	"A write past limits.disk fails with ENOSPC; one that fills the memory first gets its writer OOM-killed (exit 137), never the agent; " +
+	"an upload that would is refused (413)"

@@ -14,6 +14,10 @@ type Set struct {
 	// property not listed takes airlock's default, which the platform must then hold. Only
 	// Replaceable properties may be listed.
 	PlatformValues map[Property]string `json:"platformValues,omitempty"`
+	// Notes say how the platform holds a property where a user would not guess it, in words
+	// (local: the writable layer is memory, so the memory limit holds the disk too). plan
+	// prints each for every sandbox.
+	Notes map[Property]string `json:"notes,omitempty"`
 }
 
 // Status is one capability's value on a platform.

@@ -93,6 +93,10 @@ func (c classifier) public(ip netip.Addr) bool {
 	return IsPublic(ip)
 }
 
+// DocumentationPrefix reports whether p lies inside a documentation range (TEST-NET-1/2/3,
+// 2001:db8::/32): the only prefixes Options.ExtraPublic may declare public.
+func DocumentationPrefix(p netip.Prefix) bool { return checkExtraPublic([]netip.Prefix{p}) == nil }
+
 // checkExtraPublic refuses any ExtraPublic prefix outside the documentation ranges: the
 // option exists so tests can build a fake internet, not to open private space.
 func checkExtraPublic(ps []netip.Prefix) error {

@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Everything the suites need (packages, gVisor's runsc), installed when missing: this one
+# command is what CI runs (.ci/run) and what the README says, on a fresh machine too.
+# shellcheck source=hack/setup.sh
+source ./hack/setup.sh
+
 export AIRLOCK_REQUIRE_ROOT="${AIRLOCK_REQUIRE_ROOT:-1}"
 # Fuzz budgets are execution counts, each about 10 s of this machine: a -fuzztime duration
 # can fail a run with a bare "context deadline exceeded" when the deadline catches a worker

@@ -88,7 +88,7 @@ func TestFeatureToolsFollowTheBackend(t *testing.T) {
 			tools := toolList(t, s)
 			var extra []string
 			for n := range tools {
-				if !slices.Contains([]string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}, n) {
+				if !slices.Contains([]string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_process_kill", "sandbox_process_output", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}, n) {
 					extra = append(extra, n)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -37,15 +38,15 @@ func TestLocalRunCode(t *testing.T) {
 		exit     int
 		timedOut bool
 	}{
-		{name: "python", args: map[string]any{"language": "python", "code": "print(6*7)"}, text: "Exit code: 0\n--- stdout ---\n42\n"},
-		{name: "python3 alias", args: map[string]any{"language": "python3", "code": "import sys; sys.stderr.write('e')"}, text: "Exit code: 0\n--- stderr ---\ne\n"},
-		{name: "node", args: map[string]any{"language": "node", "code": "console.log('hi from', 'node')"}, text: "Exit code: 0\n--- stdout ---\nhi from node\n"},
+		{name: "python", args: map[string]any{"language": "python", "code": "print(6*7)"}, text: "Exit code: 0\n\n--- stdout ---\n42\n"},
+		{name: "python3 alias", args: map[string]any{"language": "python3", "code": "import sys; sys.stderr.write('e')"}, text: "Exit code: 0\n\n--- stderr ---\ne\n"},
+		{name: "node", args: map[string]any{"language": "node", "code": "console.log('hi from', 'node')"}, text: "Exit code: 0\n\n--- stdout ---\nhi from node\n"},
 		{name: "js alias", args: map[string]any{"language": "js", "code": "process.exit(5)"}, text: "Exit code: 5\n", exit: 5},
-		{name: "bash", args: map[string]any{"language": "bash", "code": "echo out; echo err >&2"}, text: "Exit code: 0\n--- stdout ---\nout\n--- stderr ---\nerr\n"},
+		{name: "bash", args: map[string]any{"language": "bash", "code": "echo out; echo err >&2"}, text: "Exit code: 0\n\n--- stdout ---\nout\n--- stderr ---\nerr\n"},
 		{name: "shell alias non-zero", args: map[string]any{"language": "shell", "code": "exit 3"}, text: "Exit code: 3\n", exit: 3},
-		{name: "stdin", args: map[string]any{"language": "bash", "code": "tr a-z A-Z", "stdin": "shout"}, text: "Exit code: 0\n--- stdout ---\nSHOUT\n"},
+		{name: "stdin", args: map[string]any{"language": "bash", "code": "tr a-z A-Z", "stdin": "shout"}, text: "Exit code: 0\n\n--- stdout ---\nSHOUT\n"},
 		{name: "timeout", args: map[string]any{"language": "python", "code": "import time\nprint('tick', flush=True)\ntime.sleep(60)", "timeout_seconds": 1},
-			text: "Exit code: 137\nTimed out after 1s: the program and everything it started were killed\n--- stdout ---\ntick\n", exit: 137, timedOut: true},
+			text: "Exit code: 124\n\n--- stdout ---\ntick\n\nTimed out after 1s: the program and everything it started were killed\n", exit: 124, timedOut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +149,49 @@ func TestLocalSessionTools(t *testing.T) {
 		t.Fatalf("exec timeout: %s", text(ex))
 	}
 
+	// A background process outlives its call, its output read in parts (issue 25).
+	bg := call(t, cs, "sandbox_exec", map[string]any{"session_id": id, "background": true,
+		"command": "for i in 1 2 3; do echo tick $i; done; echo ready >&2; exec sleep 600"})
+	pid := structured[struct {
+		ProcessID string `json:"process_id"`
+	}](t, bg).ProcessID
+	if bg.IsError || pid == "" || !strings.Contains(text(bg), "sandbox_process_output") {
+		t.Fatalf("background exec: %s", text(bg))
+	}
+	type procOut struct {
+		Running  bool   `json:"running"`
+		ExitCode *int   `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	var stdout, stderr string
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stderr, "ready") {
+		r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid})
+		o := structured[procOut](t, r)
+		if r.IsError || !o.Running || o.ExitCode != nil {
+			t.Fatalf("output of a running process: %s", text(r))
+		}
+		stdout, stderr = stdout+o.Stdout, stderr+o.Stderr
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready line within a minute: %q %q", stdout, stderr)
+		}
+	}
+	if stdout != "tick 1\ntick 2\ntick 3\n" {
+		t.Errorf("stdout read in parts: %q", stdout)
+	}
+	if r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid}); !strings.Contains(text(r), "no new output") {
+		t.Errorf("a second read with nothing new: %s", text(r))
+	}
+	for i := range 2 { // idempotent
+		if r := call(t, cs, "sandbox_process_kill", map[string]any{"session_id": id, "process_id": pid}); r.IsError {
+			t.Fatalf("kill %d: %s", i, text(r))
+		}
+	}
+	if r := call(t, cs, "sandbox_process_output", map[string]any{"session_id": id, "process_id": pid}); !r.IsError || !strings.Contains(text(r), "killed") {
+		t.Errorf("output of a killed process: %s", text(r))
+	}
+
 	rd := call(t, cs, "sandbox_read_file", map[string]any{"session_id": id, "path": "/workspace/pkg/data.txt"})
 	type readOut struct {
 		Content   string `json:"content"`
@@ -195,6 +239,10 @@ func TestLocalSessionTools(t *testing.T) {
 	}
 	if n := liveSessions(t, b); n != 0 {
 		t.Fatalf("%d sandboxes after terminate", n)
+	}
+	// Advertised idempotent: a second terminate succeeds (issue 25).
+	if tr := call(t, cs, "sandbox_terminate", map[string]any{"session_id": id}); tr.IsError || !strings.Contains(text(tr), "already terminated") {
+		t.Fatalf("second terminate: %s", text(tr))
 	}
 	if r := call(t, cs, "sandbox_exec", map[string]any{"session_id": id, "command": "true"}); !r.IsError {
 		t.Fatal("exec on a terminated session succeeded")
@@ -251,7 +299,7 @@ func TestLocalHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := call(t, cs, "run_code", map[string]any{"language": "node", "code": "console.log(process.version.startsWith('v'))"})
-	if text(r) != "Exit code: 0\n--- stdout ---\ntrue\n" {
+	if text(r) != "Exit code: 0\n\n--- stdout ---\ntrue\n" {
 		t.Errorf("run_code over HTTP: %s", text(r))
 	}
 	if r := call(t, cs, "sandbox_create", nil); r.IsError {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -140,7 +141,7 @@ func TestToolsAndSchemas(t *testing.T) {
 		tools[tl.Name] = tl
 	}
 	slices.Sort(names)
-	want := []string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}
+	want := []string{"run_code", "sandbox_create", "sandbox_exec", "sandbox_list", "sandbox_process_kill", "sandbox_process_output", "sandbox_read_file", "sandbox_terminate", "sandbox_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -162,9 +163,17 @@ func TestToolsAndSchemas(t *testing.T) {
 			t.Errorf("language enum %v lacks %s", enum, l)
 		}
 	}
+	// Every name the schema lists is accepted, and nothing else (issue 25).
+	if !slices.Equal(enum, runcode.LanguageNames()) {
+		t.Errorf("language enum %v, want what run_code accepts: %v", enum, runcode.LanguageNames())
+	}
+	// Over 300 is capped, not refused: no maximum a client would enforce (issue 25).
 	to := in.Properties["timeout_seconds"]
-	if to.Maximum == nil || *to.Maximum != 300 || to.Minimum == nil || *to.Minimum != 1 || string(to.Default) != "30" {
+	if to.Maximum != nil || to.Minimum == nil || *to.Minimum != 0 || string(to.Default) != "30" || !strings.Contains(to.Description, "capped to 300") {
 		t.Errorf("timeout_seconds schema %+v", to)
+	}
+	if d := schemaOf(t, tools["sandbox_create"].InputSchema).Properties["network"].Default; string(d) != "false" {
+		t.Errorf("sandbox_create network default %q, want false", d)
 	}
 	if in.AdditionalProperties == nil || in.AdditionalProperties.Not == nil {
 		t.Errorf("run_code accepts unknown arguments in its schema: %+v", in.AdditionalProperties)
@@ -206,7 +215,8 @@ func TestInputErrors(t *testing.T) {
 		{"run_code", map[string]any{"code": "print(1)"}, []string{"language is empty"}},
 		{"run_code", map[string]any{"language": "python", "code": ""}, []string{"code is empty"}},
 		{"run_code", map[string]any{"language": "python"}, []string{"code is empty"}},
-		{"run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 301}, []string{"timeout_seconds 301", "cap of 300"}},
+		{"run_code", map[string]any{"language": "PYTHON", "code": "x"}, []string{`language "PYTHON"`, "python, node, bash"}},
+		{"run_code", map[string]any{"language": " py", "code": "x"}, []string{`language " py"`}},
 		{"run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": -5}, []string{"timeout_seconds -5", "at least 1"}},
 		{"run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": "10"}, []string{"timeout_seconds", "integer", "string"}},
 		{"run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1.5}, []string{"timeout_seconds", "integer"}},

@@ -36,7 +36,7 @@ func TestLocalRunCodePool(t *testing.T) {
 		if r.IsError {
 			t.Fatalf("run %d: tool error: %s", i, text(r))
 		}
-		if got, want := text(r), "Exit code: 0\n--- stdout ---\n42\n"; got != want {
+		if got, want := text(r), "Exit code: 0\n\n--- stdout ---\n42\n"; got != want {
 			t.Errorf("run %d: text %q, want %q", i, got, want)
 		}
 		ids = append(ids, structured[runcode.Result](t, r).SandboxID)

@@ -2,6 +2,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
@@ -50,6 +52,13 @@ type Options struct {
 	// Pool, when set, is a warm pool run_code claims its sandboxes from (see runcode.Options);
 	// its owner closes it after the server.
 	Pool runcode.Pool
+	// MaxMessageBytes bounds one inbound message on stdio; 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// OutputViewBytes is how much of each of stdout and stderr a tool result keeps for the
+	// model: the first and the last half, with a marker of what was cut between them (errors
+	// are at the end). 0 means DefaultOutputViewBytes; negative keeps everything up to the
+	// output cap (runcode.DefaultOutputBytes).
+	OutputViewBytes int64
 }
 
 // Server is the airlock MCP server over one backend. Sessions created through it are
@@ -73,6 +82,8 @@ type Server struct {
 	pending  int // sandbox_create calls between their slot check and registration
 	// snapshots are the names taken through sandbox_snapshot; Close deletes them.
 	snapshots map[string]bool
+	// terminated are the sessions sandbox_terminate ended, so that a second call succeeds.
+	terminated map[string]bool
 }
 
 // New returns a server with every tool registered.
@@ -92,13 +103,20 @@ func New(backend sandbox.Backend, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.OutputViewBytes == 0 {
+		opts.OutputViewBytes = DefaultOutputViewBytes
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		backend: backend, opts: opts, log: opts.Logger,
 		ctx: ctx, cancel: cancel,
-		runs:      make(chan struct{}, opts.MaxConcurrentRuns),
-		sessions:  map[string]*session{},
-		snapshots: map[string]bool{},
+		runs:       make(chan struct{}, opts.MaxConcurrentRuns),
+		sessions:   map[string]*session{},
+		snapshots:  map[string]bool{},
+		terminated: map[string]bool{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: Name, Title: "airlock sandboxes", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions: "run_code runs a snippet of python, node or bash in a fresh, isolated, disposable sandbox " +
@@ -146,18 +164,17 @@ func (s *Server) Close(ctx context.Context) error {
 
 // ServeStdio serves one client over r and w (the process's stdin and stdout, for a client
 // that started this process) until the client goes away or ctx ends, then closes the server.
+// A message over Options.MaxMessageBytes is answered with an error and the server reads on.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
 	// Closing the reader (os.Stdin) is what unblocks the read loop when ctx ends first.
 	rc, ok := r.(io.ReadCloser)
 	if !ok {
 		rc = io.NopCloser(r)
 	}
-	return s.serveTransport(ctx, &sdk.IOTransport{Reader: rc, Writer: nopWriteCloser{w}})
+	lw := &lockedWriter{w: w}
+	// The guard bounds every message the SDK sees; the SDK's own limit would end the connection.
+	return s.serveTransport(ctx, &sdk.IOTransport{Reader: newMessageGuard(rc, lw, s.opts.MaxMessageBytes), Writer: lw, MaxLineLength: -1})
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
 
 // serveTransport serves one connection, then closes the server.
 func (s *Server) serveTransport(ctx context.Context, t sdk.Transport) error {
@@ -171,12 +188,79 @@ func (s *Server) serveTransport(ctx context.Context, t sdk.Transport) error {
 }
 
 // HTTPHandler is the streamable HTTP transport, served at HTTPPath. Requests whose Host is
-// not localhost are refused when they arrive on a loopback address (DNS rebinding).
+// not localhost are refused when they arrive on a loopback address, and requests from a
+// browser page of another origin are refused whatever their Host (DNS rebinding: the MCP
+// specification's Origin rule). A request without a session id must be an initialize: one
+// server-side session per client session, never one per stray request.
 func (s *Server) HTTPHandler() http.Handler {
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{Logger: s.log})
 	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, h)
+	mux.Handle(HTTPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkOrigin(r); err != nil {
+			http.Error(w, "Forbidden: "+err.Error(), http.StatusForbidden)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			body, err := io.ReadAll(io.LimitReader(r.Body, int64(s.opts.MaxMessageBytes)+1))
+			if err != nil {
+				http.Error(w, "Bad Request: reading the body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			if !isInitialize(body) {
+				http.Error(w, "Bad Request: no Mcp-Session-Id header: only an initialize request starts a session; send the id its answer gave with every later request", http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, r)
+	}))
 	return mux
+}
+
+// checkOrigin refuses a request whose Origin header (a browser's) names another origin than
+// the server's own address or a loopback one: a page elsewhere must not drive the tools.
+func checkOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil // not from a browser page
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("Origin %q is not an http(s) origin of this server", origin)
+	}
+	if u.Host == r.Host {
+		return nil
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("Origin %q is not this server (%s) nor a loopback address", origin, r.Host)
+}
+
+// isInitialize reports whether body is a JSON-RPC initialize request (alone or in a batch).
+func isInitialize(body []byte) bool {
+	var one struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(body, &one) == nil {
+		return one.Method == "initialize"
+	}
+	var batch []struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(body, &batch) != nil {
+		return false
+	}
+	for _, m := range batch {
+		if m.Method == "initialize" {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeListener serves the streamable HTTP transport on ln until ctx ends, then shuts the

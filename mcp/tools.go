@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -37,8 +38,8 @@ const (
 
 type runCodeInput struct {
 	Language       string `json:"language" jsonschema:"the language: python, node or bash (aliases py, python3, js, javascript, sh, shell)"`
-	Code           string `json:"code" jsonschema:"the program to run; it is written to a file (main.py, main.js or main.sh) in the working directory /workspace and run from there"`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds, 1 to 300 (default 30); on expiry the program and everything it started are killed"`
+	Code           string `json:"code" jsonschema:"the program to run, at most 1 MiB; it is written to a file (main.py, main.js or main.sh) in the working directory /workspace and run from there"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default 30); more than 300 is capped to 300 and the result says so; on expiry the program and everything it started are killed and the exit code is 124"`
 	Network        bool   `json:"network,omitempty" jsonschema:"allow connections to the public internet (loopback and private addresses stay unreachable); default false: no network at all"`
 	Stdin          string `json:"stdin,omitempty" jsonschema:"text fed to the program's standard input; default: stdin is closed"`
 }
@@ -71,10 +72,11 @@ type sessionInfo struct {
 type execInput struct {
 	SessionID      string            `json:"session_id" jsonschema:"the session from sandbox_create"`
 	Command        string            `json:"command" jsonschema:"a shell command line, run with /bin/sh -c"`
-	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds, 1 to 300 (default 30); on expiry the command and everything it started are killed"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default 30); more than 300 is capped to 300 and the result says so; on expiry the command and everything it started are killed and the exit code is 124"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory (default: the sandbox's workdir); relative to it when not absolute"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text fed to standard input; default: stdin is closed"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this command"`
+	Background     bool              `json:"background,omitempty" jsonschema:"start the command and return at once with a process_id: it keeps running (a server, say) until sandbox_process_kill, the session's end or timeout_seconds when given; read its output with sandbox_process_output"`
 }
 
 type readInput struct {
@@ -128,8 +130,10 @@ func prop(s *jsonschema.Schema, name string) *jsonschema.Schema {
 	return p
 }
 
+// timeoutSchema: no maximum, since a larger timeout is capped, not refused (run_code's
+// specification); 0 means the default, as absent does.
 func timeoutSchema(p *jsonschema.Schema) {
-	p.Minimum, p.Maximum = ptrF(1), ptrF(runcode.MaxTimeoutSeconds)
+	p.Minimum = ptrF(0)
 	p.Default = []byte(strconv.Itoa(runcode.DefaultTimeoutSeconds))
 }
 
@@ -139,7 +143,7 @@ func (s *Server) register() {
 		Title: "Run code in a fresh sandbox",
 		Description: "Runs a python, node or bash program in a fresh, isolated, disposable sandbox " +
 			"(512 MiB memory, 1 cpu, 256 processes, no network unless network is true) and returns its " +
-			"exit code, stdout and stderr. Nothing persists between calls.",
+			"exit code (124 when killed at its timeout), stdout and stderr" + s.viewNote() + ". Nothing persists between calls.",
 		// Disposable: nothing outside the sandbox changes.
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: new(false)},
 	}, func(in *jsonschema.Schema) {
@@ -167,16 +171,27 @@ func (s *Server) register() {
 		prop(in, "cpu").Default = []byte(`"` + runcode.DefaultCPU + `"`)
 		mp := prop(in, "max_processes")
 		mp.Minimum, mp.Default = ptrF(1), []byte(strconv.Itoa(runcode.DefaultMaxProcesses))
+		prop(in, "network").Default = []byte("false")
 		lt := prop(in, "lifetime_seconds")
 		lt.Minimum, lt.Maximum, lt.Default = ptrF(1), ptrF(MaxSessionLifetimeSeconds), []byte(strconv.Itoa(DefaultSessionLifetimeSeconds))
 		s.patchCreateSchema(in)
 	}, s.create)
 
 	addTool(s, &sdk.Tool{
-		Name:        "sandbox_exec",
-		Title:       "Run a command in a sandbox session",
-		Description: "Runs a shell command in a sandbox from sandbox_create and returns its exit code, stdout and stderr. Files and state persist between commands of the same session.",
-	}, func(in *jsonschema.Schema) { timeoutSchema(prop(in, "timeout_seconds")) }, s.exec)
+		Name:  "sandbox_exec",
+		Title: "Run a command in a sandbox session",
+		Description: "Runs a shell command in a sandbox from sandbox_create and returns its exit code (124 when killed at its timeout), stdout and stderr" + s.viewNote() + ". " +
+			"Files persist between commands of the same session; processes do not: everything the command started, " +
+			"including what it put in the background with & or nohup, is killed when it ends. To keep a process running " +
+			"(a server), use background: true, then sandbox_process_output and sandbox_process_kill.",
+	}, func(in *jsonschema.Schema) {
+		timeoutSchema(prop(in, "timeout_seconds"))
+		if !s.hasProcesses() {
+			delete(in.Properties, "background")
+		} else {
+			prop(in, "background").Default = []byte("false")
+		}
+	}, s.exec)
 
 	addTool(s, &sdk.Tool{
 		Name:        "sandbox_read_file",
@@ -213,6 +228,7 @@ func (s *Server) register() {
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
 	}, nil, s.terminate)
 
+	s.registerProcesses()
 	s.registerFeatures()
 }
 
@@ -223,9 +239,13 @@ func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, 
 	case <-ctx.Done():
 		return runcode.Result{}, "", fmt.Errorf("waiting for a free run_code slot (%d run at once): %w", cap(s.runs), ctx.Err())
 	}
+	// Exactly the schema's enum: what a client validating against it would send.
+	if in.Language != "" && !slices.Contains(runcode.LanguageNames(), in.Language) {
+		return runcode.Result{}, "", fmt.Errorf("%w: language %q is not supported: allowed are %s", sandbox.ErrInvalid, in.Language, strings.Join(runcode.LanguageNames(), ", "))
+	}
 	res, err := runcode.Run(ctx, s.backend, runcode.Request{
 		Language: in.Language, Code: in.Code, TimeoutSeconds: in.TimeoutSeconds, Network: in.Network, Stdin: in.Stdin,
-	}, runcode.Options{Image: s.opts.Image, Logger: s.log, Pool: s.opts.Pool})
+	}, runcode.Options{Image: s.opts.Image, Logger: s.log, Pool: s.opts.Pool, ViewBytes: s.viewBytes()})
 	if err != nil {
 		return runcode.Result{}, "", err
 	}
@@ -236,6 +256,12 @@ func (s *Server) runCode(ctx context.Context, in runCodeInput) (runcode.Result, 
 type session struct {
 	info  sessionInfo
 	agent sandbox.Agent
+
+	// mu guards read and carry: per background process (process.go), the last output frame
+	// read, and an incomplete character at its end held for the next read (stdout, stderr).
+	mu    sync.Mutex
+	read  map[string]uint64
+	carry map[string][2][]byte
 
 	once sync.Once
 	err  error
@@ -379,6 +405,13 @@ func (s *Server) lookup(id string) (*session, error) {
 	return se, nil
 }
 
+// wasTerminated reports whether sandbox_terminate ended session id on this server.
+func (s *Server) wasTerminated(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.terminated[id]
+}
+
 // resolvePath makes p absolute against workdir, refusing ".." rather than resolving it.
 func resolvePath(field, p, workdir string) (string, error) {
 	if p == "" {
@@ -393,28 +426,31 @@ func resolvePath(field, p, workdir string) (string, error) {
 	return path.Clean(p), nil
 }
 
-func (s *Server) exec(ctx context.Context, in execInput) (runcode.Result, string, error) {
+func (s *Server) exec(ctx context.Context, in execInput) (execOutput, string, error) {
 	se, err := s.lookup(in.SessionID)
 	if err != nil {
-		return runcode.Result{}, "", err
+		return execOutput{}, "", err
 	}
 	if strings.TrimSpace(in.Command) == "" {
-		return runcode.Result{}, "", fmt.Errorf("%w: command is empty: give a shell command line", sandbox.ErrInvalid)
+		return execOutput{}, "", fmt.Errorf("%w: command is empty: give a shell command line", sandbox.ErrInvalid)
 	}
-	timeout := in.TimeoutSeconds
+	timeout, cappedFrom := in.TimeoutSeconds, 0
 	switch {
 	case timeout == 0:
 		timeout = runcode.DefaultTimeoutSeconds
 	case timeout < 0:
-		return runcode.Result{}, "", fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, timeout)
-	case timeout > runcode.MaxTimeoutSeconds:
-		return runcode.Result{}, "", fmt.Errorf("%w: timeout_seconds %d is over the cap of %d seconds", sandbox.ErrInvalid, timeout, runcode.MaxTimeoutSeconds)
+		return execOutput{}, "", fmt.Errorf("%w: timeout_seconds %d must be at least 1", sandbox.ErrInvalid, timeout)
+	case timeout > runcode.MaxTimeoutSeconds && !in.Background:
+		timeout, cappedFrom = runcode.MaxTimeoutSeconds, timeout
 	}
 	cwd := se.info.Workdir
 	if in.Cwd != "" {
 		if cwd, err = resolvePath("cwd", in.Cwd, se.info.Workdir); err != nil {
-			return runcode.Result{}, "", err
+			return execOutput{}, "", err
 		}
+	}
+	if in.Background {
+		return s.startBackground(ctx, se, in, cwd, timeout, cappedFrom)
 	}
 	var stdin io.Reader
 	if in.Stdin != "" {
@@ -422,13 +458,14 @@ func (s *Server) exec(ctx context.Context, in execInput) (runcode.Result, string
 	}
 	res, err := runcode.Exec(ctx, se.agent, sandbox.ExecRequest{
 		Shell: in.Command, Cwd: cwd, Env: in.Env, Timeout: time.Duration(timeout) * time.Second, Stdin: stdin,
-	}, runcode.Options{})
+	}, runcode.Options{ViewBytes: s.viewBytes()})
 	if err != nil {
-		return runcode.Result{}, "", fmt.Errorf("running the command: %w", err)
+		return execOutput{}, "", fmt.Errorf("running the command: %w", err)
 	}
+	res.TimeoutCappedFrom = cappedFrom
 	res.SandboxID = se.info.SandboxID
 	res.Memory = se.info.Memory
-	return res, res.Text(), nil
+	return execOutput{Result: res}, res.Text(), nil
 }
 
 func (s *Server) readFile(ctx context.Context, in readInput) (readOutput, string, error) {
@@ -546,6 +583,10 @@ func (s *Server) list(context.Context, struct{}) (listOutput, string, error) {
 
 func (s *Server) terminate(ctx context.Context, in sessionInput) (terminateOutput, string, error) {
 	se, err := s.lookup(in.SessionID)
+	if errors.Is(err, sandbox.ErrNotFound) && s.wasTerminated(in.SessionID) {
+		// Idempotent, as advertised: the session is gone, which is what was asked.
+		return terminateOutput{SessionID: in.SessionID, Terminated: true}, fmt.Sprintf("Sandbox session %s was already terminated.", in.SessionID), nil
+	}
 	if err != nil {
 		return terminateOutput{}, "", err
 	}
@@ -557,9 +598,21 @@ func (s *Server) terminate(ctx context.Context, in sessionInput) (terminateOutpu
 	}
 	s.mu.Lock()
 	delete(s.sessions, in.SessionID)
+	s.terminated[in.SessionID] = true
 	s.mu.Unlock()
 	return terminateOutput{SessionID: in.SessionID, Terminated: true}, fmt.Sprintf("Terminated sandbox session %s.", in.SessionID), nil
 }
+
+// viewNote says how a tool result's output is shortened, for a tool's description.
+func (s *Server) viewNote() string {
+	if v := s.viewBytes(); v > 0 {
+		return fmt.Sprintf(" (each stream longer than %d bytes keeps its first and last %d bytes, the cut marked)", v, v/2)
+	}
+	return ""
+}
+
+// viewBytes is the per-stream view of a tool result (0: all of it, up to the output cap).
+func (s *Server) viewBytes() int64 { return max(s.opts.OutputViewBytes, 0) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -123,6 +123,15 @@ type SandboxValues struct {
 	// order, with the value it takes; a default the platform can neither hold nor replace is a
 	// refusal instead, and is not listed.
 	Undeclared []Value `json:"undeclared"`
+	// Notes are the platform's notes (capability.Set.Notes) on how it holds this sandbox's
+	// properties, in capability.Properties order.
+	Notes []Note `json:"notes,omitempty"`
+}
+
+// Note is how the platform holds one property, in words.
+type Note struct {
+	Field capability.Property `json:"field"`
+	Note  string              `json:"note"`
 }
 
 // Value is what one undeclared property becomes.
@@ -213,7 +222,13 @@ func check(st *spec.Stack, platform capability.Platform, set capability.Set, alo
 			}
 			c := checkSandbox(platform, set, in, i, st.Sandboxes[i])
 			items = append(items, c.items...)
-			res.Sandboxes = append(res.Sandboxes, SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared})
+			sv := SandboxValues{ID: c.sb.ID, Undeclared: c.undeclared}
+			for _, p := range capability.Properties {
+				if n, ok := set.Notes[p]; ok {
+					sv.Notes = append(sv.Notes, Note{Field: p, Note: n})
+				}
+			}
+			res.Sandboxes = append(res.Sandboxes, sv)
 		}
 	}
 

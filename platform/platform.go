@@ -218,8 +218,12 @@ func openLocal(ctx context.Context, c Config) (Backend, string, error) {
 // Local starts the local runtime itself, for what exists only there (spares, the warm pool's
 // owner, gc's reconcile), explaining what to do when this host cannot run it.
 func Local(ctx context.Context, c LocalConfig, log *slog.Logger) (*local.Backend, error) {
+	extra, err := EgressPublic()
+	if err != nil {
+		return nil, err
+	}
 	lb, err := local.New(ctx, local.Options{StateDir: c.StateDir, CgroupParent: c.CgroupParent,
-		Logger: log, OneShot: c.OneShot, ImageProgress: c.ImageProgress})
+		Logger: log, OneShot: c.OneShot, ImageProgress: c.ImageProgress, Egress: local.EgressOptions{ExtraPublic: extra}})
 	switch {
 	case err == nil:
 		return lb, nil

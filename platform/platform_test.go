@@ -389,6 +389,33 @@ func TestOpenLocal(t *testing.T) {
 	}
 }
 
+// TestEgressPublic: $AIRLOCK_EGRESS_PUBLIC declares documentation prefixes public for the
+// local runtime's egress (a lab's fake internet) and refuses anything else, naming it.
+func TestEgressPublic(t *testing.T) {
+	for _, tc := range []struct {
+		env, want, err string
+	}{
+		{"", "[]", ""},
+		{"198.51.100.0/24", "[198.51.100.0/24]", ""},
+		{" 203.0.113.0/25 , 2001:db8::/48", "[203.0.113.0/25 2001:db8::/48]", ""},
+		{"10.0.0.0/8", "", "10.0.0.0/8 is not inside a documentation range"},
+		{"198.51.0.0/16", "", "198.51.0.0/16 is not inside"},
+		{"198.51.100.7", "", `"198.51.100.7" is not a prefix`},
+	} {
+		t.Setenv(EnvEgressPublic, tc.env)
+		got, err := EgressPublic()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), EnvEgressPublic) {
+				t.Errorf("%q: %v %v, want an error naming %s and %q", tc.env, got, err, EnvEgressPublic, tc.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != tc.want && !(tc.want == "[]" && got == nil) {
+			t.Errorf("%q: %v %v, want %s", tc.env, got, err, tc.want)
+		}
+	}
+}
+
 // TestOpenAzure: without its config section azure is refused naming the first missing key;
 // with it the backend opens (without reaching Azure) and says which group it drives, and the
 // config file's keys reach it.

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -19,7 +22,33 @@ const (
 	EnvConfig = "AIRLOCK_CONFIG"
 	// DefaultConfigFile is read when $AIRLOCK_CONFIG is unset and it exists.
 	DefaultConfigFile = "/etc/airlock/config.yaml"
+	// EnvEgressPublic lists documentation prefixes (TEST-NET-1/2/3, 2001:db8::/32, 3fff::/20, or
+	// parts of them), comma-separated, that the local runtime's egress treats as public: a lab whose
+	// "internet" lives there proves allowDomains' allowed path (and its SNI, Host and
+	// rebinding checks) end to end. Any other prefix is refused (docs/egress.md).
+	EnvEgressPublic = "AIRLOCK_EGRESS_PUBLIC"
 )
+
+// EgressPublic parses $AIRLOCK_EGRESS_PUBLIC (nil when unset); the local runtime refuses a
+// prefix outside the documentation ranges, naming it.
+func EgressPublic() ([]netip.Prefix, error) {
+	v := strings.TrimSpace(os.Getenv(EnvEgressPublic))
+	if v == "" {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	for _, f := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%w: $%s: %q is not a prefix such as 198.51.100.0/24: %v", sandbox.ErrInvalid, EnvEgressPublic, strings.TrimSpace(f), err)
+		}
+		if !egress.DocumentationPrefix(p) {
+			return nil, fmt.Errorf("%w: $%s: %s is not inside a documentation range (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32, 3fff::/20): only those may be declared public, for a lab's fake internet", sandbox.ErrInvalid, EnvEgressPublic, p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
 
 // File is the config file: the platform and how to reach each one.
 type File struct {

@@ -73,7 +73,7 @@ func TestLocalLanguages(t *testing.T) {
 		{name: "files", req: runcode.Request{Language: "python", Code: "print(open('data/in.txt').read()); print(open('/tmp/abs.txt').read())",
 			Files: map[string][]byte{"data/in.txt": []byte("relative"), "/tmp/abs.txt": []byte("absolute")}}, stdout: "relative\nabsolute\n"},
 		{name: "timeout kills the whole tree", req: runcode.Request{Language: "bash", Code: "echo started\n(sleep 100; echo escaped) &\nsetsid sleep 100 &\nsleep 100", TimeoutSeconds: 1},
-			exit: 137, exitStatus: 124, stdout: "started\n", timedOut: true},
+			exit: 124, exitStatus: 124, stdout: "started\n", timedOut: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

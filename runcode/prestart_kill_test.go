@@ -148,7 +148,7 @@ time.sleep(1000)
 	if !rec.has("run_code: ran in a pre-started interpreter") {
 		t.Fatalf("not run in the pre-started interpreter: %q", rec.messages())
 	}
-	if !res.TimedOut || res.ExitCode != 137 || res.Stdout != "started\n" {
+	if !res.TimedOut || res.ExitCode != 124 || res.Stdout != "started\n" {
 		t.Fatalf("want a timeout after 'started':\n%s", res.Text())
 	}
 	ps, running := settledProcessesIn(t, b, h.last())

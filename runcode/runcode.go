@@ -65,6 +65,15 @@ func ParseLanguage(s string) (Language, error) { return core.ParseLanguage(s) }
 // Request is one run.
 type Request = core.Request
 
+// View is output cut for a reader with little room (core.View).
+func View(b []byte, room int64) (string, int64, bool) { return core.View(b, room) }
+
+// PartialTail is the length of an incomplete UTF-8 character at the end of b (core.PartialTail).
+func PartialTail(b []byte) int { return core.PartialTail(b) }
+
+// TimeoutExitCode is the exit code of a program killed at its timeout (core.TimeoutExitCode).
+const TimeoutExitCode = core.TimeoutExitCode
+
 // Normalize checks req and returns it with the language canonical and the timeout defaulted.
 func Normalize(req Request) (Request, error) { return core.Normalize(req) }
 
@@ -79,6 +88,9 @@ type Options struct {
 	Stdin io.Reader
 	// MaxOutputBytes caps each stream; 0 means DefaultOutputBytes.
 	MaxOutputBytes int64
+	// ViewBytes, when positive, is how much of each stream Result keeps: its first and last
+	// ViewBytes/2 bytes around a marker of what was cut (core.Options.ViewBytes).
+	ViewBytes int64
 	// Labels are added to the sandbox's labels.
 	Labels map[string]string
 	Logger *slog.Logger
@@ -91,7 +103,7 @@ type Options struct {
 
 // Core is the part of opts core.RunIn takes (a run in a spare, internal/runcli).
 func (opts Options) Core() core.Options {
-	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, Logger: opts.Logger}
+	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, ViewBytes: opts.ViewBytes, Logger: opts.Logger}
 }
 
 // Pool hands out fresh sandboxes created ahead of time from one template

@@ -180,7 +180,7 @@ func TestRunSignalledExitCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ExitCode != 137 || !res.TimedOut || res.ExitStatus() != 124 {
+	if res.ExitCode != 124 || !res.TimedOut || res.ExitStatus() != 124 {
 		t.Errorf("result %+v", res)
 	}
 }

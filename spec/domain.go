@@ -25,7 +25,7 @@ func domainProblem(pattern string) (rule, msg string) {
 		return RuleDomainSyntax, "empty domain; write a name such as \"api.example.com\" or \"*.example.com\""
 	}
 	if isIPLiteral(pattern) {
-		return RuleDomainIPLiteral, "IP addresses are not allowed; name the host by its DNS name"
+		return RuleDomainIPLiteral, fmt.Sprintf("%q is an IP address, and IP addresses are not allowed; name the host by its DNS name", pattern)
 	}
 	name := strings.TrimSuffix(strings.ToLower(pattern), ".")
 	if strings.Contains(name, "*") {
@@ -48,7 +48,7 @@ func domainProblem(pattern string) (rule, msg string) {
 		}
 	}
 	if numericLabel(labels[len(labels)-1]) {
-		return RuleDomainIPLiteral, "the last label is numeric, so resolvers read this as an IP address; name the host by its DNS name"
+		return RuleDomainIPLiteral, fmt.Sprintf("the last label of %q is numeric, so resolvers read it as an IP address; name the host by its DNS name", pattern)
 	}
 	return "", ""
 }

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,10 @@ func TestValidateDomain(t *testing.T) {
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Rule != rule || !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateDomain(%q) = %v, want rule %s", pattern, err, rule)
+		}
+		// The message alone (plan prints it) names the value, as every refusal does (issue 25).
+		if rule == RuleDomainIPLiteral && fe != nil && !strings.Contains(fe.Message, strconv.Quote(pattern)) {
+			t.Errorf("ValidateDomain(%q) message %q does not name the value", pattern, fe.Message)
 		}
 	}
 }

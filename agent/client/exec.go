@@ -57,7 +57,12 @@ type Stream struct {
 	buf  []byte
 	done bool
 	last uint64
+	// eof: the stream ended at a frame boundary without a terminal frame (an error for an
+	// exec's stream; the normal end of Output's look at a running process).
+	eof bool
 }
+
+func (s *Stream) endedClean() bool { return s.eof }
 
 // ExecStream starts a command and returns its output stream. Closing the stream before its
 // terminal event disconnects, which kills the command and everything it started.
@@ -117,6 +122,7 @@ func (s *Stream) Next() (Event, error) {
 		s.release()
 		s.body.Close()
 		if err == io.EOF {
+			s.eof = true
 			return Event{}, fmt.Errorf("%w: exec %s: output stream ended without a terminal frame", sbtypes.ErrOutcomeUnknown, s.ID)
 		}
 		return Event{}, fmt.Errorf("%w: exec %s: %w", sbtypes.ErrOutcomeUnknown, s.ID, err)

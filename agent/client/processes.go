@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
@@ -105,12 +106,50 @@ func (c *Client) Attach(ctx context.Context, id string, fromStart bool) (*Stream
 	return newStream(resp), nil
 }
 
+// Output is what the agent holds of a process's output now, after sequence number after (0:
+// all it holds), without waiting for more; exit is set once the process has exited (its
+// output is then complete). A gap in the frames' sequence numbers is output the agent's
+// buffer dropped before it was read.
+func (c *Client) Output(ctx context.Context, id string, after uint64) (frames []sbtypes.OutputFrame, exit *sbtypes.ExecResult, err error) {
+	resp, err := c.do(ctx, http.MethodGet, procPath(id, "/output"), url.Values{"from": {"start"}, "follow": {"false"}}, nil, http.StatusOK, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := newStream(resp)
+	defer st.Close()
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			if st.endedClean() {
+				return frames, nil, nil // the process runs on: the stream ends without an exit
+			}
+			return nil, nil, err
+		}
+		if ev.Result != nil {
+			return frames, ev.Result, nil
+		}
+		if ev.Output.Seq > after {
+			frames = append(frames, *ev.Output)
+		}
+	}
+}
+
 // WriteStdin sends r's bytes to the process's stdin; closeAfter then closes it (on a terminal:
 // types ^D).
 func (c *Client) WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
-	var q url.Values
+	return c.WriteStdinDeadline(ctx, id, r, closeAfter, 0)
+}
+
+// WriteStdinDeadline is WriteStdin that first makes the process's deadline d from now (0:
+// unchanged), kept by the agent: the work r hands over gets its own deadline, which no death
+// of this client stretches.
+func (c *Client) WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error {
+	q := url.Values{}
 	if closeAfter {
-		q = url.Values{"close": {"true"}}
+		q.Set("close", "true")
+	}
+	if d > 0 {
+		q.Set("deadlineMs", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 	}
 	if r == nil {
 		r = http.NoBody

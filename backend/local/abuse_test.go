@@ -157,6 +157,57 @@ func TestAbuseDiskFill(t *testing.T) {
 	x.alive(t)
 }
 
+// TestAbuseDiskFillNotMemory: the writable layer is memory (tmpfs; capability.LocalMemoryNote),
+// so filling a disk larger than the memory fills the memory. Its writer is what the OOM killer
+// takes (exit 137), never the agent: the sandbox answers, the file can be removed through the
+// agent, and the sandbox runs code again; an upload that would fill the memory is refused
+// naming the limit (issue 25: the agent was OOM-killed, "outcome unknown: bad frame", and an
+// upload answered 500 with the sandbox gone).
+func TestAbuseDiskFillNotMemory(t *testing.T) {
+	x := newBox(t, func(d *spec.Sandbox) { d.Limits.Memory, d.Limits.Disk = "64Mi", "160Mi" })
+	out, errs, res := x.run(t, `head -c 300M /dev/zero > /tmp/fill; echo rc=$?`, 120*time.Second)
+	if !strings.Contains(out, "rc=137") && !strings.Contains(errs, "No space left on device") {
+		t.Fatalf("writing past the memory: stdout %q stderr %q %+v: want the writer OOM-killed (rc=137) or ENOSPC", out, errs, res)
+	}
+	// The agent survived: it answers, and removes the file the code cannot (no memory left to
+	// start a process in).
+	ctx := context.Background()
+	if _, err := x.a.Health(ctx); err != nil {
+		t.Fatalf("the agent after the fill: %v", err)
+	}
+	if err := x.a.Remove(ctx, "/tmp/fill", false); err != nil {
+		t.Fatalf("removing the fill through the agent: %v", err)
+	}
+	x.alive(t)
+	err := x.a.WriteFile(ctx, "/tmp/upload", io.LimitReader(zeros{}, 300<<20), 0o644)
+	if !errors.Is(err, sandbox.ErrTooLarge) || !strings.Contains(err.Error(), "limits.memory") || !strings.Contains(err.Error(), strconv.Itoa(64<<20)) {
+		t.Errorf("upload past the memory: %v, want too large naming limits.memory and its %d bytes", err, 64<<20)
+	}
+	x.alive(t)
+	// Within the memory an upload past the disk meets the disk limit, named.
+	y := newBox(t, func(d *spec.Sandbox) { d.Limits.Memory, d.Limits.Disk = "256Mi", "16Mi" })
+	err = y.a.WriteFile(ctx, "/tmp/upload", io.LimitReader(zeros{}, 64<<20), 0o644)
+	if !errors.Is(err, sandbox.ErrTooLarge) || !strings.Contains(err.Error(), "limits.disk") || !strings.Contains(err.Error(), strconv.Itoa(16<<20)) {
+		t.Errorf("upload past the disk: %v, want too large naming limits.disk and its %d bytes", err, 16<<20)
+	}
+	y.alive(t)
+}
+
+func defaultDisk(t *testing.T) int64 {
+	n, err := spec.Limits{Disk: spec.DefaultDisk}.DiskBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
 func TestAbuseCPUHog(t *testing.T) {
 	x := newBox(t, func(d *spec.Sandbox) { d.Limits.CPU = "250m" })
 	usage := func() int64 { return cgroupCPUNanos(t, x.b, x.sess.ID) }

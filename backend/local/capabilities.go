@@ -50,6 +50,7 @@ func combineCapabilities(host, backend capability.Set, runscOption string) capab
 		}
 	}
 	out.Bounds = backend.Bounds
+	out.Notes = backend.Notes
 	if m := host.Bounds.MaxProcesses; m > 0 && (out.Bounds.MaxProcesses == 0 || m < out.Bounds.MaxProcesses) {
 		out.Bounds.MaxProcesses = m
 	}

@@ -124,6 +124,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 		rec: record{RecordCore: spares.RecordCore{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(), Runtime: string(spec.RuntimeGVisor),
+			Creator: creatorOf(decl),
 		}, Spec: decl},
 	}
 	acfg := agent.Config{

@@ -154,11 +154,12 @@ func TestGVisorLimits(t *testing.T) {
 		}
 		return strings.TrimSpace(string(raw))
 	}
+	mem := "209715200"
 	want := map[[2]string]string{
-		{"memory", "memory.limit_in_bytes"}: "209715200", {"cpu", "cpu.cfs_quota_us"}: "50000",
+		{"memory", "memory.limit_in_bytes"}: mem, {"cpu", "cpu.cfs_quota_us"}: "50000",
 	}
 	if b.cg.version() == 2 {
-		want = map[[2]string]string{{"", "memory.max"}: "209715200", {"", "cpu.max"}: "50000 100000"}
+		want = map[[2]string]string{{"", "memory.max"}: mem, {"", "cpu.max"}: "50000 100000"}
 	}
 	for f, v := range want {
 		if got := read(f[0], f[1]); got != v {

@@ -618,7 +618,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		rec: record{RecordCore: spares.RecordCore{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
-			IDRange: idr, IDBase: idBase,
+			IDRange: idr, IDBase: idBase, Creator: creatorOf(decl),
 		}, Spec: decl},
 	}
 	if err = errors.Join(err, cgr.err); err != nil {

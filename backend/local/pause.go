@@ -363,6 +363,13 @@ func (a *pausableAgent) WriteStdin(ctx context.Context, id string, r io.Reader, 
 	return a.Client.WriteStdin(ctx, id, r, closeAfter)
 }
 
+func (a *pausableAgent) WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error {
+	if err := a.check(); err != nil {
+		return err
+	}
+	return a.Client.WriteStdinDeadline(ctx, id, r, closeAfter, d)
+}
+
 func (a *pausableAgent) Signal(ctx context.Context, id, signal string) error {
 	if err := a.check(); err != nil {
 		return err

@@ -37,7 +37,8 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		// reaped, not asked for its agent. pool.go: a pooled sandbox nobody claimed, whose
 		// pool's process is gone, is reaped; spare.go: so is a spare nobody can claim or use
 		// any more.
-		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) {
+		// stale.go: a one-shot sandbox whose creator is gone is reaped too; nobody may use it.
+		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) && !b.reapableOrphan(rec) {
 			if heldElsewhere(dir, rec.Spec.Labels) {
 				// warm.go: another process's until claimed, and no lookup of this one finds
 				// it; its claimer adopts it (and proves its agent) when it takes it.
@@ -85,6 +86,15 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		return fmt.Errorf("reconcile %s: %w", b.opts.StateDir, errors.Join(errs...))
 	}
 	return nil
+}
+
+// reapableOrphan reports (and logs) a sandbox nobody may reattach to whose creator is gone.
+func (b *Backend) reapableOrphan(rec *record) bool {
+	if !creatorGone(rec) {
+		return false
+	}
+	b.log.Info("reaping a sandbox nobody may reattach to whose creator is gone", "session", rec.ID, "sandbox", rec.SandboxID, "creator", rec.Creator)
+	return true
 }
 
 // adopt takes over a live sandbox another process created: its agent must answer.
@@ -165,6 +175,8 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 		capability.Labels, capability.Workdir, capability.ImageHost, capability.ImageDir,
 		capability.ImageOCI, capability.ImageRef, capability.DiskLimit,
 		capability.IdleTimeout) // the agent ends itself when idle (agent.Config.IdleTimeout)
+	// The writable layer is tmpfs: files count against limits.memory (capability.LocalMemoryNote).
+	set.Notes = map[capability.Property]string{capability.PropMemory: capability.LocalMemoryNote}
 	if cg != nil {
 		yes(capability.EnforcedLimits, capability.ProcessLimit)
 		yes(capability.SuspendResume) // pause.go: the cgroup freezer

@@ -68,7 +68,7 @@ func TestMCPCommandStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print('over stdio')"}})
-	if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\nover stdio\n" {
+	if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\nover stdio\n" {
 		t.Fatalf("run_code: %v %s", err, textOf(r))
 	}
 	r, err = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
@@ -119,7 +119,7 @@ func TestMCPCommandPool(t *testing.T) {
 	}
 	for range 3 {
 		r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print('pooled')"}})
-		if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\npooled\n" {
+		if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\npooled\n" {
 			t.Fatalf("run_code: %v %s", err, textOf(r))
 		}
 	}
@@ -162,7 +162,7 @@ func TestMCPCommandHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "bash", "code": "echo over http; exit 2"}})
-	if err != nil || textOf(r) != "Exit code: 2\n--- stdout ---\nover http\n" {
+	if err != nil || textOf(r) != "Exit code: 2\n\n--- stdout ---\nover http\n" {
 		t.Fatalf("run_code: %v %s", err, textOf(r))
 	}
 	if r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}}); err != nil || r.IsError {

@@ -148,6 +148,9 @@ func printUndeclared(w io.Writer, res plan.Result) error {
 		for _, v := range sb.Undeclared {
 			rows = append(rows, []string{"UNDECLARED", "sandbox=" + sb.ID, string(v.Field), v.Source.Words(), v.Value})
 		}
+		for _, n := range sb.Notes {
+			rows = append(rows, []string{"NOTE", "sandbox=" + sb.ID, string(n.Field), n.Note})
+		}
 	}
 	return writeTable(w, rows)
 }

@@ -219,7 +219,7 @@ func TestPlatformDocker(t *testing.T) {
 				t.Fatalf("%v\n%s", err, logs.String())
 			}
 			r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
-			if err != nil || textOf(r) != "Exit code: 0\n--- stdout ---\n42\n" {
+			if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
 				t.Errorf("run_code through airlock %q: %v %s\n%s", mcpArgs, err, textOf(r), logs.String())
 			}
 			closeMCP(t, cs, &logs)

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode"
+	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 )
 
@@ -222,5 +223,32 @@ func TestRunCommandJSON(t *testing.T) {
 	}
 	if res.ExitCode != 3 || res.Stdout != "j\n" || res.Stderr != "e\n" || res.Language != "bash" || res.SandboxID == "" {
 		t.Errorf("result %+v", res)
+	}
+}
+
+// TestRunLargeFile: a FILE over the 1 MiB code cap runs (sent as a file, run by a one-line
+// runner), in every language, as itself: its own name, its arguments' view of it (issue 25:
+// the cap's message said to put large programs in files while a FILE was refused).
+func TestRunLargeFile(t *testing.T) {
+	testutil.RequireRoot(t)
+	env := newRuntimeEnv(t)
+	dir := t.TempDir()
+	pad := strings.Repeat("x", core.MaxCodeBytes)
+	for _, tc := range []struct{ name, content, want string }{
+		{"big.py", "import sys, os\n# " + pad + "\nprint(os.path.basename(sys.argv[0]), __name__)\n", "big.py __main__\n"},
+		{"main.py", "print('named as the code file')\n# " + pad + "\n", "named as the code file\n"},
+		{"big.js", "// " + pad + "\nconsole.log(require('path').basename(process.argv[1]))\n", "big.js\n"},
+		{"big.sh", "# " + pad + "\necho from bash $BASH_VERSION | cut -c1-9\n", "from bash\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(p, []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errs := runCLI(t, append([]string{"run", p}, env.flags()...)...)
+			if code != 0 || out != tc.want {
+				t.Errorf("run %s: exit %d stdout %q stderr %q, want %q", tc.name, code, out, errs, tc.want)
+			}
+		})
 	}
 }

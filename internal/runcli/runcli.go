@@ -130,7 +130,7 @@ func (f *Flags) Check(sparesChanged bool) error {
 // this process's standard input, and the returned reader what the code reads (nil: closed).
 func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader, error) {
 	req := core.Request{Language: f.Lang, Network: f.Network}
-	var src string
+	var src, bigFile string
 	if len(args) == 1 {
 		src = args[0]
 	}
@@ -154,6 +154,7 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 			return req, nil, &cliexit.ExitError{Code: cliexit.ExitUsage, Err: fmt.Errorf("reading the code: %w", err)}
 		}
 		req.Code = string(data)
+		bigFile = src
 		if req.Language == "" {
 			req.Language = languageFromExt(src)
 			if req.Language == "" {
@@ -168,6 +169,10 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 	}
 	if f.Timeout%time.Second != 0 || f.Timeout < time.Second {
 		return req, nil, cliexit.UsageError("--timeout %v: give whole seconds from 1s to %ds", f.Timeout, core.MaxTimeoutSeconds)
+	}
+	if f.Timeout > core.MaxTimeoutSeconds*time.Second {
+		// A flag the user typed is refused, not capped (run_code's tool caps what a model sends).
+		return req, nil, cliexit.UsageError("--timeout %v is over the cap of %d seconds", f.Timeout, core.MaxTimeoutSeconds)
 	}
 	req.TimeoutSeconds = int(f.Timeout / time.Second)
 	if len(f.Files) > 0 {
@@ -190,6 +195,13 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 		}
 		req.Files[remote] = data
 	}
+	if bigFile != "" && len(req.Code) > core.MaxCodeBytes {
+		// The code cap bounds a program sent as text; a FILE larger than it goes as a file,
+		// which nothing but the disk bounds, and the code runs it.
+		if err := runAsFile(&req, bigFile); err != nil {
+			return req, nil, err
+		}
+	}
 	var in io.Reader
 	if f.Interactive {
 		in = stdin
@@ -199,6 +211,29 @@ func (f *Flags) Request(args []string, stdin io.Reader) (core.Request, io.Reader
 		return req, nil, cliexit.UsageError("%v", err)
 	}
 	return req, in, nil
+}
+
+// runAsFile moves req's code (read from FILE src) into req.Files under src's name and makes
+// the code a one-line runner of that file.
+func runAsFile(req *core.Request, src string) error {
+	l, err := core.ParseLanguage(req.Language)
+	if err != nil {
+		return cliexit.UsageError("%v", err)
+	}
+	codeFile, _ := core.Program(l)
+	name := filepath.Base(src)
+	if name == codeFile || name == "." || name == "/" {
+		name = "program" + filepath.Ext(codeFile)
+	}
+	if _, dup := req.Files[name]; dup {
+		return cliexit.UsageError("%s is over the code cap of %d bytes and goes into the sandbox as the file %s, which a --file already names", src, core.MaxCodeBytes, name)
+	}
+	if req.Files == nil {
+		req.Files = map[string][]byte{}
+	}
+	req.Files[name] = []byte(req.Code)
+	req.Code = core.Runner(l, name)
+	return nil
 }
 
 func languageFromExt(p string) string {

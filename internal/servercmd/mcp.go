@@ -29,6 +29,7 @@ type mcpFlags struct {
 	poolIdle    time.Duration
 	prestart    string
 	logLevel    string
+	outputView  int64
 	backend     cli.BackendFlags
 }
 
@@ -79,6 +80,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
+	fl.Int64Var(&f.outputView, "output-view", mcp.DefaultOutputViewBytes, "bytes of each of stdout and stderr a tool result keeps for the model: the first and last half, the middle cut with a marker (0: all, up to the 1 MiB cap)")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -97,6 +99,13 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	}
 	if f.maxRuns < 1 {
 		return cli.UsageError("--max-runs %d must be at least 1", f.maxRuns)
+	}
+	if f.outputView < 0 {
+		return cli.UsageError("--output-view %d must be 0 (all the output) or a number of bytes", f.outputView)
+	}
+	outputView := f.outputView
+	if outputView == 0 {
+		outputView = -1 // mcp.Options: negative keeps everything
 	}
 	if f.pool < 0 || f.pool > local.MaxPoolSize {
 		return cli.UsageError("--pool %d must be 0 (no pool) to %d", f.pool, local.MaxPoolSize)
@@ -126,7 +135,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	// Image unpack progress must not go near stdout, which carries the protocol.
 	b, ch, err := f.backend.Open(ctx, cmd.ErrOrStderr(), cmd.ErrOrStderr(), log)
@@ -148,7 +157,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 		}
 		f.pool = 0
 	}
-	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, Logger: log}
+	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, OutputViewBytes: outputView, Logger: log}
 	if f.pool > 0 {
 		tmpl := runcode.PoolTemplate(runcode.Options{Image: img}, f.poolIdle)
 		popts := local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log}

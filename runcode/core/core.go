@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -33,7 +34,8 @@ const (
 const (
 	DefaultTimeoutSeconds = 30
 	MaxTimeoutSeconds     = 300
-	// MaxCodeBytes bounds the code itself; larger programs belong in Files.
+	// MaxCodeBytes bounds the code itself; larger programs belong in Files, which it does not
+	// bound (the sandbox's disk does).
 	MaxCodeBytes = 1 << 20
 	// DefaultOutputBytes caps each of stdout and stderr.
 	DefaultOutputBytes = 1 << 20
@@ -62,6 +64,19 @@ var runtimes = map[Language]runtime{
 func Program(l Language) (file string, argv []string) {
 	rt := runtimes[l]
 	return rt.file, slices.Clone(rt.argv)
+}
+
+// Runner is code in language l that runs the program in file (relative to the working
+// directory) as if it were the code itself: how a program larger than MaxCodeBytes runs,
+// sent as a file.
+func Runner(l Language, file string) string {
+	switch l {
+	case Node:
+		return fmt.Sprintf("process.argv[1] = require('path').resolve(%s);\nrequire(process.argv[1]);\n", strconv.Quote(file))
+	case Bash:
+		return "source '" + strings.ReplaceAll(file, "'", `'\''`) + "'\n"
+	}
+	return fmt.Sprintf("import runpy, sys\nsys.argv[0] = %s\nrunpy.run_path(%s, run_name='__main__')\n", strconv.Quote(file), strconv.Quote(file))
 }
 
 // aliases maps every accepted (lower-case) name to its language, canonical names included.
@@ -106,8 +121,10 @@ type Request struct {
 	Language string `json:"language"`
 	// Code is the program text.
 	Code string `json:"code"`
-	// TimeoutSeconds is 1..300; 0 means 30.
+	// TimeoutSeconds is 1..300; 0 means 30; more is capped to 300 (the result says so).
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// askedTimeout is what TimeoutSeconds was before Normalize capped it (0: not capped).
+	askedTimeout int
 	// Network allows connections to the public internet (egress mode allow); off by default.
 	Network bool `json:"network,omitempty"`
 	// Stdin is fed to the program; empty means stdin is closed.
@@ -128,7 +145,7 @@ func Normalize(req Request) (Request, error) {
 		return req, fmt.Errorf("%w: code is empty: give the program to run", sbtypes.ErrInvalid)
 	}
 	if len(req.Code) > MaxCodeBytes {
-		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: put large programs in files", sbtypes.ErrInvalid, len(req.Code), MaxCodeBytes)
+		return req, fmt.Errorf("%w: code is %d bytes, over the cap of %d bytes: send a larger program as a file (run_code's files; airlock run FILE does) and code that runs it", sbtypes.ErrInvalid, len(req.Code), MaxCodeBytes)
 	}
 	switch {
 	case req.TimeoutSeconds == 0:
@@ -136,7 +153,8 @@ func Normalize(req Request) (Request, error) {
 	case req.TimeoutSeconds < 0:
 		return req, fmt.Errorf("%w: timeout_seconds %d must be at least 1", sbtypes.ErrInvalid, req.TimeoutSeconds)
 	case req.TimeoutSeconds > MaxTimeoutSeconds:
-		return req, fmt.Errorf("%w: timeout_seconds %d is over the cap of %d seconds", sbtypes.ErrInvalid, req.TimeoutSeconds, MaxTimeoutSeconds)
+		// Capped, not refused (run_code's specification): the result says so.
+		req.askedTimeout, req.TimeoutSeconds = req.TimeoutSeconds, MaxTimeoutSeconds
 	}
 	codeFile := runtimes[l].file
 	for p := range req.Files {
@@ -173,7 +191,11 @@ type Options struct {
 	Stdin io.Reader
 	// MaxOutputBytes caps each stream; 0 means DefaultOutputBytes.
 	MaxOutputBytes int64
-	Logger         *slog.Logger
+	// ViewBytes, when positive, is how much of each stream Result keeps for a reader with
+	// little room (a model's context): the first and the last ViewBytes/2 bytes of what
+	// arrived, with a line saying how much was cut between them.
+	ViewBytes int64
+	Logger    *slog.Logger
 }
 
 // Result is what one run produced.
@@ -190,48 +212,79 @@ type Result struct {
 	// OOMKilled: the program was killed for exceeding the memory limit.
 	OOMKilled bool `json:"oom_killed" jsonschema:"the program was killed for exceeding the memory limit"`
 	// Truncated: stdout or stderr went over the cap and the rest was dropped.
-	Truncated      bool   `json:"truncated" jsonschema:"stdout or stderr went over output_cap_bytes and the rest was dropped"`
-	DurationMs     int64  `json:"duration_ms"`
-	TimeoutSeconds int    `json:"timeout_seconds"`
-	SandboxID      string `json:"sandbox_id"`
+	Truncated bool `json:"truncated" jsonschema:"stdout or stderr went over output_cap_bytes and the rest was dropped"`
+	// CutBytes is how many bytes of output were left out of the middle of stdout and stderr
+	// (Options.ViewBytes), each cut marked in its stream.
+	CutBytes int64 `json:"cut_bytes,omitempty" jsonschema:"bytes left out of the middle of stdout and stderr to fit a model's context; each cut is marked in its stream"`
+	// NotUTF8: stdout or stderr was not valid UTF-8; the invalid bytes read as U+FFFD.
+	NotUTF8        bool  `json:"not_utf8,omitempty" jsonschema:"stdout or stderr was not valid UTF-8 text: its invalid bytes appear as U+FFFD"`
+	DurationMs     int64 `json:"duration_ms"`
+	TimeoutSeconds int   `json:"timeout_seconds"`
+	// TimeoutCappedFrom is the timeout asked for when it was over the cap and TimeoutSeconds
+	// is the cap.
+	TimeoutCappedFrom int    `json:"timeout_capped_from,omitempty" jsonschema:"the timeout_seconds asked for, when it was over the cap of 300 and was capped"`
+	SandboxID         string `json:"sandbox_id"`
 	// Memory is the memory limit the program ran under, for the OOM message.
 	Memory string `json:"memory" jsonschema:"the memory limit the program ran under"`
 	// OutputCapBytes is the per-stream cap, for the truncation message.
 	OutputCapBytes int64 `json:"output_cap_bytes" jsonschema:"the cap on each of stdout and stderr, in bytes"`
 }
 
-// Text renders the result for a person or a model: "Exit code: N", notes on a timeout,
-// OOM kill or truncation, then the non-empty output sections.
+// Text renders the result for a person or a model: "Exit code: N", a blank line, the
+// non-empty output sections, then a line for each of a timeout, a kill, cut or truncated
+// output, output that is not UTF-8 and a capped timeout.
 func (r Result) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Exit code: %d\n", r.ExitCode)
-	if r.TimedOut {
-		fmt.Fprintf(&b, "Timed out after %ds: the program and everything it started were killed\n", r.TimeoutSeconds)
-	}
-	if r.OOMKilled {
-		fmt.Fprintf(&b, "Killed: out of memory (limit %s)\n", r.Memory)
-	} else if r.Signal != "" && !r.TimedOut {
-		fmt.Fprintf(&b, "Killed by signal %s\n", r.Signal)
-	}
-	if r.Truncated {
-		fmt.Fprintf(&b, "Output truncated: each stream is capped at %d bytes\n", r.OutputCapBytes)
-	}
+	var sections strings.Builder
 	section := func(name, s string) {
 		if s == "" {
 			return
 		}
-		fmt.Fprintf(&b, "--- %s ---\n%s", name, s)
+		fmt.Fprintf(&sections, "--- %s ---\n%s", name, s)
 		if !strings.HasSuffix(s, "\n") {
-			b.WriteByte('\n')
+			sections.WriteByte('\n')
 		}
 	}
 	section("stdout", r.Stdout)
 	section("stderr", r.Stderr)
+	var status []string
+	if r.TimedOut {
+		status = append(status, fmt.Sprintf("Timed out after %ds: the program and everything it started were killed", r.TimeoutSeconds))
+	}
+	if r.OOMKilled {
+		status = append(status, fmt.Sprintf("Killed: out of memory (limit %s)", r.Memory))
+	} else if r.Signal != "" && !r.TimedOut {
+		status = append(status, "Killed by signal "+r.Signal)
+	}
+	if r.CutBytes > 0 {
+		status = append(status, fmt.Sprintf("Output shortened: %d bytes were left out of the middle (marked where), keeping each stream's beginning and end", r.CutBytes))
+	}
+	if r.Truncated {
+		status = append(status, fmt.Sprintf("Output truncated: each stream is capped at %d bytes", r.OutputCapBytes))
+	}
+	if r.NotUTF8 {
+		status = append(status, "Output is not valid UTF-8 text: its invalid bytes are shown as U+FFFD")
+	}
+	if r.TimeoutCappedFrom > 0 {
+		status = append(status, fmt.Sprintf("Timeout capped: %ds asked for, %ds is the most a run gets", r.TimeoutCappedFrom, r.TimeoutSeconds))
+	}
+	for i, part := range []string{sections.String(), strings.Join(status, "\n")} {
+		if part == "" {
+			continue
+		}
+		b.WriteByte('\n')
+		b.WriteString(part)
+		if i == 1 {
+			b.WriteByte('\n')
+		}
+	}
 	return b.String()
 }
 
 // ExitStatus is the status a command-line tool exits with for this result: 124 on a
-// timeout (as coreutils timeout), 137 on an OOM kill, else the program's exit code.
+// timeout (as coreutils timeout, and the result's ExitCode), 137 on an OOM kill, else the
+// program's exit code.
 func (r Result) ExitStatus() int {
 	switch {
 	case r.TimedOut:
@@ -292,7 +345,7 @@ func RunIn(ctx context.Context, agent sbtypes.Agent, pre *Prestarted, workdir st
 			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
 			if err == nil {
 				log.Debug("run_code: ran in a pre-started interpreter", "language", req.Language)
-				res.Language = req.Language
+				res.Language, res.TimeoutCappedFrom = req.Language, req.askedTimeout
 				return res, nil
 			}
 			if !errors.Is(err, errInterpreterGone) {
@@ -313,7 +366,7 @@ func RunIn(ctx context.Context, agent sbtypes.Agent, pre *Prestarted, workdir st
 	if err != nil {
 		return Result{}, fmt.Errorf("running the code: %w", err)
 	}
-	res.Language = req.Language
+	res.Language, res.TimeoutCappedFrom = req.Language, req.askedTimeout
 	return res, nil
 }
 
@@ -343,13 +396,13 @@ func outputCap(opts Options) int64 {
 
 // capture is a run's output: kept up to the cap, and streamed to opts' writers as it comes.
 type capture struct {
-	capBytes       int64
+	capBytes, view int64
 	out, err       *capped
 	stdout, stderr io.Writer
 }
 
 func newCapture(opts Options) *capture {
-	c := &capture{capBytes: outputCap(opts)}
+	c := &capture{capBytes: outputCap(opts), view: max(opts.ViewBytes, 0)}
 	c.out, c.err = &capped{max: c.capBytes}, &capped{max: c.capBytes}
 	c.stdout, c.stderr = io.Writer(c.out), io.Writer(c.err)
 	if opts.Stdout != nil {
@@ -361,23 +414,39 @@ func newCapture(opts Options) *capture {
 	return c
 }
 
+// TimeoutExitCode is the exit code of a program killed at its timeout, on every surface
+// (the CLI's status, MCP's and the API's exit_code): coreutils timeout's.
+const TimeoutExitCode = 124
+
 // result is the Result of an exec that ended as ex, with what was captured; the caller sets
-// the duration and timeout. A program killed by a signal exits 128+signal, as a shell says.
+// the duration and timeout. A program killed by a signal exits 128+signal, as a shell says;
+// one killed at its timeout TimeoutExitCode.
 func (c *capture) result(ex sbtypes.ExecResult, timedOut, dropped bool) Result {
+	if ex.Truncated {
+		// The agent's cap (the same as ours) may have cut a stream inside a character.
+		c.out.cutAtCap()
+		c.err.cutAtCap()
+	}
 	res := Result{
 		ExitCode:       ex.ExitCode,
 		Signal:         ex.Signal,
-		Stdout:         c.out.String(),
-		Stderr:         c.err.String(),
 		TimedOut:       timedOut,
 		OOMKilled:      ex.OOMKilled,
 		Truncated:      ex.Truncated || c.out.over || c.err.over || dropped,
 		OutputCapBytes: c.capBytes,
 	}
+	var cutOut, cutErr int64
+	var badOut, badErr bool
+	res.Stdout, cutOut, badOut = c.out.view(c.view)
+	res.Stderr, cutErr, badErr = c.err.view(c.view)
+	res.CutBytes, res.NotUTF8 = cutOut+cutErr, badOut || badErr
 	if res.ExitCode < 0 && res.Signal != "" {
 		if n := unix.SignalNum(res.Signal); n != 0 {
 			res.ExitCode = 128 + int(n)
 		}
+	}
+	if timedOut {
+		res.ExitCode = TimeoutExitCode
 	}
 	return res
 }
@@ -430,18 +499,63 @@ func (c *capped) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// cutAtCap records that a cap upstream (the agent's) cut this stream if it holds a full cap.
+func (c *capped) cutAtCap() {
+	if int64(c.buf.Len()) >= c.max {
+		c.over = true
+	}
+}
+
 func (c *capped) String() string {
+	s, _, _ := c.view(0)
+	return s
+}
+
+// view is what the stream reads as (View of what was kept, less a character the cap split).
+func (c *capped) view(room int64) (s string, cut int64, bad bool) {
 	b := c.buf.Bytes()
 	if c.over {
 		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
-		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
-			if utf8.RuneStart(b[len(b)-i]) {
-				if !utf8.FullRune(b[len(b)-i:]) {
-					b = b[:len(b)-i]
-				}
-				break
+		b = b[:len(b)-partialTail(b)]
+	}
+	return View(b, room)
+}
+
+// View is output as a reader with little room (a model's context) gets it: valid UTF-8 (bad
+// reports invalid bytes, replaced by U+FFFD), and with room > 0 and more than room bytes, the
+// first and last room/2 bytes around a line saying how many were cut (cut), each part cut at a
+// character boundary.
+func View(b []byte, room int64) (s string, cut int64, bad bool) {
+	if room > 0 && int64(len(b)) > room {
+		head, tail := b[:room/2], b[int64(len(b))-room/2:]
+		head = head[:len(head)-partialTail(head)]
+		for i := 0; i < utf8.UTFMax && i < len(tail) && !utf8.RuneStart(tail[0]); i++ {
+			tail = tail[1:]
+		}
+		cut = int64(len(b) - len(head) - len(tail))
+		bad = !utf8.Valid(head) || !utf8.Valid(tail)
+		return strings.ToValidUTF8(string(head), "\uFFFD") + fmt.Sprintf("\n[... %d bytes cut here ...]\n", cut) +
+			strings.ToValidUTF8(string(tail), "\uFFFD"), cut, bad
+	}
+	if !utf8.Valid(b) {
+		return strings.ToValidUTF8(string(b), "\uFFFD"), 0, true
+	}
+	return string(b), 0, false
+}
+
+// PartialTail is the length of an incomplete UTF-8 character at the end of b (0: none): what
+// a reader of output still arriving keeps for the next read.
+func PartialTail(b []byte) int { return partialTail(b) }
+
+// partialTail is the length of an incomplete UTF-8 character at the end of b (0: none).
+func partialTail(b []byte) int {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return i
 			}
+			return 0
 		}
 	}
-	return string(b)
+	return 0
 }

@@ -33,8 +33,8 @@ func TestNormalize(t *testing.T) {
 		{name: "empty language", req: Request{Code: "x"}, errHas: []string{"language is empty", "python"}},
 		{name: "empty code", req: Request{Language: "python"}, errHas: []string{"code is empty"}},
 		{name: "blank code", req: Request{Language: "python", Code: " \n\t"}, errHas: []string{"code is empty"}},
-		{name: "over-cap timeout", req: Request{Language: "python", Code: "x", TimeoutSeconds: 301},
-			errHas: []string{"timeout_seconds 301", "cap of 300 seconds"}},
+		{name: "over-cap timeout capped", req: Request{Language: "python", Code: "x", TimeoutSeconds: 301}, lang: "python", timeout: 300},
+		{name: "far over-cap timeout capped", req: Request{Language: "python", Code: "x", TimeoutSeconds: 86400}, lang: "python", timeout: 300},
 		{name: "negative timeout", req: Request{Language: "python", Code: "x", TimeoutSeconds: -1},
 			errHas: []string{"timeout_seconds -1", "at least 1"}},
 		{name: "huge code", req: Request{Language: "python", Code: strings.Repeat("#", MaxCodeBytes+1)},
@@ -98,20 +98,23 @@ func TestResultText(t *testing.T) {
 		want string
 	}{
 		{name: "both streams", r: Result{ExitCode: 0, Stdout: "hi\n", Stderr: "warn\n"},
-			want: "Exit code: 0\n--- stdout ---\nhi\n--- stderr ---\nwarn\n"},
+			want: "Exit code: 0\n\n--- stdout ---\nhi\n--- stderr ---\nwarn\n"},
 		{name: "no output", r: Result{ExitCode: 3}, want: "Exit code: 3\n"},
 		{name: "stdout only, no trailing newline", r: Result{ExitCode: 0, Stdout: "4"},
-			want: "Exit code: 0\n--- stdout ---\n4\n"},
+			want: "Exit code: 0\n\n--- stdout ---\n4\n"},
 		{name: "stderr only", r: Result{ExitCode: 1, Stderr: "boom\n"},
-			want: "Exit code: 1\n--- stderr ---\nboom\n"},
-		{name: "timeout", r: Result{ExitCode: 137, Signal: "SIGKILL", TimedOut: true, TimeoutSeconds: 30, Stdout: "started\n"},
-			want: "Exit code: 137\nTimed out after 30s: the program and everything it started were killed\n--- stdout ---\nstarted\n"},
-		{name: "oom", r: Result{ExitCode: 137, Signal: "SIGKILL", OOMKilled: true, Memory: "512Mi"},
-			want: "Exit code: 137\nKilled: out of memory (limit 512Mi)\n"},
+			want: "Exit code: 1\n\n--- stderr ---\nboom\n"},
+		{name: "timeout: status after the sections", r: Result{ExitCode: 124, Signal: "SIGKILL", TimedOut: true, TimeoutSeconds: 30, Stdout: "started\n", Stderr: "e"},
+			want: "Exit code: 124\n\n--- stdout ---\nstarted\n--- stderr ---\ne\n\nTimed out after 30s: the program and everything it started were killed\n"},
+		{name: "oom without output", r: Result{ExitCode: 137, Signal: "SIGKILL", OOMKilled: true, Memory: "512Mi"},
+			want: "Exit code: 137\n\nKilled: out of memory (limit 512Mi)\n"},
 		{name: "signal", r: Result{ExitCode: 143, Signal: "SIGTERM"},
-			want: "Exit code: 143\nKilled by signal SIGTERM\n"},
+			want: "Exit code: 143\n\nKilled by signal SIGTERM\n"},
 		{name: "truncated", r: Result{ExitCode: 0, Truncated: true, OutputCapBytes: 10, Stdout: "0123456789"},
-			want: "Exit code: 0\nOutput truncated: each stream is capped at 10 bytes\n--- stdout ---\n0123456789\n"},
+			want: "Exit code: 0\n\n--- stdout ---\n0123456789\n\nOutput truncated: each stream is capped at 10 bytes\n"},
+		{name: "cut, not UTF-8, capped timeout", r: Result{ExitCode: 0, CutBytes: 7, NotUTF8: true, TimeoutSeconds: 300, TimeoutCappedFrom: 900, Stdout: "x"},
+			want: "Exit code: 0\n\n--- stdout ---\nx\n\nOutput shortened: 7 bytes were left out of the middle (marked where), keeping each stream's beginning and end\n" +
+				"Output is not valid UTF-8 text: its invalid bytes are shown as U+FFFD\nTimeout capped: 900s asked for, 300s is the most a run gets\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,5 +160,49 @@ func TestCapped(t *testing.T) {
 	d.Write([]byte("héllo"))
 	if d.over || d.String() != "héllo" {
 		t.Fatalf("under the cap: %q over=%v", d.String(), d.over)
+	}
+}
+
+// TestCaptureAgentCap: a stream the agent cut at the cap (ours is the same) ends at a
+// character boundary too (issue 25: MCP output at the cap ended in U+FFFD).
+func TestCaptureAgentCap(t *testing.T) {
+	c := newCapture(Options{MaxOutputBytes: 5})
+	c.stdout.Write([]byte("abcd\xc3")) // the agent cut "abcdé" after é's first byte
+	c.stderr.Write([]byte("ok\xc3"))   // under the cap: the program's own bytes, flagged
+	res := c.result(sbtypes.ExecResult{Truncated: true}, false, false)
+	if res.Stdout != "abcd" || !res.Truncated {
+		t.Errorf("stdout %q truncated=%v, want %q cut before the partial character", res.Stdout, res.Truncated, "abcd")
+	}
+	if res.Stderr != "ok\uFFFD" || !res.NotUTF8 {
+		t.Errorf("stderr %q not_utf8=%v, want the invalid byte shown and flagged", res.Stderr, res.NotUTF8)
+	}
+}
+
+// TestCaptureView: with ViewBytes, each stream keeps its beginning and its end around a
+// marker of what was cut, cut at character boundaries; shorter streams are whole.
+func TestCaptureView(t *testing.T) {
+	c := newCapture(Options{MaxOutputBytes: 1 << 20, ViewBytes: 10})
+	c.stdout.Write([]byte("héllo, " + strings.Repeat("-", 100) + " the énd"))
+	c.stderr.Write([]byte("short"))
+	res := c.result(sbtypes.ExecResult{}, false, false)
+	// Head: 5 bytes is "héll" (é is two); tail: the last 5 bytes are " énd" minus nothing split.
+	want := "héll\n[... 107 bytes cut here ...]\n énd"
+	if res.Stdout != want {
+		t.Errorf("stdout %q, want %q", res.Stdout, want)
+	}
+	if res.Stderr != "short" || res.CutBytes != 107 || res.Truncated || res.NotUTF8 {
+		t.Errorf("result %+v", res)
+	}
+	if !strings.Contains(res.Text(), "Output shortened: 107 bytes") {
+		t.Errorf("text does not say what was cut:\n%s", res.Text())
+	}
+}
+
+// TestTimeoutExitCode: a run killed at its timeout exits 124 on every surface.
+func TestTimeoutExitCode(t *testing.T) {
+	c := newCapture(Options{})
+	res := c.result(sbtypes.ExecResult{ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, true, false)
+	if res.ExitCode != TimeoutExitCode || res.ExitStatus() != 124 || !strings.HasPrefix(res.Text(), "Exit code: 124\n") {
+		t.Errorf("result %+v text %q", res, res.Text())
 	}
 }

@@ -30,6 +30,7 @@ import (
 type processAgent interface {
 	Attach(ctx context.Context, id string, fromStart bool) (*client.Stream, error)
 	WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error
+	WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error
 	RemoveProcess(ctx context.Context, id string) error
 	Signal(ctx context.Context, id, signal string) error
 	Wait(ctx context.Context, id string) (sbtypes.ExecResult, error)
@@ -174,8 +175,9 @@ func (pre *Prestarted) take(ctx context.Context, pa processAgent, l Language, us
 var errInterpreterGone = errors.New("the pre-started interpreter had exited")
 
 // runPrestarted hands req's code (and stdin) to the waiting interpreter w and collects its
-// output and exit as Exec would. errInterpreterGone means the code never reached it (the
-// caller runs it cold instead).
+// output and exit as Exec would. The run's deadline goes with the code and is the agent's to
+// keep, as an exec's is: a caller that dies (SIGKILL, a closed terminal) cannot stretch it.
+// errInterpreterGone means the code never reached it (the caller runs it cold instead).
 func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request, stdin io.Reader, opts Options, log *slog.Logger) (Result, error) {
 	timeout := time.Duration(req.TimeoutSeconds) * time.Second
 	start := time.Now()
@@ -261,8 +263,11 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	// request is made, instead of the two requests competing for the agent on the way to the
 	// program's first line. The agent keeps a process's output from its start (at least 1 MiB),
 	// so nothing printed before the attach is lost.
-	if err := pa.WriteStdin(bg, w.id, strings.NewReader(first.String()), closeFirst); err != nil {
-		if errors.Is(err, sbtypes.ErrConflict) || errors.Is(err, sbtypes.ErrNotFound) {
+	if err := pa.WriteStdinDeadline(bg, w.id, strings.NewReader(first.String()), closeFirst, timeout); err != nil {
+		// ErrInvalid: an agent older than the deadline it is handed (a spare parked before an
+		// upgrade) refuses the request before reading it: the code never got there either, and
+		// the cold run's exec has its deadline kept by any agent.
+		if errors.Is(err, sbtypes.ErrConflict) || errors.Is(err, sbtypes.ErrNotFound) || errors.Is(err, sbtypes.ErrInvalid) {
 			// It had exited (or the agent no longer holds it): the code never got there.
 			_ = kill()
 			if stdinIsString {
@@ -282,23 +287,12 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 			_ = pa.WriteStdin(bg, w.id, stdin, true)
 		}()
 	}
-	timer := time.NewTimer(timeout - time.Since(start))
-	defer timer.Stop()
 	var (
-		o        outcome
-		timedOut bool
-		ctxErr   error
+		o      outcome
+		ctxErr error
 	)
 	select {
 	case o = <-done:
-	case <-timer.C:
-		timedOut = true
-		if err := kill(); err != nil {
-			stop()
-			<-done
-			return Result{}, fmt.Errorf("%w: killing the program at its timeout: %w", sbtypes.ErrOutcomeUnknown, err)
-		}
-		o = <-done
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
 		kerr := kill()
@@ -321,7 +315,7 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	if o.gap {
 		log.Warn("run_code: output of a pre-started interpreter was dropped by the agent's buffer before it was read; result marked truncated", "process", w.id)
 	}
-	res := c.result(ex, timedOut && ex.Signal != "", o.gap)
+	res := c.result(ex, ex.TimedOut, o.gap)
 	res.DurationMs = end.Sub(start).Milliseconds()
 	res.TimeoutSeconds = req.TimeoutSeconds
 	return res, nil

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -68,6 +69,9 @@ func (a fakeProcessAgent) Attach(context.Context, string, bool) (*client.Stream,
 	panic("attach: the run used a pre-started interpreter")
 }
 func (a fakeProcessAgent) WriteStdin(context.Context, string, io.Reader, bool) error {
+	panic("stdin: the run used a pre-started interpreter")
+}
+func (a fakeProcessAgent) WriteStdinDeadline(context.Context, string, io.Reader, bool, time.Duration) error {
 	panic("stdin: the run used a pre-started interpreter")
 }
 func (a fakeProcessAgent) RemoveProcess(context.Context, string) error {
@@ -204,5 +208,35 @@ func TestProgram(t *testing.T) {
 		if _, again := Program(l); again[0] == "changed" {
 			t.Errorf("%s: Program hands out its table", l)
 		}
+	}
+}
+
+// oldAgent is a process agent older than handed deadlines: it refuses deadlineMs (as an agent
+// refuses any query parameter it does not know), before reading the code.
+type oldAgent struct {
+	fakeProcessAgent
+	removed []string
+}
+
+func (a *oldAgent) WriteStdinDeadline(context.Context, string, io.Reader, bool, time.Duration) error {
+	return fmt.Errorf("%w: query parameter \"deadlineMs\" is not known here (allowed: close)", sbtypes.ErrInvalid)
+}
+
+func (a *oldAgent) RemoveProcess(_ context.Context, id string) error {
+	a.removed = append(a.removed, id)
+	return nil
+}
+
+// TestRunInPrestartedOldAgent: a waiting interpreter whose agent refuses the handed deadline
+// is removed and the code runs cold, with its exec's deadline, instead of the run failing.
+func TestRunInPrestartedOldAgent(t *testing.T) {
+	a := &oldAgent{fakeProcessAgent: fakeProcessAgent{&fakeAgent{exec: echoExec}}}
+	pre := NewPrestarted(a, 1<<20, map[Language]Waiting{Python: {ID: "p-py", ReadySeq: 1}})
+	res, err := RunIn(t.Context(), nil, pre, "/work", Request{Language: "python", Code: "print(4)", TimeoutSeconds: 7}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || a.execReq == nil || a.execReq.Timeout != 7*time.Second || !slices.Equal(a.removed, []string{"p-py"}) {
+		t.Errorf("result %+v exec %+v removed %v: want a cold run with its deadline, the interpreter removed", res, a.execReq, a.removed)
 	}
 }

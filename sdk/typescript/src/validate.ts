@@ -297,7 +297,7 @@ function egress(v: Validator, e: NonNullable<Sandbox['egress']>): void {
 /** The rule and message of an egress domain pattern's first problem (spec.ValidateDomain), or undefined. */
 export function domainProblem(pattern: string): [string, string] | undefined {
   if (pattern === '') return ['domain.syntax', 'empty domain; write a name such as "api.example.com" or "*.example.com"'];
-  if (isIPLiteral(pattern)) return ['domain.ipLiteral', 'IP addresses are not allowed; name the host by its DNS name'];
+  if (isIPLiteral(pattern)) return ['domain.ipLiteral', `${JSON.stringify(pattern)} is an IP address, and IP addresses are not allowed; name the host by its DNS name`];
   let name = pattern.toLowerCase();
   if (name.endsWith('.')) name = name.slice(0, -1);
   if (name.includes('*')) {
@@ -315,7 +315,7 @@ export function domainProblem(pattern: string): [string, string] | undefined {
     if (m) return ['domain.syntax', m];
   }
   if (numericLabel(labels[labels.length - 1])) {
-    return ['domain.ipLiteral', 'the last label is numeric, so resolvers read this as an IP address; name the host by its DNS name'];
+    return ['domain.ipLiteral', `the last label of ${JSON.stringify(pattern)} is numeric, so resolvers read it as an IP address; name the host by its DNS name`];
   }
   return undefined;
 }
