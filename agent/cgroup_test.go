@@ -258,6 +258,28 @@ func TestCgroupKill(t *testing.T) {
 	}
 }
 
+// TestSocketGivenToItsUser: with SocketUID the socket belongs to that uid, still mode 0600,
+// and the agent answers through it.
+func TestSocketGivenToItsUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	h := newHarness(t)
+	const user = 65533
+	h.cfg.CodeUID, h.cfg.CodeGID, h.cfg.AllowRootCode = 65534, 65534, false
+	h.cfg.SocketUID = user
+	h.start()
+	sock := strings.TrimPrefix(h.cfg.Listen, "unix:")
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != user || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket uid %d mode %v, want %d 0600", uid, fi.Mode().Perm(), user)
+	}
+	if _, err := h.cl.Health(context.Background()); err != nil {
+		t.Errorf("health through the socket: %v", err)
+	}
+}
+
 // TestCodeRunsUnprivileged: commands run as CodeUID/CodeGID with no supplementary groups and
 // no capabilities, and cannot signal the agent.
 func TestCodeRunsUnprivileged(t *testing.T) {

@@ -24,6 +24,9 @@ type Config struct {
 	KeyRing string `json:"keyRing"`
 	// Listen is "unix:/path/agent.sock" or "tcp:host:port".
 	Listen string `json:"listen"`
+	// SocketUID, when not 0, is given the unix socket (mode 0600 either way): the uid of a
+	// runtime that is not the agent's own (a user's docker backend with a rootful engine).
+	SocketUID int `json:"socketUid,omitempty"`
 	// FilesRoot is the directory the files API is confined to ("/" inside a sandbox).
 	FilesRoot string `json:"filesRoot"`
 	// DenyPaths are absolute sandbox paths the files API refuses, with everything below them.
@@ -161,6 +164,9 @@ func (cfg *Config) check() (*token.KeyRing, error) {
 	}
 	if !cfg.AllowRootCode && cfg.CodeUID == uint32(os.Geteuid()) {
 		return nil, bad("codeUid", "%d is the agent's own uid: code could signal or ptrace the agent", cfg.CodeUID)
+	}
+	if cfg.SocketUID < 0 || (cfg.SocketUID != 0 && uint32(cfg.SocketUID) == cfg.CodeUID) {
+		return nil, bad("socketUid", "%d: the socket's owner may not be the code's uid (%d) or negative", cfg.SocketUID, cfg.CodeUID)
 	}
 	if cfg.CgroupV2 != "" && !path.IsAbs(cfg.CgroupV2) {
 		return nil, bad("cgroupV2", "%q is not an absolute path", cfg.CgroupV2)

@@ -183,6 +183,8 @@ func TestConfigRefusals(t *testing.T) {
 		{"defaultOutputCap", func(c *agent.Config) { c.DefaultOutputCap = 0 }},
 		{"env", func(c *agent.Config) { c.Env = map[string]string{"1BAD": "x"} }},
 		{"cgroupV2", func(c *agent.Config) { c.CgroupV2 = "/nonexistent-cgroup" }},
+		{"socketUid", func(c *agent.Config) { c.CodeUID, c.SocketUID = 65534, 65534 }},
+		{"socketUid", func(c *agent.Config) { c.SocketUID = -1 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.field, func(t *testing.T) {

@@ -89,6 +89,12 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 			ln.Close()
 			return fmt.Errorf("agent: chmod socket: %w", err)
 		}
+		if cfg.SocketUID != 0 {
+			if err := os.Lchown(addr, cfg.SocketUID, -1); err != nil {
+				ln.Close()
+				return fmt.Errorf("agent: give the socket to uid %d: %w", cfg.SocketUID, err)
+			}
+		}
 	}
 	if err := applyProcessLimit(cfg.MaxProcesses); err != nil {
 		ln.Close()

@@ -1,4 +1,4 @@
-package capability
+package capability_test
 
 import (
 	"flag"
@@ -6,6 +6,10 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/backend/docker"
+	. "github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/platform"
 )
 
 var updateDocs = flag.Bool("update", false, "rewrite the generated part of docs/capabilities.md")
@@ -17,14 +21,19 @@ const (
 )
 
 // renderCapabilityTables is the matrix of every capability per platform and the reason for
-// every "no"; local is shown for a fully capable host (what the probe can take away is listed
-// in the hand-written part of the document).
+// every "no", each platform's set as its backend publishes it (platform.Published); local is
+// shown for a fully capable host (what the probe can take away is listed in the hand-written
+// part of the document), docker as root on a host with a v1 freezer.
 func renderCapabilityTables() string {
 	var b strings.Builder
-	b.WriteString("The local column is a fully capable host; on a real host the probe can turn more to `no` (see The local probe).\n\n")
-	sets := []Set{capableHost().Set()}
-	for _, p := range Platforms[1:] {
-		s, err := For(p)
+	b.WriteString("The local column is a fully capable host; on a real host the probe can turn more to `no` (see The local probe). ")
+	b.WriteString("The docker column is the docker backend run by root on a host with a v1 freezer; elsewhere it turns `backgroundProcesses` (and, for a user other than root, `diskLimit`) to `no`, saying why.\n\n")
+	sets := []Set{CapableHostSet(), docker.Capable()}
+	for _, p := range Platforms {
+		if p == Local || p == Docker {
+			continue
+		}
+		s, err := platform.Published(p)
 		if err != nil {
 			panic(err)
 		}

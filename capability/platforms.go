@@ -11,6 +11,10 @@ import (
 // ErrUnknownPlatform is wrapped by For and ParsePlatform for a platform with no backend.
 var ErrUnknownPlatform = errors.New("unknown platform")
 
+// ErrBackendSet is wrapped by For for a platform whose set its backend publishes (docker,
+// kubernetes): platform.Published reads it there, so that there is one copy, the backend's.
+var ErrBackendSet = errors.New("the set is its backend's")
+
 // ParsePlatform returns the platform named s, or an error wrapping ErrUnknownPlatform that
 // names the allowed platforms.
 func ParsePlatform(s string) (Platform, error) {
@@ -30,11 +34,16 @@ func unknownPlatform(p Platform) error {
 }
 
 // For returns what platform p enforces. The local set is probed from this host (ProbeHost);
-// the others are what our backends for them are designed to enforce (DESIGN.md and the
-// issues), because their hosts are not this machine. Every false carries its reason.
+// the clouds' are what our backends for them are designed to enforce (DESIGN.md and the
+// issues), because their hosts are not this machine. Every false carries its reason. The docker
+// and kubernetes sets are their backends' own (backend/docker, backend/kubernetes, read through
+// platform.Published): For refuses them with ErrBackendSet.
 func For(p Platform) (Set, error) {
-	if p == Local {
+	switch p {
+	case Local:
 		return ProbeHost().Set(), nil
+	case Docker, Kubernetes:
+		return Set{}, fmt.Errorf("%w: the %s set is published by backend/%s (platform.Published)", ErrBackendSet, p, p)
 	}
 	d, ok := designs()[p]
 	if !ok {
@@ -98,42 +107,6 @@ const (
 // plan can read them without opening a backend.
 var designs = sync.OnceValue(func() map[Platform]design {
 	return map[Platform]design{
-		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless
-		// allowed, memory/cpu/pids limits, read-only root, our agent bind-mounted as the
-		// entrypoint; the workdir and /tmp share one host tmpfs of the disk size (so diskLimit
-		// holds). backend/docker publishes the set its Create checks; this is the same design.
-		Docker: {unsupported: map[Name]string{
-			Preview:           "the docker backend has no preview proxy",
-			SuspendResume:     "the docker backend does not pause containers",
-			Snapshot:          "the docker backend has no snapshots",
-			DomainEgressRules: "the docker backend has no egress proxy in the container's network path",
-			PublicOnlyEgress:  "the docker backend offers --network none or a bridge, and a bridge also reaches private and metadata addresses",
-			Stats:             "the docker backend does not read a container's usage",
-			LiveEgress:        "the docker backend cannot change a container's network while it runs",
-			GVisor:            "the docker backend does not choose the engine's OCI runtime; use the local runtime with runsc",
-			ImageHost:         reasonNoHostRoot,
-			ImageDir:          reasonNoDirRoot,
-		}},
-		// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
-		// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
-		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod). Every
-		// default is held, so nothing takes a platform value. backend/kubernetes publishes the
-		// same set.
-		Kubernetes: {unsupported: map[Name]string{
-			Preview:             "the preview proxy is designed for the local runtime only (issue 6)",
-			SuspendResume:       "pods cannot be paused",
-			BackgroundProcesses: "in a pod the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends",
-			Stats:               "the broker does not report a pod's usage",
-			LiveEgress:          "a pod's NetworkPolicy is not changed while it runs",
-			Snapshot:            "snapshots are designed for the local runtime only (issue 6)",
-			DomainEgressRules:   "hostname allowlists need the egress proxy in the pod's network path, and the chart deploys none",
-			GVisor:              "the process limit is held in a pod by RLIMIT_NPROC, which the gVisor sentry does not enforce (google/gvisor#169)",
-			ImageHost:           reasonNoHostRoot,
-			ImageDir:            reasonNoDirRoot,
-			ImageOCI:            "a cluster cannot read a local OCI layout or tarball; push it to a registry the cluster pulls from",
-			DockerRuntime:       "pods run under the cluster's container runtime",
-		}},
-
 		// AWS Lambda MicroVMs (issue 21): backend/aws publishes this set (its Create checks it;
 		// a test keeps the two equal). A MicroVM per sandbox, booted from an image built from the
 		// declared reference with our agent as its guest service, reached through the MicroVM's

@@ -6,8 +6,28 @@ import (
 	"testing"
 )
 
-func TestForEveryPlatformIsComplete(t *testing.T) {
+// designed are the platforms whose sets For answers: local (probed) and the clouds.
+func designed() []Platform {
+	var ps []Platform
 	for _, p := range Platforms {
+		if p != Docker && p != Kubernetes {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// The docker and kubernetes sets are their backends' alone: For keeps no copy of them.
+func TestForLeavesBackendSetsToTheirBackends(t *testing.T) {
+	for _, p := range []Platform{Docker, Kubernetes} {
+		if _, err := For(p); !errors.Is(err, ErrBackendSet) || !strings.Contains(err.Error(), "backend/"+string(p)) {
+			t.Errorf("For(%s) = %v, want ErrBackendSet naming backend/%s", p, err, p)
+		}
+	}
+}
+
+func TestForEveryPlatformIsComplete(t *testing.T) {
+	for _, p := range designed() {
 		t.Run(string(p), func(t *testing.T) {
 			s, err := For(p)
 			if err != nil {
@@ -53,20 +73,6 @@ func TestPublishedFacts(t *testing.T) {
 		want bool
 		why  string // substring of the reason when false
 	}{
-		{Kubernetes, DomainEgressRules, false, "egress proxy in the pod's network path"},
-		{Kubernetes, EgressDeny, true, ""},
-		{Kubernetes, PublicOnlyEgress, true, ""},
-		{Kubernetes, ProcessLimit, true, ""},
-		{Kubernetes, IdleTimeout, true, ""},
-		{Kubernetes, GVisor, false, "RLIMIT_NPROC"},
-		{Kubernetes, SuspendResume, false, "pods cannot be paused"},
-		{Kubernetes, ImageRef, true, ""},
-		{Kubernetes, ImageOCI, false, "registry"},
-		{Docker, EgressDeny, true, ""},
-		{Docker, PublicOnlyEgress, false, "private and metadata addresses"},
-		{Docker, EnforcedLimits, true, ""},
-		{Docker, ImageHost, false, "local runtime"},
-		{Docker, DockerRuntime, true, ""},
 		// AWS Lambda MicroVMs (§1): our agent in the guest; tiers, not ceilings; a VPC egress
 		// connector for deny, but link-local metadata outside every connector.
 		{AWS, Files, true, ""},
@@ -125,12 +131,10 @@ func TestBounds(t *testing.T) {
 		t.Errorf("local MaxProcesses bound = %d", s.Bounds.MaxProcesses)
 	}
 	want := map[Platform]Bounds{
-		Local:      {MaxProcesses: LocalMaxProcesses},
-		Docker:     {},
-		Kubernetes: {},
-		AWS:        {MaxLifetimeSeconds: 28800},
-		Azure:      {MaxCPUMillis: 2000, MaxMemoryBytes: 4 << 30},
-		GCP:        {},
+		Local: {MaxProcesses: LocalMaxProcesses},
+		AWS:   {MaxLifetimeSeconds: 28800},
+		Azure: {MaxCPUMillis: 2000, MaxMemoryBytes: 4 << 30},
+		GCP:   {},
 	}
 	for p, b := range want {
 		s, err := For(p)
@@ -157,7 +161,7 @@ func TestPlatformValues(t *testing.T) {
 	if len(governs) != len(Properties) {
 		t.Fatalf("governs lists %d properties, Properties %d", len(governs), len(Properties))
 	}
-	for _, p := range Platforms[1:] {
+	for _, p := range designed()[1:] {
 		s, err := For(p)
 		if err != nil {
 			t.Fatal(err)

@@ -19,6 +19,8 @@ import (
 type sizingBackend struct {
 	deadBackend
 	created []spec.Sandbox
+	// noLife: the platform holds no lifetime, idle timeout or labels either.
+	noLife bool
 }
 
 func (b *sizingBackend) Platform() capability.Platform { return capability.AWS }
@@ -32,6 +34,13 @@ func (b *sizingBackend) Capabilities(ctx context.Context) capability.Set {
 		capability.PropCPU:          "platform-sized (tier cpu)",
 		capability.PropMemory:       "platform-sized (tier 2048 MiB)",
 		capability.PropMaxProcesses: "unbounded",
+	}
+	if b.noLife {
+		for _, n := range []capability.Name{capability.SessionLifetime, capability.IdleTimeout, capability.Labels} {
+			s.Entries[n] = capability.Status{Reason: "the platform has none"}
+		}
+		s.PlatformValues[capability.PropLifetime] = "until deleted"
+		s.PlatformValues[capability.PropIdleTimeout] = "none"
 	}
 	return s
 }
@@ -79,11 +88,36 @@ func TestCreateTakesPlatformValues(t *testing.T) {
 		t.Errorf("reported %+v, want the platform's values", info)
 	}
 
+	if got := b.created[0]; got.Session.MaxLifetimeSeconds == nil || got.Labels["run.airlock.dev/purpose"] != "mcp-session" {
+		t.Errorf("what the platform holds was not asked for: %+v", got)
+	}
+
+	// Where the platform holds no lifetime, idle timeout or labels, those this server chose are
+	// left to it; a lifetime the caller gives is refused by name.
+	b.noLife = true
+	r = call(t, cs, "sandbox_create", map[string]any{})
+	if r.IsError || len(b.created) != 2 {
+		t.Fatalf("sandbox_create where the platform has no lifetime: %s", text(r))
+	}
+	if got := b.created[1]; got.Session.MaxLifetimeSeconds != nil || got.Session.IdleTimeoutSeconds != nil || len(got.Labels) != 0 {
+		t.Errorf("given to Create %+v: want lifetime, idle timeout and labels left to the platform", got)
+	}
+	if info := structured[struct {
+		ExpiresAt string `json:"expires_at"`
+	}](t, r); info.ExpiresAt != "" || !strings.Contains(text(r), "lives until deleted") {
+		t.Errorf("expiry %q, text %s: want the platform's", info.ExpiresAt, text(r))
+	}
+	r = call(t, cs, "sandbox_create", map[string]any{"lifetime_seconds": 60})
+	if !r.IsError || !strings.Contains(text(r), "session.maxLifetimeSeconds") || !strings.Contains(text(r), "sessionLifetime") {
+		t.Errorf("a declared lifetime the platform cannot hold: %s", text(r))
+	}
+	b.noLife = false
+
 	r = call(t, cs, "sandbox_create", map[string]any{"memory": "256Mi"})
 	if !r.IsError || !strings.Contains(text(r), "limits.memory") || !strings.Contains(text(r), "enforcedLimits") {
 		t.Errorf("a declared memory ceiling the platform cannot hold: %s", text(r))
 	}
-	if len(b.created) != 1 {
+	if len(b.created) != 2 {
 		t.Errorf("a refused sandbox_create reached Create")
 	}
 }

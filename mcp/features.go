@@ -1,9 +1,12 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +36,19 @@ type snapshotOutput struct {
 	Files     int    `json:"files" jsonschema:"regular files captured"`
 	Bytes     int64  `json:"bytes" jsonschema:"compressed size"`
 	CreatedAt string `json:"created_at"`
+}
+
+type snapshotsOutput struct {
+	Snapshots []snapshotOutput `json:"snapshots"`
+}
+
+type snapshotDeleteInput struct {
+	Name string `json:"name" jsonschema:"a snapshot taken with sandbox_snapshot (sandbox_snapshots lists them)"`
+}
+
+type snapshotDeleteOutput struct {
+	Name    string `json:"name"`
+	Deleted bool   `json:"deleted"`
 }
 
 type forkInput struct {
@@ -135,6 +151,22 @@ func (s *Server) registerFeatures() {
 		}, s.snapshot)
 
 		addTool(s, &sdk.Tool{
+			Name:        "sandbox_snapshots",
+			Title:       "List snapshots",
+			Description: "Lists the snapshots taken with sandbox_snapshot through this server, newest first.",
+			Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true},
+		}, nil, s.listSnapshots)
+
+		addTool(s, &sdk.Tool{
+			Name:        "sandbox_snapshot_delete",
+			Title:       "Delete a snapshot",
+			Description: "Deletes a snapshot taken with sandbox_snapshot through this server; sessions started from it keep their files.",
+			Annotations: &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
+		}, func(in *jsonschema.Schema) {
+			prop(in, "name").Pattern = "^[A-Za-z0-9_-]{1,64}$"
+		}, s.snapshotDelete)
+
+		addTool(s, &sdk.Tool{
 			Name:  "sandbox_fork",
 			Title: "Fork a sandbox session",
 			Description: "Starts count new sandbox sessions, each with a copy of the files of a sandbox from " +
@@ -191,6 +223,62 @@ func (s *Server) snapshot(ctx context.Context, in snapshotInput) (snapshotOutput
 	out := snapshotOutput{Name: info.Name, SessionID: info.SessionID, Files: info.Files, Bytes: info.Size, CreatedAt: info.CreatedAt.UTC().Format(time.RFC3339)}
 	return out, fmt.Sprintf("Saved snapshot %q of session %s (%d files, %d bytes compressed). Start a session from it with sandbox_create from_snapshot %q.",
 		out.Name, out.SessionID, out.Files, out.Bytes, out.Name), nil
+}
+
+// listSnapshots lists this server's snapshots (the store may hold other users'), as the backend
+// describes them now.
+func (s *Server) listSnapshots(ctx context.Context, _ struct{}) (snapshotsOutput, string, error) {
+	sn, err := sandbox.Feature[sandbox.Snapshotter](ctx, s.backend)
+	if err != nil {
+		return snapshotsOutput{}, "", err
+	}
+	all, err := sn.ListSnapshots(ctx)
+	if err != nil {
+		return snapshotsOutput{}, "", fmt.Errorf("listing snapshots: %w", err)
+	}
+	s.mu.Lock()
+	mine := maps.Clone(s.snapshots)
+	s.mu.Unlock()
+	out := snapshotsOutput{Snapshots: []snapshotOutput{}}
+	for _, info := range all {
+		if mine[info.Name] {
+			out.Snapshots = append(out.Snapshots, snapshotOutput{Name: info.Name, SessionID: info.SessionID, Files: info.Files,
+				Bytes: info.Size, CreatedAt: info.CreatedAt.UTC().Format(time.RFC3339)})
+		}
+	}
+	slices.SortFunc(out.Snapshots, func(a, b snapshotOutput) int {
+		return cmp.Or(-cmp.Compare(a.CreatedAt, b.CreatedAt), cmp.Compare(a.Name, b.Name))
+	})
+	if len(out.Snapshots) == 0 {
+		return out, "No snapshots: take one with sandbox_snapshot.", nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d snapshot(s); start a session from one with sandbox_create from_snapshot:\n", len(out.Snapshots))
+	for _, x := range out.Snapshots {
+		fmt.Fprintf(&b, "%s  of session %s, %d files, %d bytes compressed, taken %s\n", x.Name, x.SessionID, x.Files, x.Bytes, x.CreatedAt)
+	}
+	return out, b.String(), nil
+}
+
+// snapshotDelete deletes one of this server's snapshots.
+func (s *Server) snapshotDelete(ctx context.Context, in snapshotDeleteInput) (snapshotDeleteOutput, string, error) {
+	s.mu.Lock()
+	mine := s.snapshots[in.Name]
+	s.mu.Unlock()
+	if !mine {
+		return snapshotDeleteOutput{}, "", fmt.Errorf("%w: no snapshot %q was taken with sandbox_snapshot on this server (sandbox_snapshots lists them)", sandbox.ErrNotFound, in.Name)
+	}
+	sn, err := sandbox.Feature[sandbox.Snapshotter](ctx, s.backend)
+	if err != nil {
+		return snapshotDeleteOutput{}, "", err
+	}
+	if err := sn.DeleteSnapshot(ctx, in.Name); err != nil {
+		return snapshotDeleteOutput{}, "", fmt.Errorf("deleting snapshot %q: %w", in.Name, err)
+	}
+	s.mu.Lock()
+	delete(s.snapshots, in.Name)
+	s.mu.Unlock()
+	return snapshotDeleteOutput{Name: in.Name, Deleted: true}, fmt.Sprintf("Deleted snapshot %q.", in.Name), nil
 }
 
 func (s *Server) fork(ctx context.Context, in forkInput) (forkOutput, string, error) {

@@ -78,9 +78,9 @@ func TestFeatureToolsFollowTheBackend(t *testing.T) {
 		args    []string // of sandbox_create, beyond the base ones
 	}{
 		{"no interfaces", &deadBackend{}, nil, nil},
-		{"everything", &featureBackend{}, []string{"sandbox_fork", "sandbox_preview_url", "sandbox_snapshot", "sandbox_stats"}, []string{"from_snapshot", "preview_ports"}},
+		{"everything", &featureBackend{}, []string{"sandbox_fork", "sandbox_preview_url", "sandbox_snapshot", "sandbox_snapshot_delete", "sandbox_snapshots", "sandbox_stats"}, []string{"from_snapshot", "preview_ports"}},
 		{"capabilities say no", &featureBackend{no: map[capability.Name]bool{capability.Preview: true, capability.Snapshot: true, capability.Stats: true}}, nil, nil},
-		{"snapshot only", &featureBackend{no: map[capability.Name]bool{capability.Preview: true, capability.Stats: true}}, []string{"sandbox_fork", "sandbox_snapshot"}, []string{"from_snapshot"}},
+		{"snapshot only", &featureBackend{no: map[capability.Name]bool{capability.Preview: true, capability.Stats: true}}, []string{"sandbox_fork", "sandbox_snapshot", "sandbox_snapshot_delete", "sandbox_snapshots"}, []string{"from_snapshot"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mcp.New(tc.backend, mcp.Options{Logger: quiet})
@@ -271,6 +271,58 @@ func TestLocalFeatureTools(t *testing.T) {
 		t.Fatalf("snapshots after the fork: %+v %v", snaps, err)
 	}
 
+	// sandbox_snapshots lists this server's snapshots only; sandbox_snapshot_delete deletes one
+	// of them, and nothing else.
+	if _, err := b.Snapshot(ctx, parent.SessionID, "foreign"); err != nil {
+		t.Fatal(err)
+	}
+	defer b.DeleteSnapshot(ctx, "foreign")
+	if r := call(t, cs, "sandbox_snapshot", map[string]any{"session_id": parent.SessionID, "name": "second"}); r.IsError {
+		t.Fatal(text(r))
+	}
+	listed := func() []string {
+		t.Helper()
+		r := call(t, cs, "sandbox_snapshots", nil)
+		if r.IsError {
+			t.Fatal(text(r))
+		}
+		var names []string
+		for _, x := range structured[struct {
+			Snapshots []struct {
+				Name      string `json:"name"`
+				SessionID string `json:"session_id"`
+				Files     int    `json:"files"`
+			} `json:"snapshots"`
+		}](t, r).Snapshots {
+			if x.SessionID != parent.SessionID || x.Files == 0 || !strings.Contains(text(r), x.Name) {
+				t.Errorf("listed %+v: %s", x, text(r))
+			}
+			names = append(names, x.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	if got := listed(); !slices.Equal(got, []string{"checkpoint", "second"}) {
+		t.Errorf("sandbox_snapshots: %v, want checkpoint and second", got)
+	}
+	if r := call(t, cs, "sandbox_snapshot_delete", map[string]any{"name": "second"}); r.IsError || !strings.Contains(text(r), `Deleted snapshot "second"`) {
+		t.Errorf("sandbox_snapshot_delete: %s", text(r))
+	}
+	for _, name := range []string{"second", "foreign", "elsewhere"} {
+		if r := call(t, cs, "sandbox_snapshot_delete", map[string]any{"name": name}); !r.IsError || !strings.Contains(text(r), "sandbox_snapshot on this server") {
+			t.Errorf("deleting %s, not this server's (any more): %s", name, text(r))
+		}
+	}
+	if got := listed(); !slices.Equal(got, []string{"checkpoint"}) {
+		t.Errorf("sandbox_snapshots after a delete: %v", got)
+	}
+	if r := call(t, cs, "sandbox_create", map[string]any{"from_snapshot": "second"}); !r.IsError || !strings.Contains(text(r), "sandbox_snapshot on this server") {
+		t.Errorf("from_snapshot of a deleted snapshot: %s", text(r))
+	}
+	if snaps, err := b.ListSnapshots(ctx); err != nil || len(snaps) != 2 {
+		t.Fatalf("the store after a delete: %+v %v; want checkpoint and foreign", snaps, err)
+	}
+
 	if tools["sandbox_stats"] != nil {
 		r = call(t, cs, "sandbox_stats", map[string]any{"session_id": parent.SessionID})
 		st := structured[struct {
@@ -283,7 +335,7 @@ func TestLocalFeatureTools(t *testing.T) {
 		t.Errorf("the local runtime reports stats, and sandbox_stats is not advertised")
 	}
 
-	// Close takes the server's sessions and snapshots with it.
+	// Close takes the server's sessions and snapshots with it, and no others.
 	closed = true
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -291,7 +343,7 @@ func TestLocalFeatureTools(t *testing.T) {
 	if n := liveSessions(t, b); n != 0 {
 		t.Errorf("%d sandboxes outlived the server", n)
 	}
-	if snaps, err := b.ListSnapshots(ctx); err != nil || len(snaps) != 0 {
-		t.Errorf("snapshots outlived the server: %+v %v", snaps, err)
+	if snaps, err := b.ListSnapshots(ctx); err != nil || len(snaps) != 1 || snaps[0].Name != "foreign" {
+		t.Errorf("snapshots after the server: %+v %v; want foreign only", snaps, err)
 	}
 }

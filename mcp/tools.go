@@ -65,7 +65,7 @@ type sessionInfo struct {
 	CPU          string `json:"cpu"`
 	MaxProcesses int64  `json:"max_processes" jsonschema:"the process limit; 0: the platform's own (it has none of airlock's)"`
 	CreatedAt    string `json:"created_at"`
-	ExpiresAt    string `json:"expires_at"`
+	ExpiresAt    string `json:"expires_at" jsonschema:"when the sandbox ends by itself; empty: when the platform ends it"`
 	PreviewPorts []int  `json:"preview_ports,omitempty"`
 }
 
@@ -315,16 +315,20 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 		Env:          in.Env,
 		PreviewPorts: in.PreviewPorts,
 	}
+	// What only this server chose (the session's labels; its lifetime and idle timeout when
+	// lifetime_seconds is left out) is not asked for where the platform holds none: the
+	// platform's own applies. What the caller gave is, and is refused there.
 	set := s.backend.Capabilities(ctx)
 	if in.LifetimeSeconds == 0 {
-		// This server's default lifetime is its safety net, not the caller's ask: where the
-		// platform holds none (gcp), the platform's own applies, as for run_code.
 		if !set.Has(capability.SessionLifetime) {
 			decl.Session.MaxLifetimeSeconds = nil
 		}
 		if !set.Has(capability.IdleTimeout) {
 			decl.Session.IdleTimeoutSeconds = nil
 		}
+	}
+	if !set.Has(capability.Labels) {
+		decl.Labels = nil
 	}
 	if err := runcode.Check(ctx, s.backend, decl, in.Network); err != nil {
 		return sessionInfo{}, "", err
@@ -359,11 +363,11 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if err != nil {
 		return sessionInfo{}, "", fmt.Errorf("creating the sandbox: %w", err)
 	}
-	// A backend that publishes no expiry ends the session at its declared lifetime (none
-	// declared: the platform's, which the session's own ExpiresAt says when it has one).
+	// A backend that publishes no expiry ends the session at its declared lifetime; one left
+	// to the platform is not known here.
 	expires := ""
 	if decl.Session.MaxLifetimeSeconds != nil {
-		expires = sess.CreatedAt.Add(time.Duration(life) * time.Second).UTC().Format(time.RFC3339)
+		expires = sess.CreatedAt.Add(time.Duration(*decl.Session.MaxLifetimeSeconds) * time.Second).UTC().Format(time.RFC3339)
 	}
 	se, err := s.adopt(ctx, sess, sessionInfo{
 		Workdir: decl.Workdir, Network: in.Network, Memory: mem, CPU: cpu, MaxProcesses: procs,
@@ -378,8 +382,12 @@ func (s *Server) create(ctx context.Context, in createInput) (sessionInfo, strin
 	if in.Network {
 		network = "public internet allowed"
 	}
-	text := fmt.Sprintf("Created sandbox session %s (workdir %s, %s memory, %s cpu, %s, ends by itself at %s).\nUse sandbox_exec with session_id %q; end it with sandbox_terminate.",
-		sess.ID, decl.Workdir, mem, cpu, network, se.info.ExpiresAt, sess.ID)
+	ends := "ends by itself at " + se.info.ExpiresAt
+	if se.info.ExpiresAt == "" {
+		ends = "lives " + set.PlatformValues[capability.PropLifetime]
+	}
+	text := fmt.Sprintf("Created sandbox session %s (workdir %s, %s memory, %s cpu, %s, %s).\nUse sandbox_exec with session_id %q; end it with sandbox_terminate.",
+		sess.ID, decl.Workdir, mem, cpu, network, ends, sess.ID)
 	return se.info, text, nil
 }
 

@@ -389,23 +389,6 @@ func TestOpenLocal(t *testing.T) {
 	}
 }
 
-// capability.For still carries copies of the docker and kubernetes sets (its docs generator
-// reads them) until they go: they must promise exactly what the backends publish.
-func TestCapabilityCopiesAgree(t *testing.T) {
-	for _, p := range []capability.Platform{capability.Docker, capability.Kubernetes} {
-		copySet, err := capability.For(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub, _ := Published(p)
-		for _, n := range capability.Names {
-			if copySet.Has(n) != pub.Has(n) {
-				t.Errorf("%s %s: capability.For says %v, the backend publishes %v (%s)", p, n, copySet.Has(n), pub.Has(n), pub.Entries[n].Reason)
-			}
-		}
-	}
-}
-
 // TestEgressPublic: $AIRLOCK_EGRESS_PUBLIC declares documentation prefixes public for the
 // local runtime's egress (a lab's fake internet) and refuses anything else, naming it.
 func TestEgressPublic(t *testing.T) {

@@ -180,10 +180,6 @@ func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
 	if !set.Has(capability.IdleTimeout) {
 		decl.Session.IdleTimeoutSeconds = nil
 	}
-	// Its labels say what made it; a platform that keeps none (aws) is not asked to.
-	if !set.Has(capability.Labels) {
-		decl.Labels = nil
-	}
 	return decl
 }
 
@@ -325,6 +321,12 @@ func RunDetached(ctx context.Context, backend sandbox.Backend, req Request, opts
 	}
 	set := backend.Capabilities(ctx)
 	decl := undeclareUnenforced(Declaration(req, opts), set)
+	if !set.Has(capability.Labels) && len(opts.Labels) == 0 {
+		// The run's own labels (purpose, language) only say what made it: where the platform
+		// keeps none (aws, gcp), they are not asked for. A caller's labels are, and are refused
+		// there, never dropped.
+		decl.Labels = nil
+	}
 	if err := check(backend.Platform(), set, decl, req.Network); err != nil {
 		return Result{}, nil, err
 	}

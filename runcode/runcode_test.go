@@ -470,6 +470,20 @@ func TestRunTakesPlatformValues(t *testing.T) {
 		t.Errorf("result memory %q, want the platform's", res.Memory)
 	}
 
+	// Where the platform keeps no labels, the run's own are not asked for; a caller's are.
+	set.Entries[capability.Labels] = capability.Status{Reason: "the platform takes no labels"}
+	f.created = nil
+	if _, err := Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{}); err != nil || len(f.created) != 1 || len(f.created[0].Labels) != 0 {
+		t.Fatalf("a run on a platform without labels: %v, created %+v", err, f.created)
+	}
+	f.created = nil
+	_, err = Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{Labels: map[string]string{"team": "a"}})
+	var lr *plan.Refusal
+	if !errors.As(err, &lr) || lr.Capability != capability.Labels || len(f.created) != 0 {
+		t.Fatalf("a caller's labels on a platform without labels: %v", err)
+	}
+	set.Entries[capability.Labels] = capability.Status{Supported: true}
+
 	delete(set.PlatformValues, capability.PropMemory)
 	f.created = nil
 	_, err = Run(t.Context(), f, Request{Language: "py", Code: "x"}, Options{})

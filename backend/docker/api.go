@@ -38,6 +38,30 @@ func newAPIEngine(ctx context.Context, host string) (*apiEngine, error) {
 	return &apiEngine{host: host, c: c}, nil
 }
 
+// rootless: a rootless dockerd lists "name=rootless" among its security options.
+func (e *apiEngine) rootless(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	r, err := e.c.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return false, e.classify("info", err)
+	}
+	return hasRootlessOption(r.Info.SecurityOptions), nil
+}
+
+// hasRootlessOption reports whether an engine's security options ("name=seccomp,profile=...")
+// name rootless.
+func hasRootlessOption(opts []string) bool {
+	for _, o := range opts {
+		for _, kv := range strings.Split(o, ",") {
+			if kv == "name=rootless" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (e *apiEngine) describe() string { return "Docker Engine API at " + e.host }
 func (e *apiEngine) kind() string     { return "api" }
 func (e *apiEngine) close() error     { return e.c.Close() }
@@ -156,6 +180,12 @@ func apiConfigs(rs *runSpec) (*container.Config, *container.HostConfig) {
 			v += ":ro"
 		}
 		hc.Binds = append(hc.Binds, v)
+	}
+	for _, m := range rs.Tmpfs {
+		if hc.Tmpfs == nil {
+			hc.Tmpfs = map[string]string{}
+		}
+		hc.Tmpfs[m.Target] = m.Options
 	}
 	return cfg, hc
 }

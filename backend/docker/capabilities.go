@@ -27,9 +27,21 @@ var unsupported = map[capability.Name]string{
 // hierarchy: the agent then kills by process group.
 const reasonNoFreezer = "this host has no cgroup v1 freezer hierarchy, so the agent kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends"
 
+// reasonUserFreezer is why background processes are not held for a user other than root: the
+// backend cannot make a session's freezer cgroup in the host's hierarchy.
+const reasonUserFreezer = "as a user other than root the docker backend cannot make each session's freezer cgroup, so the agent kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends"
+
+// reasonUserDisk is why a declared disk limit is not held for a user other than root, and
+// userDisk what an undeclared one is instead (capability.Set.PlatformValues).
+const (
+	reasonUserDisk = "as a user other than root the docker backend cannot mount the one tmpfs of the declared size that the workdir and /tmp share: the engine mounts a tmpfs at each"
+	userDisk       = "within the memory limit (the workdir and /tmp are each a tmpfs the engine mounts, held in the sandbox's memory)"
+)
+
 // capabilities is the set a backend publishes. freezer is whether the host gives each session
 // a v1 freezer cgroup (the agent's kill scope); without one what a kill reaches is weakened.
-func capabilities(freezer bool) capability.Set {
+// asUser is a backend run by a user other than root, which mounts nothing on the host.
+func capabilities(freezer, asUser bool) capability.Set {
 	s := capability.Set{Platform: capability.Docker, Entries: make(map[capability.Name]capability.Status, len(capability.Names))}
 	for _, n := range capability.Names {
 		if why, no := unsupported[n]; no {
@@ -38,8 +50,15 @@ func capabilities(freezer bool) capability.Set {
 			s.Entries[n] = capability.Status{Supported: true}
 		}
 	}
-	if !freezer {
+	switch {
+	case asUser:
+		s.Entries[capability.BackgroundProcesses] = capability.Status{Reason: reasonUserFreezer}
+	case !freezer:
 		s.Entries[capability.BackgroundProcesses] = capability.Status{Reason: reasonNoFreezer}
+	}
+	if asUser {
+		s.Entries[capability.DiskLimit] = capability.Status{Reason: reasonUserDisk}
+		s.PlatformValues = map[capability.Property]string{capability.PropDisk: userDisk}
 	}
 	return s
 }

@@ -81,6 +81,32 @@ func (e *cliEngine) probe(ctx context.Context) error {
 	return err
 }
 
+// rootless: podman says so itself; nerdctl is rootless whenever its user is not root (its own
+// rule); the docker CLI relays the engine's security options.
+func (e *cliEngine) rootless(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	switch e.name {
+	case EngineNerdctl:
+		return os.Geteuid() != 0, nil
+	case EnginePodman:
+		out, err := e.run(ctx, nil, "info", "--format", "{{.Host.Security.Rootless}}")
+		if err != nil {
+			return false, err
+		}
+		return strings.TrimSpace(string(out)) == "true", nil
+	}
+	out, err := e.run(ctx, nil, "info", "--format", "{{json .SecurityOptions}}")
+	if err != nil {
+		return false, err
+	}
+	var opts []string
+	if err := json.Unmarshal(bytes.TrimSpace(out), &opts); err != nil {
+		return false, fmt.Errorf("docker info: security options %q: %v", out, err)
+	}
+	return hasRootlessOption(opts), nil
+}
+
 func (e *cliEngine) imageInspect(ctx context.Context, ref string) (imageInfo, error) {
 	out, err := e.run(ctx, nil, "image", "inspect", ref)
 	if err != nil {

@@ -33,10 +33,14 @@ var cliOrder = []string{EngineDocker, EnginePodman, EngineNerdctl}
 
 const installHint = "install one: apt-get install docker.io (and start dockerd, e.g. hack/dockerd.sh start), or apt-get install podman"
 
+// reasonRootless is why a user other than root passes a rootless engine over.
+const reasonRootless = "a rootless engine: its containers need subordinate ids for the code's uid; as a user other than root the docker backend needs a rootful engine's socket (with subordinate ids the local runtime runs here: docs/rootless.md)"
+
 // detect finds the engine to use. host is the Engine API address ("" → $DOCKER_HOST →
-// DefaultHost). Every candidate that was looked at and why it was passed over is named in the
-// error, which wraps sandbox.ErrUnsupported when nothing was found.
-func detect(ctx context.Context, choice, host string) (engine, error) {
+// DefaultHost). asUser (a process other than root) passes rootless engines over. Every
+// candidate that was looked at and why it was passed over is named in the error, which wraps
+// sandbox.ErrUnsupported when nothing was found.
+func detect(ctx context.Context, choice, host string, asUser bool) (engine, error) {
 	switch choice {
 	case EngineAuto, EngineAPI, EngineDocker, EnginePodman, EngineNerdctl:
 	default:
@@ -51,9 +55,26 @@ func detect(ctx context.Context, choice, host string) (engine, error) {
 	if host == "" {
 		host = DefaultHost
 	}
+	// usable is e unless asUser and e is rootless, with why not.
+	usable := func(e engine, why string) (engine, string) {
+		if e == nil || !asUser {
+			return e, why
+		}
+		rootless, err := e.rootless(ctx)
+		switch {
+		case err != nil:
+			why = "found, but whether it is rootless is not known: " + err.Error()
+		case rootless:
+			why = reasonRootless
+		default:
+			return e, ""
+		}
+		e.close()
+		return nil, why
+	}
 	var tried []string
 	if choice == EngineAuto || choice == EngineAPI {
-		e, why := tryAPI(ctx, host)
+		e, why := usable(tryAPI(ctx, host))
 		if e != nil {
 			return e, nil
 		}
@@ -63,7 +84,7 @@ func detect(ctx context.Context, choice, host string) (engine, error) {
 		if choice != EngineAuto && choice != name {
 			continue
 		}
-		e, why := tryCLI(ctx, name, cliHost)
+		e, why := usable(tryCLI(ctx, name, cliHost))
 		if e != nil {
 			return e, nil
 		}

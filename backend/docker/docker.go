@@ -35,7 +35,9 @@ import (
 // Defaults and fixed values.
 const (
 	DefaultStateDir = "/run/airlock-docker"
-	// CodeUID and CodeGID run every command; the agent itself is the container's uid 0.
+	// CodeUID and CodeGID run every command; the agent itself is the container's uid 0. For
+	// a user other than root whose uid is CodeUID, commands run as CodeUID+1 (codeIDs): the
+	// code must never own the session's directories, bound into its container.
 	CodeUID = 1000
 	CodeGID = 1000
 	// Paths inside the container.
@@ -90,8 +92,8 @@ var deniedWorkdirs = []string{"/", "/proc", "/dev", "/sys", "/tmp", agentDir, "/
 // Options configure a docker backend.
 type Options struct {
 	// StateDir holds the master secret and one directory per session (agent config, agent
-	// socket, scratch tmpfs); default /run/airlock-docker. The engine must run on this machine:
-	// these paths are bind-mounted into the containers.
+	// socket, scratch tmpfs); default DefaultStateDirForUser. The engine must run on this
+	// machine: these paths are bind-mounted into the containers.
 	StateDir string
 	// AgentPath is the agent binary, statically linked (CGO_ENABLED=0). Empty: $AIRLOCK_AGENT,
 	// "airlock-agent" next to this executable, on PATH, else this executable as "__agent".
@@ -123,7 +125,35 @@ type Backend struct {
 	// freezer is set when the host has a v1 freezer hierarchy: each session gets a freezer
 	// cgroup the agent kills execs through (kill scope cgroup-v1, not process-group).
 	freezer bool
-	caps    capability.Set
+	// asUser is set when this process is not root (a user with access to a rootful engine's
+	// socket): it mounts nothing on the host, so the engine mounts each session's scratch, and
+	// the agent gives its socket to this user.
+	asUser bool
+	// codeUID and codeGID run every command (codeIDs).
+	codeUID, codeGID uint32
+	caps             capability.Set
+}
+
+// codeIDs is the uid and gid commands run as for a backend run by uid: CodeUID and CodeGID,
+// unless uid is CodeUID (a user's backend), whose session directories (its own, the agent's
+// socket in them) the code would then own; then the next ones.
+func codeIDs(uid int) (uint32, uint32) {
+	if uid == CodeUID {
+		return CodeUID + 1, CodeGID + 1
+	}
+	return CodeUID, CodeGID
+}
+
+// DefaultStateDirForUser is DefaultStateDir for root and $XDG_RUNTIME_DIR/airlock-docker for
+// any other user ("" when that is unset).
+func DefaultStateDirForUser() string {
+	if os.Geteuid() == 0 {
+		return DefaultStateDir
+	}
+	if run := os.Getenv("XDG_RUNTIME_DIR"); run != "" {
+		return filepath.Join(run, "airlock-docker")
+	}
+	return ""
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -131,8 +161,11 @@ var _ sandbox.Backend = (*Backend)(nil)
 // New detects the engine and prepares the state dir, removing what sessions whose containers
 // are gone left behind.
 func New(ctx context.Context, opts Options) (*Backend, error) {
+	asUser := os.Geteuid() != 0
 	if opts.StateDir == "" {
-		opts.StateDir = DefaultStateDir
+		if opts.StateDir = DefaultStateDirForUser(); opts.StateDir == "" {
+			return nil, fmt.Errorf("%w: stateDir: not root and XDG_RUNTIME_DIR is unset: name a state dir of this user's", sandbox.ErrInvalid)
+		}
 	}
 	sd, err := filepath.Abs(opts.StateDir)
 	if err != nil {
@@ -148,11 +181,8 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if os.Geteuid() != 0 {
-		// The scratch tmpfs is mounted on the host and the agent's socket is root's.
-		return nil, fmt.Errorf("%w: the docker backend needs root (rootless engines are not supported yet)", sandbox.ErrUnsupported)
-	}
-	b := &Backend{opts: opts, log: opts.Logger.With("backend", "docker"), tag: stateTag(opts.StateDir)}
+	b := &Backend{opts: opts, log: opts.Logger.With("backend", "docker"), tag: stateTag(opts.StateDir), asUser: asUser}
+	b.codeUID, b.codeGID = codeIDs(os.Geteuid())
 	if b.agentPath, b.agentArgs, err = resolveAgent(opts.AgentPath, opts.AgentArgs); err != nil {
 		return nil, err
 	}
@@ -165,11 +195,12 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if b.master, err = loadMaster(opts.StateDir); err != nil {
 		return nil, err
 	}
-	if b.eng, err = detect(ctx, opts.Engine, opts.Host); err != nil {
+	if b.eng, err = detect(ctx, opts.Engine, opts.Host, asUser); err != nil {
 		return nil, err
 	}
-	b.freezer = freezerV1()
-	b.caps = capabilities(b.freezer)
+	// A user other than root cannot make cgroups in the host's freezer hierarchy.
+	b.freezer = !asUser && freezerV1()
+	b.caps = capabilities(b.freezer, asUser)
 	if err := b.reconcile(ctx); err != nil {
 		b.eng.close()
 		return nil, err
@@ -507,8 +538,6 @@ func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, ses
 			{Source: b.agentPath, Target: agentBinPath, ReadOnly: true},
 			{Source: filepath.Join(sessionDir, configFile), Target: agentConfigPath, ReadOnly: true},
 			{Source: filepath.Join(sessionDir, runDir), Target: agentRunPath},
-			{Source: workspace, Target: r.workdir},
-			{Source: tmp, Target: "/tmp"},
 		},
 		Network:         r.network,
 		MemoryBytes:     r.memory,
@@ -521,6 +550,16 @@ func (b *Backend) runSpecFor(id string, decl spec.Sandbox, r *resolved, ref, ses
 		CapAdd:          slices.Clone(agentCaps),
 		SecurityOpt:     []string{"no-new-privileges"},
 		AutoRemove:      true,
+	}
+	if workspace != "" {
+		rs.Binds = append(rs.Binds, bind{Source: workspace, Target: r.workdir}, bind{Source: tmp, Target: "/tmp"})
+	} else {
+		// No scratch of ours (asUser): the engine mounts a tmpfs at each, held in the
+		// container's memory, so bounded by its memory limit; exec as on our own scratch.
+		rs.Tmpfs = []tmpfsMount{
+			{Target: r.workdir, Options: fmt.Sprintf("exec,size=%d,mode=0755,uid=%d,gid=%d", r.memory, b.codeUID, b.codeGID)},
+			{Target: "/tmp", Options: fmt.Sprintf("exec,size=%d,mode=1777", r.memory)},
+		}
 	}
 	if b.freezer {
 		rs.Binds = append(rs.Binds, bind{Source: filepath.Join(b.freezerParent(), id), Target: agentFreezer})
@@ -538,9 +577,12 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	if err := os.Mkdir(filepath.Join(dir, runDir), 0o700); err != nil {
 		return nil, err
 	}
-	workspace, tmp, err := makeScratch(dir, r.disk)
-	if err != nil {
-		return nil, err
+	var workspace, tmp string
+	if !b.asUser {
+		var err error
+		if workspace, tmp, err = makeScratch(dir, r.disk); err != nil {
+			return nil, err
+		}
 	}
 	if b.freezer {
 		if err := makeFreezer(filepath.Join(b.freezerParent(), id)); err != nil {
@@ -565,7 +607,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Listen:    "unix:" + agentRunPath + "/agent.sock",
 		FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
 		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
-		CodeUID: CodeUID, CodeGID: CodeGID,
+		CodeUID: b.codeUID, CodeGID: b.codeGID,
 		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
 		// The agent is PID 1: at its deadline or idle timeout it returns, and the kernel
 		// kills everything else in the container (setsid escapees included).
@@ -573,6 +615,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		// The agent's threads share the container's pids limit with the code: threads made
 		// now let it serve (wait, read, write) while code has forked up to the limit.
 		SpareThreads: agentSpareThreads,
+	}
+	if b.asUser {
+		// The agent (the container's root, the host's with a rootful engine) makes the
+		// socket; this user must be able to connect to it.
+		cfg.SocketUID = os.Geteuid()
 	}
 	if b.freezer {
 		cfg.CgroupV1Freezer, cfg.CgroupV1Memory = agentFreezer, containerMemoryV1

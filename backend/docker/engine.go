@@ -35,6 +35,9 @@ type engine interface {
 	// networkInspect describes a network of the engine; an error wrapping sandbox.ErrNotFound
 	// when there is none of that name.
 	networkInspect(ctx context.Context, name string) (networkInfo, error)
+	// rootless reports whether the engine runs its containers in a user namespace of a user
+	// other than root (rootless docker, podman or nerdctl).
+	rootless(ctx context.Context) (bool, error)
 	close() error
 }
 
@@ -67,6 +70,12 @@ type bind struct {
 	ReadOnly       bool
 }
 
+// tmpfsMount is a tmpfs the engine mounts in the container; Options are the mount's
+// (size=, mode=, uid=, exec ...), as docker's --tmpfs takes them.
+type tmpfsMount struct {
+	Target, Options string
+}
+
 // runSpec is one container to create, engine-neutral: the API and the CLIs both render it, and
 // the hardening tests check both renderings.
 type runSpec struct {
@@ -80,6 +89,7 @@ type runSpec struct {
 	WorkingDir string
 	Env        []string
 	Binds      []bind
+	Tmpfs      []tmpfsMount
 	// Network is "none" (egress deny) or, for egress open, an engine network that reaches out:
 	// there is no egress proxy in a container's network path to enforce anything between.
 	Network     string
@@ -127,6 +137,9 @@ func cliCreateArgs(kind string, rs *runSpec) ([]string, error) {
 			v += ":ro"
 		}
 		a = append(a, "--volume", v)
+	}
+	for _, m := range rs.Tmpfs {
+		a = append(a, "--tmpfs", m.Target+":"+m.Options)
 	}
 	a = append(a,
 		"--network", rs.Network,

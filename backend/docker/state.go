@@ -75,6 +75,11 @@ func makeScratch(dir string, diskBytes int64) (workspace, tmp string, err error)
 func removeSessionDir(dir string) error {
 	rw := filepath.Join(dir, rwDir)
 	for range 8 { // a tmpfs mounted twice (should never happen) needs two unmounts
+		// Only a mount point is unmounted: a user other than root has no scratch of its
+		// own, and may not even try (EPERM).
+		if mounted, err := isMountPoint(rw); err != nil || !mounted {
+			break
+		}
 		err := unix.Unmount(rw, unix.UMOUNT_NOFOLLOW)
 		if err == unix.EINVAL || err == unix.ENOENT {
 			break // not a mount point (any more), or no such directory

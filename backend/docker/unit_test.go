@@ -53,7 +53,7 @@ func TestDetectOrder(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := fakeCLIs(t, tc.clis)
-			e, err := detect(context.Background(), tc.choice, noSocket)
+			e, err := detect(context.Background(), tc.choice, noSocket, false)
 			if err != nil {
 				t.Fatalf("detect: %v", err)
 			}
@@ -63,6 +63,56 @@ func TestDetectOrder(t *testing.T) {
 			}
 			if want := filepath.Join(dir, tc.want); !strings.Contains(e.describe(), want) {
 				t.Errorf("describe() = %q, want it to name %s", e.describe(), want)
+			}
+		})
+	}
+}
+
+// TestDetectAsUserPassesRootlessOver: for a user other than root, an engine whose containers
+// run in its user's namespace (rootless) is passed over, naming why, and detection goes on.
+func TestDetectAsUserPassesRootlessOver(t *testing.T) {
+	noSocket := "unix://" + filepath.Join(t.TempDir(), "absent.sock")
+	// answers writes CLIs whose `info --format` prints the given text.
+	answers := func(t *testing.T, clis map[string]string) {
+		dir := t.TempDir()
+		for name, info := range clis {
+			script := "#!/bin/sh\nif [ \"$1\" = info ] && [ \"$2\" = --format ]; then echo '" + info + "'; fi\nexit 0\n"
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Setenv("PATH", dir)
+	}
+	const (
+		rootlessDocker = `["name=seccomp,profile=builtin","name=rootless","name=cgroupns"]`
+		rootfulDocker  = `["name=seccomp,profile=builtin","name=cgroupns"]`
+	)
+	for _, tc := range []struct {
+		name   string
+		clis   map[string]string
+		asUser bool
+		want   string // the engine picked, "" for none
+	}{
+		{"rootless docker kept for root", map[string]string{"docker": rootlessDocker}, false, "docker"},
+		{"rootful docker for a user", map[string]string{"docker": rootfulDocker, "podman": "false"}, true, "docker"},
+		{"rootless docker passed over", map[string]string{"docker": rootlessDocker, "podman": "false"}, true, "podman"},
+		{"rootless podman passed over", map[string]string{"docker": rootlessDocker, "podman": "true"}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			answers(t, tc.clis)
+			e, err := detect(context.Background(), EngineAuto, noSocket, tc.asUser)
+			if tc.want == "" {
+				if !errors.Is(err, sandbox.ErrUnsupported) || strings.Count(err.Error(), reasonRootless) != 2 {
+					t.Fatalf("detect: %v, want both engines passed over as rootless", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("detect: %v", err)
+			}
+			defer e.close()
+			if e.kind() != tc.want {
+				t.Errorf("picked %s, want %s", e.describe(), tc.want)
 			}
 		})
 	}
@@ -88,7 +138,7 @@ func TestDetectNothingNamesWhatWasLookedFor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fakeCLIs(t, tc.clis)
-			_, err := detect(context.Background(), tc.choice, noSocket)
+			_, err := detect(context.Background(), tc.choice, noSocket, false)
 			if !errors.Is(err, sandbox.ErrUnsupported) {
 				t.Fatalf("detect: %v, want ErrUnsupported", err)
 			}
@@ -108,16 +158,16 @@ func TestDetectNothingNamesWhatWasLookedFor(t *testing.T) {
 
 func TestDetectRefusesRemoteHostAndUnknownChoice(t *testing.T) {
 	fakeCLIs(t, nil)
-	_, err := detect(context.Background(), EngineAPI, "tcp://127.0.0.1:2375")
+	_, err := detect(context.Background(), EngineAPI, "tcp://127.0.0.1:2375", false)
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "not a unix:// socket") {
 		t.Errorf("tcp host: %v, want ErrUnsupported naming the unix socket requirement", err)
 	}
 	fakeCLIs(t, map[string]int{"docker": 0})
-	_, err = detect(context.Background(), EngineAuto, "tcp://127.0.0.1:2375")
+	_, err = detect(context.Background(), EngineAuto, "tcp://127.0.0.1:2375", false)
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "docker (DOCKER_HOST tcp://127.0.0.1:2375 is not a unix:// socket") {
 		t.Errorf("docker CLI with a tcp host: %v, want it passed over", err)
 	}
-	_, err = detect(context.Background(), "lxc", "")
+	_, err = detect(context.Background(), "lxc", "", false)
 	if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), `"lxc"`) {
 		t.Errorf("unknown engine: %v, want ErrInvalid naming it", err)
 	}
@@ -126,7 +176,7 @@ func TestDetectRefusesRemoteHostAndUnknownChoice(t *testing.T) {
 	if err := os.WriteFile(f, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = detect(context.Background(), EngineAPI, "unix://"+f)
+	_, err = detect(context.Background(), EngineAPI, "unix://"+f, false)
 	if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("file as socket: %v", err)
 	}
@@ -137,7 +187,7 @@ func TestDetectUsesDockerHost(t *testing.T) {
 	fakeCLIs(t, nil)
 	h := "unix://" + filepath.Join(t.TempDir(), "from-env.sock")
 	t.Setenv("DOCKER_HOST", h)
-	_, err := detect(context.Background(), EngineAuto, "")
+	_, err := detect(context.Background(), EngineAuto, "", false)
 	if err == nil || !strings.Contains(err.Error(), "Docker Engine API at "+h) {
 		t.Errorf("detect: %v, want it to name %s", err, h)
 	}
@@ -264,6 +314,38 @@ func TestAPIConfigCarriesEveryHardeningSetting(t *testing.T) {
 	}
 }
 
+// TestUserScratchIsTheEngines: a backend of a user other than root mounts no scratch of its
+// own: the engine mounts a tmpfs at the workdir (the code's, executable) and at /tmp (sticky),
+// each no larger than the memory limit whose memory holds it; both renderings carry them.
+func TestUserScratchIsTheEngines(t *testing.T) {
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}, Workdir: "/work"}
+	d.ApplyDefaults()
+	r, err := resolve(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{agentPath: "/opt/airlock-agent", asUser: true, codeUID: CodeUID + 1, codeGID: CodeGID + 1}
+	rs := b.runSpecFor("s-0123456789abcdef", d, r, "img:1", "/run/ad/s-0123456789abcdef", "", "", nil)
+	work := fmt.Sprintf("exec,size=%d,mode=0755,uid=%d,gid=%d", 512<<20, CodeUID+1, CodeGID+1)
+	tmp := fmt.Sprintf("exec,size=%d,mode=1777", 512<<20)
+	_, hc := apiConfigs(rs)
+	if len(hc.Tmpfs) != 2 || hc.Tmpfs["/work"] != work || hc.Tmpfs["/tmp"] != tmp {
+		t.Errorf("API tmpfs %v", hc.Tmpfs)
+	}
+	for _, bd := range hc.Binds {
+		if strings.HasSuffix(bd, ":/work") || strings.HasSuffix(bd, ":/tmp") {
+			t.Errorf("a bind at the workdir or /tmp: %s", bd)
+		}
+	}
+	args, err := cliCreateArgs("docker", rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsSeq(args, []string{"--tmpfs", "/work:" + work}) || !containsSeq(args, []string{"--tmpfs", "/tmp:" + tmp}) {
+		t.Errorf("CLI args lack the tmpfs mounts: %q", args)
+	}
+}
+
 func TestCLIArgsRefuseUnsafePaths(t *testing.T) {
 	rs := testSpec(t)
 	rs.Binds[0].Source = "/opt/a:b"
@@ -336,7 +418,7 @@ func TestResolveRefuses(t *testing.T) {
 
 // TestCapabilitiesMatchRefusals: what resolve refuses is what Capabilities says is missing.
 func TestCapabilitiesMatchRefusals(t *testing.T) {
-	caps := capabilities(true)
+	caps := capabilities(true, false)
 	if caps.Platform != capability.Docker {
 		t.Errorf("platform %q", caps.Platform)
 	}
@@ -402,21 +484,6 @@ func TestSessionIDs(t *testing.T) {
 	}
 }
 
-// TestPublishedSetPromisesNoMore: what plan-time publishes for the docker platform
-// (capability.For) the backend enforces, so that a plan never accepts what Create refuses.
-func TestPublishedSetPromisesNoMore(t *testing.T) {
-	published, err := capability.For(capability.Docker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours := capabilities(freezerV1())
-	for _, n := range capability.Names {
-		if published.Has(n) && !ours.Has(n) {
-			t.Errorf("capability.For(docker) promises %s, the backend lacks it: %s", n, ours.Entries[n].Reason)
-		}
-	}
-}
-
 func TestStartHints(t *testing.T) {
 	for stderr, want := range map[string]string{
 		"Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied":                   "default_ulimits",
@@ -432,15 +499,65 @@ func TestStartHints(t *testing.T) {
 }
 
 // TestCapabilitiesPerHost: without a v1 freezer the agent kills by process group, and the
-// set says backgroundProcesses is not held, naming why; with one it is.
+// set says backgroundProcesses is not held, naming why; with one it is. A user other than
+// root makes no freezer cgroup and mounts no scratch: background processes and the disk limit
+// are not held, and an undeclared disk is the platform's (the memory limit).
 func TestCapabilitiesPerHost(t *testing.T) {
-	for _, freezer := range []bool{true, false} {
-		st := capabilities(freezer).Entries[capability.BackgroundProcesses]
-		if st.Supported != freezer {
-			t.Errorf("freezer %v: backgroundProcesses supported = %v", freezer, st.Supported)
+	for _, tc := range []struct {
+		freezer, asUser bool
+		bg, disk        bool
+		reason          string
+	}{
+		{true, false, true, true, ""},
+		{false, false, false, true, "no cgroup v1 freezer"},
+		{false, true, false, false, "other than root"},
+	} {
+		set := capabilities(tc.freezer, tc.asUser)
+		st := set.Entries[capability.BackgroundProcesses]
+		if st.Supported != tc.bg || set.Has(capability.DiskLimit) != tc.disk {
+			t.Errorf("freezer %v, user %v: backgroundProcesses %v, diskLimit %v; want %v %v", tc.freezer, tc.asUser, st.Supported, set.Has(capability.DiskLimit), tc.bg, tc.disk)
 		}
-		if !freezer && !strings.Contains(st.Reason, "setsid") {
-			t.Errorf("no freezer: reason %q does not say what escapes", st.Reason)
+		if !tc.bg && (!strings.Contains(st.Reason, "setsid") || !strings.Contains(st.Reason, tc.reason)) {
+			t.Errorf("freezer %v, user %v: reason %q does not say why (%q) and what escapes", tc.freezer, tc.asUser, st.Reason, tc.reason)
+		}
+		if v := set.PlatformValues[capability.PropDisk]; (v != "") != !tc.disk || (v != "" && !strings.Contains(v, "memory limit")) {
+			t.Errorf("freezer %v, user %v: the platform's disk %q", tc.freezer, tc.asUser, v)
+		}
+	}
+}
+
+// TestPublishedFacts: what a user relies on in this backend's set (the one copy: capability.For
+// keeps none).
+func TestPublishedFacts(t *testing.T) {
+	set := Capable()
+	for _, tt := range []struct {
+		n    capability.Name
+		want bool
+		why  string // substring of the reason when false
+	}{
+		{capability.EgressDeny, true, ""},
+		{capability.PublicOnlyEgress, false, "private and metadata addresses"},
+		{capability.EnforcedLimits, true, ""},
+		{capability.ImageHost, false, "local runtime"},
+		{capability.DockerRuntime, true, ""},
+		{capability.BackgroundProcesses, true, ""},
+		{capability.DiskLimit, true, ""},
+	} {
+		st := set.Entries[tt.n]
+		if st.Supported != tt.want || !strings.Contains(st.Reason, tt.why) {
+			t.Errorf("%s = %+v, want supported %v with reason containing %q", tt.n, st, tt.want, tt.why)
+		}
+	}
+	if set.Platform != capability.Docker || set.Bounds != (capability.Bounds{}) || len(set.PlatformValues) != 0 {
+		t.Errorf("platform %q, bounds %+v, platform values %v", set.Platform, set.Bounds, set.PlatformValues)
+	}
+}
+
+// TestCodeIDs: the code never runs as the uid that owns the session's directories.
+func TestCodeIDs(t *testing.T) {
+	for uid, want := range map[int]uint32{0: CodeUID, 1000: CodeUID + 1, 65534: CodeUID, 1001: CodeUID} {
+		if u, g := codeIDs(uid); u != want || int(u) == uid || g != want-CodeUID+CodeGID {
+			t.Errorf("codeIDs(%d) = %d, %d; want %d", uid, u, g, want)
 		}
 	}
 }

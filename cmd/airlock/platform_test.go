@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -189,8 +190,13 @@ func TestPlatformDocker(t *testing.T) {
 			}
 			// The host image is the local runtime's: its default is refused, naming what to give.
 			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "-c", "1"}, tc.args...)...)
-			if code != 2 || !strings.Contains(errs, "--image: the default image, host, is the local runtime's") {
+			if code != 2 || !strings.Contains(errs, "--image: the default image, host, is the local runtime's") || !strings.Contains(errs, "docker has no imageHost") {
 				t.Errorf("run without --image: exit %d, %q", code, errs)
+			}
+			// Asked for, it is refused by the capability, by name.
+			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", "host", "-c", "1"}, tc.args...)...)
+			if code != exitRunFailed || !strings.Contains(errs, `image "host"`) || !strings.Contains(errs, "(needs imageHost)") {
+				t.Errorf("run --image host: exit %d, %q", code, errs)
 			}
 			// Spares are the local runtime's: asked for on docker, they are refused.
 			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", tarball, "--spares", "1", "-c", "1"}, tc.args...)...)
@@ -339,39 +345,48 @@ func TestAutoFallsBackToDocker(t *testing.T) {
 	}
 }
 
-// TestAutoAsUnprivilegedUser: a user the local runtime refuses (no subordinate ids) and the
-// docker backend refuses (it needs root) gets one error naming both reasons and what to do.
-func TestAutoAsUnprivilegedUser(t *testing.T) {
-	testutil.RequireRoot(t)
-	bin := buildCLI(t, false)
-	// The binary and the user's directories must be the user's to reach.
+// nobody is the unprivileged user the tests run the CLI as: no subordinate ids, no groups.
+const nobody = 65534
+
+// asNobody copies bin into a directory nobody can reach and returns that copy, nobody's home
+// (owned by it) and the credentials to run as it.
+func asNobody(t *testing.T, bin string) (userBin, home string, cred *syscall.SysProcAttr) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "au")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	const nobody = 65534
-	userBin := filepath.Join(dir, "airlock")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	userBin = filepath.Join(dir, filepath.Base(bin))
 	copyFile(t, bin, userBin)
-	home := filepath.Join(dir, "home")
-	for _, d := range []string{dir, home} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	home = filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chown(home, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	return userBin, home, &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+}
+
+// TestAutoAsUnprivilegedUser: a user the local runtime refuses (no subordinate ids) and who
+// reaches no rootful engine gets one error naming both reasons and what to do.
+func TestAutoAsUnprivilegedUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	userBin, home, cred := asNobody(t, buildCLI(t, false))
 	cmd := exec.Command(userBin, "run", "--state-dir", filepath.Join(home, "state"), "-c", "print(1)")
-	cfg := filepath.Join(dir, "config.yaml")
+	cfg := filepath.Join(home, "config.yaml")
 	if err := os.WriteFile(cfg, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", platform.EnvConfig + "=" + cfg, "AIRLOCK_SPARES=0"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	// No engine's socket is reachable: DOCKER_HOST names none, and nobody may not use the
+	// host's (a podman on PATH is rootless for nobody, and passed over).
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", platform.EnvConfig + "=" + cfg, "AIRLOCK_SPARES=0",
+		"DOCKER_HOST=unix://" + filepath.Join(home, "no-engine.sock")}
+	cmd.SysProcAttr = cred
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	_ = cmd.Run()
@@ -380,19 +395,147 @@ func TestAutoAsUnprivilegedUser(t *testing.T) {
 		t.Errorf("exit %d, stdout %q: want %d and nothing", cmd.ProcessState.ExitCode(), out.String(), exitRunFailed)
 	}
 	for _, want := range []string{"no platform can run sandboxes here (auto)", "local: unsupported: not root", "docs/rootless.md",
-		"docker: unsupported: the docker backend needs root", "--platform kubernetes"} {
+		"docker: unsupported: no container engine found", "no-engine.sock (no such socket)", "--platform kubernetes"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errs)
 		}
 	}
 	// capabilities (and plan) still answer there: this host's probe, and why nothing runs.
 	caps := exec.Command(userBin, "capabilities")
-	caps.Env, caps.SysProcAttr = append(cmd.Env, "XDG_RUNTIME_DIR="+home), cmd.SysProcAttr
+	caps.Env, caps.SysProcAttr = append(cmd.Env, "XDG_RUNTIME_DIR="+home), cred
 	got, err := caps.Output()
 	if err != nil || !strings.HasPrefix(string(got), "platform: local (auto: nothing can run sandboxes here)\nlocal capabilities (probed from this host; nothing can run sandboxes here: local: unsupported: not root") ||
-		!strings.Contains(string(got), "; docker: unsupported: the docker backend needs root") {
+		!strings.Contains(string(got), "; docker: unsupported: no container engine found") {
 		t.Errorf("capabilities as an unprivileged user: %v\n%s", err, got)
 	}
+}
+
+// TestAutoPicksDockerAsUnprivilegedUser: a user the local runtime refuses (no subordinate ids)
+// who may use a rootful engine's socket gets it from auto: airlock run says so on stderr once
+// and runs the code there; what that user's docker backend cannot hold is in its set.
+func TestAutoPicksDockerAsUnprivilegedUser(t *testing.T) {
+	testutil.RequireRoot(t)
+	userBin, home, cred := asNobody(t, buildCLI(t, false))
+	agent := filepath.Join(filepath.Dir(userBin), "airlock-agent")
+	copyFile(t, newAgent(t), agent)
+	host, tarball := privateDockerd(t)
+	// The engine's socket, made reachable for nobody alone (the group a docker user is in).
+	sock := filepath.Join(home, "docker.sock")
+	forwardUnix(t, sock, strings.TrimPrefix(host, "unix://"))
+	if err := os.Chown(sock, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(home, "run") // $XDG_RUNTIME_DIR: both runtimes' state dirs default there
+	if err := os.Mkdir(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(run, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(home, "config.yaml")
+	if err := os.WriteFile(cfg, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin", "XDG_RUNTIME_DIR=" + run, platform.EnvConfig + "=" + cfg,
+		"AIRLOCK_SPARES=0", "AIRLOCK_AGENT=" + agent, "DOCKER_HOST=unix://" + sock}
+	runAs := func(args ...string) (int, string, string) {
+		cmd := exec.Command(userBin, args...)
+		cmd.Env, cmd.SysProcAttr = env, cred
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		_ = cmd.Run()
+		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+	}
+	stateDir := filepath.Join(run, "airlock-docker")
+	t.Cleanup(func() {
+		// No container of nobody's state dir may outlive the command.
+		b, err := docker.New(context.Background(), docker.Options{StateDir: stateDir, Engine: docker.EngineAPI, Host: host})
+		if err != nil {
+			t.Errorf("checking for containers left behind: %v", err)
+			return
+		}
+		defer b.Close()
+		list, _ := b.List(context.Background())
+		for _, s := range list {
+			t.Errorf("container of sandbox %s (%s) outlived its command", s.ID, s.SandboxID)
+			_ = b.Terminate(context.Background(), s.ID)
+		}
+	})
+	code, out, errs := runAs("run", "--image", tarball, "-c", "import os; print(2+2, os.getuid())")
+	if code != 0 || out != "4 1000\n" {
+		t.Fatalf("airlock run as nobody: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	const notice = "airlock: the local runtime cannot run here (unsupported: not root"
+	if strings.Count(errs, notice) != 1 || !strings.Contains(errs, "; using docker (Docker Engine API at unix://"+sock+")\n") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("stderr %q: want one line saying the local runtime was passed over, why, and the engine used", errs)
+	}
+	// The workdir and /tmp are the engine's tmpfs mounts, writable by the code.
+	code, out, errs = runAs("run", "--image", tarball, "--lang", "bash", "-c", "touch /tmp/t ./w && grep -E ' (/workspace|/tmp) tmpfs ' /proc/mounts | wc -l")
+	if code != 0 || out != "2\n" {
+		t.Errorf("scratch as nobody: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// Its set says what this user's docker backend cannot hold, and why.
+	code, out, _ = runAs("capabilities")
+	if code != 0 || !strings.HasPrefix(out, "platform: docker (auto: the local runtime cannot run here (unsupported: not root") ||
+		!strings.Contains(out, "diskLimit            no        as a user other than root") ||
+		!strings.Contains(out, "backgroundProcesses  no        as a user other than root") {
+		t.Errorf("capabilities as nobody: exit %d\n%s", code, out)
+	}
+	// A declared disk limit is refused by name; an undeclared one is the platform's.
+	stack := filepath.Join(home, "stack.yaml")
+	if err := os.WriteFile(stack, []byte("apiVersion: airlock.dev/v1alpha1\nkind: Stack\nsandboxes:\n- id: a\n  image: python:3.12\n- id: b\n  image: python:3.12\n  limits:\n    disk: 1Gi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = runAs("plan", "-f", stack)
+	if code != 1 || !strings.Contains(out+errs, "sandboxes[1].limits.disk") || !strings.Contains(out+errs, "diskLimit") || strings.Contains(out+errs, "sandboxes[0].limits.disk") ||
+		!strings.Contains(out, "sandbox=a  limits.disk                 platform value   within the memory limit") {
+		t.Errorf("plan as nobody: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// forwardUnix listens on path and relays each connection to the unix socket at to, until the
+// test ends.
+func forwardUnix(t *testing.T, path, to string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				u, err := net.Dial("unix", to)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				half := func(dst, src net.Conn) {
+					_, _ = io.Copy(dst, src)
+					_ = dst.(*net.UnixConn).CloseWrite()
+				}
+				var both sync.WaitGroup
+				both.Add(1)
+				go func() { defer both.Done(); half(u, c) }()
+				half(c, u)
+				both.Wait()
+			}()
+		}
+	}()
 }
 
 func copyFile(t *testing.T, from, to string) {

@@ -290,7 +290,8 @@ func CheckImage(fs *pflag.FlagSet, flag string, img spec.Image, ch platform.Choi
 	if fs.Changed(flag) || !img.Host || ch.Platform == capability.Local || ch.Platform == capability.GCP {
 		return nil
 	}
-	return UsageError("--%s: the default image, host, is the local runtime's (a root from this host's /usr); on %s give an image: a reference (e.g. python:3.12-slim), an OCI layout (oci:DIR) or a tarball", flag, ch.Platform)
+	return UsageError("--%s: the default image, host, is the local runtime's (a root from this host's /usr; %s has no %s); on %s give an image: a reference (e.g. python:3.12-slim), an OCI layout (oci:DIR) or a tarball",
+		flag, ch.Platform, capability.ImageHost, ch.Platform)
 }
 
 // CheckLoopback refuses an address other clients on the network could reach.
