@@ -118,7 +118,9 @@ var designs = sync.OnceValue(func() map[Platform]design {
 		}},
 		// backend/kubernetes + operator (issue 7): pods with our agent, NetworkPolicy for deny and
 		// public-only, resource limits, activeDeadlineSeconds; the agent holds the idle timeout
-		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod). Every
+		// (clock from the claim) and the process limit (RLIMIT_NPROC, a code uid per pod). The disk
+		// is a memory-backed emptyDir (a tmpfs of limits.disk: ENOSPC at the limit, not eviction
+		// after it) charged to the pod's memory, whose limit is limits.memory + limits.disk. Every
 		// default is held, so nothing takes a platform value. backend/kubernetes publishes the
 		// same set.
 		Kubernetes: {unsupported: map[Name]string{
