@@ -4,7 +4,8 @@ import "github.com/airlock-sandbox/airlock/capability"
 
 // unsupported is what a cluster with the airlock operator does not enforce, and why. The
 // operator runs pods with our agent, NetworkPolicy for deny and public-only egress, resource
-// limits and activeDeadlineSeconds; the agent holds the idle timeout (clock from the claim) and
+// limits (the disk a memory-backed emptyDir of limits.disk, in memory limits.memory + limits.disk)
+// and activeDeadlineSeconds; the agent holds the idle timeout (clock from the claim) and
 // the process limit (RLIMIT_NPROC, a code uid per pod).
 var unsupported = map[capability.Name]string{
 	capability.Preview:           "the preview proxy is designed for the local runtime only (issue 6)",
