@@ -74,8 +74,6 @@ func (d design) set(p Platform) Set {
 const (
 	// AWSMaxLifetimeSeconds: RunMicrovm's maximumDurationInSeconds is 1 to 28800.
 	AWSMaxLifetimeSeconds = 8 * 3600
-	// AWSMinIdleTimeoutSeconds: the idle policy's maxIdleDurationSeconds is at least 60.
-	AWSMinIdleTimeoutSeconds = 60
 	// Azure's largest documented sandbox tier (L): 2 cores, 4 GB.
 	AzureMaxCPUMillis   = 2000
 	AzureMaxMemoryBytes = 4 << 30
@@ -95,9 +93,9 @@ const (
 // designs is built at first use: its maps are only read for a platform other than this
 // host's, and every start of the CLI would pay for them at init.
 //
-// The cloud sets are what the bindings of issues 21 (aws), 22 (azure) and 23 (gcp) are designed
-// to enforce, from the services' facts in ../shared/notes/cloud-apis.md; each binding publishes
-// its own set from the real API when it lands, and these give way to it.
+// The cloud sets are what backend/aws, backend/azure and backend/gcp publish, from the services'
+// facts in ../shared/notes/cloud-apis.md; each backend's tests hold its set equal to these, so
+// plan can read them without opening a backend.
 var designs = sync.OnceValue(func() map[Platform]design {
 	return map[Platform]design{
 		// backend/docker (issue 5): docker/podman/nerdctl run --rm, --network none unless
@@ -138,36 +136,39 @@ var designs = sync.OnceValue(func() map[Platform]design {
 			DockerRuntime:       "pods run under the cluster's container runtime",
 		}},
 
-		// AWS Lambda MicroVMs (issue 21): a Firecracker MicroVM per sandbox, booted from an image
-		// airlock builds (a Dockerfile from the declared reference with our agent added); our
-		// agent is the guest service, reached through the MicroVM's authenticated endpoint, so
-		// exec, files, env, stdin, pty, background processes and workdir are the agent's. Reconnect
-		// by GetMicrovm; suspend/resume and the idle policy are the service's; preview is an auth
-		// token scoped to one declared port. Egress deny is a VPC egress connector whose security
-		// group allows nothing out; the binding runs MicroVMs without an execution role, so the
-		// instance metadata service (169.254.169.254, which no connector governs) holds no
-		// credentials.
+		// AWS Lambda MicroVMs (issue 21): backend/aws publishes this set (its Create checks it;
+		// a test keeps the two equal). A MicroVM per sandbox, booted from an image built from the
+		// declared reference with our agent as its guest service, reached through the MicroVM's
+		// authenticated endpoint: exec, files, env, stdin, pty and workdir are the agent's.
+		// Reconnect by GetMicrovm; suspend/resume are the service's. Egress deny is a VPC egress
+		// connector whose security group lets nothing out; the binding runs MicroVMs without an
+		// execution role, so the instance metadata service (169.254.169.254, which no connector
+		// governs) holds no credentials.
 		AWS: {unsupported: map[Name]string{
-			Snapshot:          "Lambda MicroVMs have no snapshot of a running MicroVM that can start another (their snapshots are the image's)",
-			Stats:             "the MicroVM API reports no resource usage of a running MicroVM",
-			LiveEgress:        "a MicroVM's network connectors are fixed when it is run: neither suspend nor resume changes them",
-			DomainEgressRules: "a Lambda network connector has no hostname allowlist, and the aws design puts no egress proxy in the MicroVM's path",
-			PublicOnlyEgress:  "without a connector a MicroVM also reaches the instance metadata service at 169.254.169.254, which no connector governs",
-			EnforcedLimits:    "MicroVM sizes are memory tiers (baselines 512 MiB to 8 GiB, bursting to 4x with 1 to 16 vCPU), not ceilings: a declared cpu or memory ceiling cannot be held",
-			ProcessLimit:      "a MicroVM has no per-sandbox process limit",
-			DiskLimit:         "a MicroVM's disk is its tier's (8 GiB up to the 2048 MiB tier), not a declared size",
-			GVisor:            "a MicroVM is a Firecracker VM: the platform's boundary, not gVisor",
-			Labels:            "RunMicrovm takes no labels or tags",
-			ImageHost:         reasonNoHostRoot,
-			ImageDir:          reasonNoDirRoot,
-			ImageOCI:          "a MicroVM image is built from a Dockerfile: push a local OCI layout or tarball to a registry and declare its reference",
-			DockerRuntime:     reasonDockerLocal,
-		}, bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds, MinIdleTimeoutSeconds: AWSMinIdleTimeoutSeconds},
+			Preview:             "a MicroVM's endpoint takes its credential only as request headers (X-aws-proxy-auth from CreateMicrovmAuthToken), which a browser opening a preview URL cannot send",
+			Snapshot:            "Lambda MicroVMs have no snapshot of a running MicroVM that can start another (their snapshots are the image's)",
+			Stats:               "the MicroVM API reports no resource usage of a running MicroVM",
+			LiveEgress:          "a MicroVM's network connectors are fixed when it is run: neither suspend nor resume changes them",
+			DomainEgressRules:   "a Lambda network connector has no hostname allowlist, and the binding puts no egress proxy in the MicroVM's path",
+			PublicOnlyEgress:    "without a connector a MicroVM also reaches the instance metadata service at 169.254.169.254, which no connector governs",
+			EnforcedLimits:      "MicroVM sizes are memory tiers (baselines 512 MiB to 8 GiB, bursting to 4x with 1 to 16 vCPU), not ceilings: a declared cpu or memory ceiling cannot be held",
+			ProcessLimit:        "a MicroVM has no per-sandbox process limit",
+			DiskLimit:           "a MicroVM's disk is its tier's (8 GiB up to the 2048 MiB tier), not a declared size",
+			IdleTimeout:         "a MicroVM's idle policy counts only inbound traffic through its endpoint (a long command with no input is idle to it) and suspends rather than ends; the binding turns it off",
+			BackgroundProcesses: "in a MicroVM the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the session ends",
+			GVisor:              "a MicroVM is a Firecracker VM: the platform's boundary, not gVisor",
+			Labels:              "RunMicrovm takes no labels or tags",
+			ImageHost:           reasonNoHostRoot,
+			ImageDir:            reasonNoDirRoot,
+			ImageOCI:            "a MicroVM image is built from a Dockerfile: push a local OCI layout or tarball to a registry and declare its reference",
+			DockerRuntime:       reasonDockerLocal,
+		}, bounds: Bounds{MaxLifetimeSeconds: AWSMaxLifetimeSeconds},
 			values: map[Property]string{
 				PropCPU:          "platform-sized (" + AWSDefaultTier + ": bursts to 4 vCPU)",
 				PropMemory:       "platform-sized (" + AWSDefaultTier + ": 2048 MiB baseline, bursts to 8 GiB)",
 				PropDisk:         "platform-sized (" + AWSDefaultTier + ": 8 GiB)",
 				PropMaxProcesses: "unbounded within the MicroVM (aws has no process limit)",
+				PropIdleTimeout:  "none (the MicroVM lives until its lifetime ends or it is terminated)",
 			}},
 
 		// Azure Container Apps sandboxes (issue 22, backend/azure publishes this set): a

@@ -79,7 +79,9 @@ func TestPublishedFacts(t *testing.T) {
 		{AWS, LiveEgress, false, "fixed when it is run"},
 		{AWS, SessionLifetime, true, ""},
 		{AWS, SuspendResume, true, ""},
-		{AWS, Preview, true, ""},
+		{AWS, Preview, false, "request headers"},
+		{AWS, IdleTimeout, false, "inbound traffic"},
+		{AWS, BackgroundProcesses, false, "process group"},
 		{AWS, GVisor, false, "Firecracker"},
 		// Azure Container Apps sandboxes (§2): per-sandbox egress policy with host rules, sizes
 		// by cpu and memory, files on the data plane, exec without stdin.
@@ -126,7 +128,7 @@ func TestBounds(t *testing.T) {
 		Local:      {MaxProcesses: LocalMaxProcesses},
 		Docker:     {},
 		Kubernetes: {},
-		AWS:        {MaxLifetimeSeconds: 28800, MinIdleTimeoutSeconds: 60},
+		AWS:        {MaxLifetimeSeconds: 28800},
 		Azure:      {MaxCPUMillis: 2000, MaxMemoryBytes: 4 << 30},
 		GCP:        {},
 	}

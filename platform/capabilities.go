@@ -23,9 +23,8 @@ type Source struct {
 }
 
 // Capabilities is the capability set of the platform c names: an opened backend's when one can
-// be opened here (the set its Create checks), else the set its backend publishes (a cloud
-// platform's design until its binding exists). For Auto it is the set of the platform Auto
-// opens; when nothing can be opened, the error says why.
+// be opened here (the set its Create checks), else the set its backend publishes. For Auto it
+// is the set of the platform Auto opens; when nothing can be opened, the error says why.
 func Capabilities(ctx context.Context, c Config) (capability.Set, Source, error) {
 	return defaultOpeners.capabilities(ctx, c)
 }
@@ -73,13 +72,15 @@ func (o openers) capabilities(ctx context.Context, c Config) (capability.Set, So
 }
 
 // Published is the set platform p's backend publishes without an instance: local's is probed
-// from this host; docker's and kubernetes' are their backends'; the clouds' are their designs.
+// from this host; every other platform's is its backend's own published set.
 func Published(p capability.Platform) (capability.Set, error) {
 	switch p {
 	case capability.Docker:
 		return docker.Published(), nil
 	case capability.Kubernetes:
 		return publishedKubernetes(), nil
+	case capability.AWS:
+		return publishedAWS(), nil
 	case capability.GCP:
 		return gcp.Published(), nil
 	case capability.Azure:
@@ -94,6 +95,8 @@ func instanceText(ch Choice) string {
 		return "this host's local runtime"
 	case capability.Docker:
 		return "docker engine: " + ch.Engine
+	case capability.AWS:
+		return "the aws backend configured here: " + ch.Engine
 	}
 	return "the " + string(ch.Platform) + " backend configured here"
 }
@@ -106,8 +109,6 @@ func publishedText(p capability.Platform, openErr error) string {
 	switch {
 	case p == capability.Local:
 		return fmt.Sprintf("probed from this host; the local runtime cannot start here: %s", firstLine(openErr.Error()))
-	case errors.Is(openErr, ErrNotBuilt):
-		return "as airlock's " + string(p) + " backend is designed; its binding is not built yet"
 	}
 	return fmt.Sprintf("as airlock's %s backend publishes it; none can be opened here: %s", p, firstLine(openErr.Error()))
 }

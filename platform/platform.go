@@ -36,6 +36,7 @@ type Config struct {
 	Local      LocalConfig
 	Docker     DockerConfig
 	Kubernetes KubernetesConfig
+	AWS        AWSConfig
 	Azure      AzureConfig
 	Gcp        GcpConfig
 	Logger     *slog.Logger
@@ -86,13 +87,6 @@ func (c Choice) Notice() string {
 	return fmt.Sprintf("airlock: the local runtime cannot run here (%s); using %s (%s)", c.PassedOver, c.Platform, c.Engine)
 }
 
-// ErrNotBuilt is wrapped (with sandbox.ErrUnsupported) by Open for a platform whose binding
-// does not exist yet: plan and capabilities work for it, running does not.
-var ErrNotBuilt = errors.New("binding not built yet")
-
-// cloudIssue is the issue that builds each cloud platform's binding.
-var cloudIssue = map[capability.Platform]int{capability.AWS: 21}
-
 // Parse returns the platform a setting names: Auto ("" too) or a capability.Platform. The
 // error names the allowed values and where the setting came from.
 func Parse(s, from string) (string, error) {
@@ -120,10 +114,10 @@ type opener func(ctx context.Context, c Config) (b Backend, engine string, err e
 // openers are the constructors Open uses (tests give Auto others).
 type openers struct {
 	local, docker, kubernetes opener
-	gcp, azure                opener
+	aws, gcp, azure           opener
 }
 
-var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, gcp: openGcp, azure: openAzure}
+var defaultOpeners = openers{local: openLocal, docker: openDocker, kubernetes: openKubernetes, aws: openAWS, gcp: openGcp, azure: openAzure}
 
 func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 	if c.From == "" {
@@ -145,13 +139,15 @@ func (o openers) open(ctx context.Context, c Config) (Backend, Choice, error) {
 		op = o.docker
 	case capability.Kubernetes:
 		op = o.kubernetes
+	case capability.AWS:
+		op = o.aws
 	case capability.Azure:
 		op = o.azure
 	case capability.GCP:
 		op = o.gcp
 	default:
-		return nil, ch, fmt.Errorf("%w: platform %s: %w (issue %d); 'airlock plan --platform %s' and 'airlock capabilities --platform %s' work from its published set",
-			sandbox.ErrUnsupported, p, ErrNotBuilt, cloudIssue[ch.Platform], p, p)
+		// Parse accepted it, so capability.Platforms gained a platform this switch lacks.
+		return nil, ch, fmt.Errorf("%w: platform %s has no opener", sandbox.ErrUnsupported, p)
 	}
 	b, engine, err := op(ctx, c)
 	ch.Engine = engine

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	awsb "github.com/airlock-sandbox/airlock/backend/aws"
 	"github.com/airlock-sandbox/airlock/backend/docker"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/capability"
@@ -239,12 +240,21 @@ func TestOpenExplicitDoesNotFallBack(t *testing.T) {
 	}
 }
 
-func TestOpenCloudNotBuilt(t *testing.T) {
-	for p, issue := range cloudIssue {
-		_, _, err := Open(t.Context(), Config{Platform: string(p)})
-		if !errors.Is(err, sandbox.ErrUnsupported) || !errors.Is(err, ErrNotBuilt) ||
-			!strings.Contains(err.Error(), fmt.Sprintf("issue %d", issue)) || !strings.Contains(err.Error(), "airlock plan --platform "+string(p)) {
-			t.Errorf("Open(%s) = %v; want ErrUnsupported/ErrNotBuilt naming issue %d and plan", p, err, issue)
+// TestOpenEveryPlatform: every platform Parse accepts reaches its own opener.
+func TestOpenEveryPlatform(t *testing.T) {
+	var got capability.Platform
+	at := func(p capability.Platform) opener {
+		return func(context.Context, Config) (Backend, string, error) {
+			got = p
+			return nil, "", errors.New("stop")
+		}
+	}
+	o := openers{local: at(capability.Local), docker: at(capability.Docker), kubernetes: at(capability.Kubernetes),
+		aws: at(capability.AWS), gcp: at(capability.GCP), azure: at(capability.Azure)}
+	for _, p := range capability.Platforms {
+		got = ""
+		if _, _, err := o.open(t.Context(), Config{Platform: string(p)}); err == nil || got != p {
+			t.Errorf("open(%s) reached %q, err %v; want its own opener", p, got, err)
 		}
 	}
 }
@@ -276,8 +286,10 @@ func TestCapabilities(t *testing.T) {
 			return nil, "", noEngine
 		},
 		kubernetes: openKubernetes,
+		aws:        openAWS,
 	}
-	aws, _ := capability.For(capability.AWS)
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
 	for _, tc := range []struct {
 		c        Config
 		want     capability.Set
@@ -287,7 +299,10 @@ func TestCapabilities(t *testing.T) {
 		{Config{Platform: "docker"}, docker.Published(), false, "as airlock's docker backend publishes it; none can be opened here: unsupported: no container engine found"},
 		{Config{Platform: "kubernetes"}, kubernetes.Published(), false, "as airlock's kubernetes backend publishes it"},
 		{Config{Platform: "kubernetes", Kubernetes: KubernetesConfig{BrokerURL: "http://127.0.0.1:1", Namespace: "a"}}, kubernetes.Published(), true, "the kubernetes backend configured here"},
-		{Config{Platform: "aws"}, aws, false, "as airlock's aws backend is designed; its binding is not built yet"},
+		{Config{Platform: "aws"}, awsb.Published(), false, "as airlock's aws backend publishes it; none can be opened here: invalid: aws.region is not set"},
+		{Config{Platform: "aws", AWS: AWSConfig{Region: "eu-north-1", Image: "arn:aws:lambda:eu-north-1:123456789012:microvm-image:x",
+			EgressConnector: "arn:aws:lambda:eu-north-1:123456789012:network-connector:deny", StateDir: t.TempDir()}},
+			awsb.Published(), true, "the aws backend configured here: Lambda MicroVMs in eu-north-1"},
 	} {
 		set, src, err := o.capabilities(t.Context(), tc.c)
 		if err != nil {

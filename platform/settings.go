@@ -26,6 +26,7 @@ type File struct {
 	Platform   string           `json:"platform,omitempty"`
 	Docker     DockerConfig     `json:"docker,omitempty"`
 	Kubernetes KubernetesConfig `json:"kubernetes,omitempty"`
+	AWS        AWSConfig        `json:"aws,omitempty"`
 	Gcp        GcpConfig        `json:"gcp,omitempty"`
 	Azure      AzureConfig      `json:"azure,omitempty"`
 }
@@ -61,14 +62,14 @@ func LoadFile(path string, must bool) (File, error) {
 
 // Settings is the Config the flag, the environment and the config file give, in that order of
 // precedence for the platform (flagSet: --platform was given); the file's docker and
-// kubernetes settings apply whichever platform is chosen.
+// kubernetes (and aws) settings apply whichever platform is chosen.
 func Settings(flag string, flagSet bool) (Config, error) {
 	path, must := ConfigPath()
 	f, err := LoadFile(path, must)
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, Gcp: f.Gcp, Azure: f.Azure}
+	c := Config{Docker: f.Docker, Kubernetes: f.Kubernetes, AWS: f.AWS, Gcp: f.Gcp, Azure: f.Azure}
 	env, envSet := os.LookupEnv(EnvPlatform)
 	switch {
 	case flagSet:

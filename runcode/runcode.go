@@ -168,6 +168,10 @@ func undeclareUnenforced(decl spec.Sandbox, set capability.Set) spec.Sandbox {
 	if !set.Has(capability.IdleTimeout) {
 		decl.Session.IdleTimeoutSeconds = nil
 	}
+	// Its labels say what made it; a platform that keeps none (aws) is not asked to.
+	if !set.Has(capability.Labels) {
+		decl.Labels = nil
+	}
 	return decl
 }
 

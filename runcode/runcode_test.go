@@ -405,6 +405,34 @@ func TestUndeclareUnenforced(t *testing.T) {
 	}
 }
 
+// TestRunTakesPlatformSizes: on a platform that sizes a sandbox itself and keeps no labels
+// (aws's published set), a run is not refused for the run's own size and labels: they stay
+// undeclared, and Create gets the declaration with the platform's values left out.
+func TestRunTakesPlatformSizes(t *testing.T) {
+	set, err := capability.For(capability.AWS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeBackend{set: set, exec: func(_ context.Context, _ sandbox.ExecRequest, stdout, _ io.Writer) (sandbox.ExecResult, error) {
+		io.WriteString(stdout, "4\n")
+		return sandbox.ExecResult{}, nil
+	}}
+	res, err := Run(t.Context(), f, Request{Language: "python", Code: "print(2+2)"}, Options{Image: spec.Image{Ref: "registry.example/python:3"}})
+	if err != nil || res.Stdout != "4\n" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if len(f.created) != 1 {
+		t.Fatalf("%d sandboxes created", len(f.created))
+	}
+	d := f.created[0]
+	if d.Limits.CPU != "" || d.Limits.Memory != "" || d.Limits.MaxProcesses != nil || d.Limits.Disk != "" || len(d.Labels) != 0 {
+		t.Errorf("created %+v: want the platform's size and no labels", d)
+	}
+	if d.Session.MaxLifetimeSeconds == nil || d.Egress.Mode != spec.EgressDeny {
+		t.Errorf("created %+v: want the run's lifetime and egress deny", d)
+	}
+}
+
 // TestRunTakesPlatformValues: on a platform that cannot hold run_code's limits but publishes
 // its own values for them, a run creates its sandbox with those left to the platform (the
 // backend's own check in Create accepts it), holds what the platform enforces at airlock's

@@ -419,6 +419,8 @@ func copyFile(t *testing.T, from, to string) {
 // it came from.
 func TestPlatformRefusals(t *testing.T) {
 	t.Setenv(platform.EnvConfig, writeConfigFile(t, ""))
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
 	t.Setenv("AIRLOCK_GCP_LAUNCHER", "")
 	t.Setenv(platform.EnvPlatform, "")
 	sock := filepath.Join(t.TempDir(), "a.sock")
@@ -434,7 +436,8 @@ func TestPlatformRefusals(t *testing.T) {
 		stderr []string
 	}{
 		{server: true, args: []string{"serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(t.TempDir(), "k")}, code: 1,
-			stderr: []string{"platform aws", "binding not built yet (issue 21)", "'airlock plan --platform aws'"}},
+			stderr: []string{"platform aws", "aws.region is not set"}},
+		{env: "aws", args: []string{"run", "-c", "1"}, code: exitRunFailed, stderr: []string{"aws.region is not set"}},
 		{server: true, args: []string{"mcp", "--platform", "gcp"}, code: 1, stderr: []string{"platform gcp", "the Cloud Run sandbox launcher /usr/local/gcp/bin/sandbox", "sandboxLauncher: true"}},
 		{server: true, args: []string{"mcp", "--platform", "openstack"}, code: 2, stderr: []string{`platform "openstack" (from --platform): allowed are auto, local`}},
 		{args: []string{"run", "--platform", "azure", "-c", "1"}, code: exitRunFailed, stderr: []string{"platform azure (chosen by --platform)", "azure subscription is not set (config file key azure.subscription)"}},

@@ -23,6 +23,11 @@ const usage = `usage:
   airlock-agent serve --config <file|->   run the agent with an agent.Config (JSON) from a file or stdin;
                                           exits 3 when its idleTimeout ended it
   airlock-agent init ...                  the local runtime's in-namespace first stage
+  airlock-agent lambda [--hooks tcp:H:P] [--listen tcp:H:P]
+                                          an AWS Lambda MicroVM's guest: answer the lifecycle
+                                          hooks (default tcp:0.0.0.0:8080); the run hook's body
+                                          is the session's config; serve it on --listen
+                                          (default tcp:0.0.0.0:8971)
   airlock-agent bridge unix:<path>        copy stdin to the agent socket at path and its answers
                                           to stdout (how a launcher's exec reaches the agent)
   airlock-agent version                   print the agent and protocol versions
@@ -60,6 +65,8 @@ func Main(args []string) int {
 		return serve(args[1:], os.Stdin)
 	case "init":
 		return nsinit.Main(args[1:])
+	case "lambda":
+		return lambda(args[1:])
 	case "bridge":
 		return bridge(args[1:], os.Stdin, os.Stdout)
 	case "version":

@@ -136,7 +136,7 @@ func walk(t testing.TB, b sandbox.Backend, opts Options, exercisedBy map[capabil
 		}
 		d := opts.Decl("conf-walk")
 		mod(&d, t)
-		d.ApplyDefaults()
+		d = plan.Defaults(b.Platform(), set, d)
 		sess, err := b.Create(ctx, d)
 		if err == nil {
 			t.Errorf("%s: no, but Create of a declaration needing it succeeded", n)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -24,7 +25,7 @@ import (
 type Options struct {
 	// Decl returns the declaration to create for a test, before defaults: at least an image
 	// the backend can start with sh, echo, sleep, pwd, cat, test, head, tail, cut, tr, sort,
-	// wc and python3. ApplyDefaults is called on the result. Its image kind and runtime are
+	// wc and python3. plan.Defaults is applied to the result. Its image kind and runtime are
 	// what the walk counts as exercised for those capabilities.
 	Decl func(id string) spec.Sandbox
 	// OpTimeout bounds each backend call (default 2 minutes).
@@ -232,13 +233,16 @@ func (s *suite) decl(id string) spec.Sandbox {
 	if !slices.Contains(declIDs[s.name], id) && !(s.name == "ImageKinds" && strings.HasPrefix(id, "conf-image-")) {
 		s.t.Fatalf("conformance: subtest %s creates %s, which declIDs does not list for it: add it (Declarations must name every sandbox the suite creates)", s.name, id)
 	}
-	return declFor(s.opts, id)
+	return declFor(s.opts, s.b.Capabilities(s.ctx()), id)
 }
 
-func declFor(opts Options, id string) spec.Sandbox {
+// declFor defaults a declaration as a caller gives it to Create: airlock's defaults where the
+// platform (set) holds them, its own values where it publishes them (plan.Defaults, as the
+// daemon and run_code do); with PlatformDefaults, none.
+func declFor(opts Options, set capability.Set, id string) spec.Sandbox {
 	d := opts.Decl(id)
 	if !opts.PlatformDefaults {
-		d.ApplyDefaults()
+		d = plan.Defaults(set.Platform, set, d)
 	}
 	if tw, ok := tweaks[id]; ok {
 		tw(&d)
@@ -311,12 +315,12 @@ func Declarations(opts Options, caps capability.Set) []spec.Sandbox {
 		}
 		for _, id := range declIDs[tc.name] {
 			if id != "conf-from-snap" {
-				out = append(out, declFor(opts, id))
+				out = append(out, declFor(opts, caps, id))
 			}
 		}
 		if tc.name == "ImageKinds" {
 			for i, img := range opts.Images {
-				d := declFor(opts, fmt.Sprintf("conf-image-%d", i))
+				d := declFor(opts, caps, fmt.Sprintf("conf-image-%d", i))
 				d.Image = img
 				out = append(out, d)
 			}
