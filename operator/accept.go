@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -58,6 +59,13 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 	default:
 		refuse("spec.runtime %q: allowed on kubernetes is native", d.Runtime)
 	}
+	// The disk is a tmpfs charged to the pod's memory (BuildPod), so the container's memory
+	// limit is their sum.
+	if mem, err := d.Limits.MemoryBytes(); err == nil {
+		if disk, err := d.Limits.DiskBytes(); err == nil && disk > math.MaxInt64-mem {
+			refuse("spec.limits.disk %s: with limits.memory %s it exceeds 8 EiB; a pod's disk is a tmpfs in its memory, so its memory limit is their sum, at most 8 EiB (rule %s)", d.Limits.Disk, d.Limits.Memory, RuleMemoryPlusDisk)
+		}
+	}
 	if d.Egress.Mode == spec.EgressAllowDomains {
 		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny, allow (public internet only) and open (no restriction)")
 	}
@@ -86,8 +94,9 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 // plan.RuleKubernetesHostedBy), so a refusal reads the same from plan, the Sandbox's
 // condition and the broker.
 const (
-	RuleReservedLabel = "kubernetes.reservedLabel"
-	RuleHostedBy      = "kubernetes.hostedBy"
+	RuleReservedLabel  = "kubernetes.reservedLabel"
+	RuleHostedBy       = "kubernetes.hostedBy"
+	RuleMemoryPlusDisk = "kubernetes.memoryPlusDisk"
 )
 
 // MaxPoolSize bounds spec.poolSize.

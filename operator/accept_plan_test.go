@@ -57,6 +57,8 @@ func TestPlanAgreesWithAccept(t *testing.T) {
 		{"image tarball", func(s *v1alpha1.SandboxSpec) { s.Image = spec.Image{Tarball: "/srv/i.tar"} }, "image"},
 		{"image snapshot", func(s *v1alpha1.SandboxSpec) { s.Image = spec.Image{Snapshot: "warm"} }, "image"},
 		{"invalid memory", func(s *v1alpha1.SandboxSpec) { s.Limits.Memory = "lots" }, "limits.memory"},
+		{"memory + disk past 8 EiB", func(s *v1alpha1.SandboxSpec) { s.Limits.Memory, s.Limits.Disk = "5Ei", "4Ei" }, "limits.disk"},
+		{"memory + disk just within 8 EiB", func(s *v1alpha1.SandboxSpec) { s.Limits.Memory, s.Limits.Disk = "4Ei", "3Ei" }, ""},
 		{"zero processes", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(0) }, "limits.maxProcesses"},
 		{"idle beyond the lifetime", func(s *v1alpha1.SandboxSpec) {
 			s.Session = spec.Session{MaxLifetimeSeconds: i64(60), IdleTimeoutSeconds: i64(61)}

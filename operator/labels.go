@@ -36,6 +36,9 @@ const (
 	AgentBinary       = AgentDir + "/airlock-agent"
 	ConfigDir         = "/airlock-config" // downward API: the agent config from the annotation
 	ConfigFile        = ConfigDir + "/config.json"
+	// ScratchVolume is the sandbox's only writable place: a memory-backed emptyDir of
+	// limits.disk, mounted at the workdir and /tmp (subPaths workdir and tmp).
+	ScratchVolume     = "scratch"
 	ImageAgentPath    = "/airlock-agent"    // where the airlock image holds the lean agent
 	ImageOperatorPath = "/airlock-operator" // and this binary (it copies the agent)
 	DefaultAgentPort  = 7070

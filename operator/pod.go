@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -95,15 +96,24 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 		return nil, err
 	}
 	cpuReq := max(cpuMilli/cpuRequestDivisor, 1)
+	// The sandbox writes only to one memory-backed emptyDir (the workdir and /tmp are subPaths
+	// of it) whose tmpfs the kubelet sizes to sizeLimit = limits.disk, so a write past the disk
+	// fails with ENOSPC at once; a disk-backed emptyDir's sizeLimit is only an eviction after the
+	// fact. tmpfs pages are charged to the writer's memory cgroup, so the container's memory is
+	// limits.memory + limits.disk: files cannot take the processes' memory, nor a full disk get
+	// the agent OOM-killed. No ephemeral-storage is requested: nothing the sandbox writes is on
+	// the node's disk (the root filesystem is read-only).
+	if diskBytes > math.MaxInt64-memBytes {
+		return nil, fmt.Errorf("limits.memory %s + limits.disk %s exceed 8 EiB (Accept refuses it)", d.Limits.Memory, d.Limits.Disk)
+	}
+	podMem := *resource.NewQuantity(memBytes+diskBytes, resource.BinarySI)
 	limits := corev1.ResourceList{
-		corev1.ResourceCPU:              *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
-		corev1.ResourceMemory:           *resource.NewQuantity(memBytes, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(diskBytes, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
+		corev1.ResourceMemory: podMem,
 	}
 	requests := corev1.ResourceList{
-		corev1.ResourceCPU:              *resource.NewMilliQuantity(cpuReq, resource.DecimalSI),
-		corev1.ResourceMemory:           *resource.NewQuantity(memBytes, resource.BinarySI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(diskBytes, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(cpuReq, resource.DecimalSI),
+		corev1.ResourceMemory: podMem,
 	}
 	disk := resource.NewQuantity(diskBytes, resource.BinarySI)
 	yes, no := true, false
@@ -171,8 +181,8 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "airlock-bin", MountPath: AgentDir, ReadOnly: true},
 					{Name: "airlock-config", MountPath: ConfigDir, ReadOnly: true},
-					{Name: "workdir", MountPath: d.Workdir},
-					{Name: "tmp", MountPath: "/tmp"},
+					{Name: ScratchVolume, MountPath: d.Workdir, SubPath: "workdir"},
+					{Name: ScratchVolume, MountPath: "/tmp", SubPath: "tmp"},
 				},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(o.AgentPort)}},
@@ -202,8 +212,7 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 						FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationAgentConfig)},
 					}},
 				}}},
-				{Name: "workdir", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: disk}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: disk}}},
+				{Name: ScratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: disk}}},
 			},
 		},
 	}

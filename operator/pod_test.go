@@ -104,10 +104,10 @@ func TestBuildPodIsHardened(t *testing.T) {
 		}
 	}
 	lim := main.Resources.Limits
-	if lim.Cpu().MilliValue() != 500 || lim.Memory().Value() != 256<<20 || lim.StorageEphemeral().Value() != 128<<20 {
-		t.Errorf("limits %v, want the declaration's cpu 500m memory 256Mi disk 128Mi", lim)
+	if lim.Cpu().MilliValue() != 500 || lim.Memory().Value() != (256+128)<<20 {
+		t.Errorf("limits %v, want the declaration's cpu 500m and memory 256Mi + disk 128Mi", lim)
 	}
-	if req := main.Resources.Requests; req.Memory().Value() != 256<<20 {
+	if req := main.Resources.Requests; req.Memory().Value() != (256+128)<<20 {
 		t.Errorf("memory request %v, want the limit", req.Memory())
 	}
 	if s.RuntimeClassName != nil {
@@ -115,6 +115,44 @@ func TestBuildPodIsHardened(t *testing.T) {
 	}
 	if s.ActiveDeadlineSeconds != nil {
 		t.Error("an idle pool pod has a deadline: its session's lifetime starts at claim")
+	}
+}
+
+// The sandbox writes only to one memory-backed emptyDir of limits.disk (a tmpfs of that size, so a
+// write past it fails with ENOSPC rather than the kubelet evicting the pod afterwards), mounted
+// at the workdir and /tmp: together they hold limits.disk, not twice it.
+func TestBuildPodDiskIsOneTmpfsOfTheDisk(t *testing.T) {
+	p, d := buildTestPod(t, func(d *spec.Sandbox) { d.Workdir = "/w"; d.Limits.Disk = "16Mi" })
+	var scratch *corev1.Volume
+	for i, v := range p.Spec.Volumes {
+		if v.Name == ScratchVolume {
+			scratch = &p.Spec.Volumes[i]
+		}
+	}
+	if scratch == nil || scratch.EmptyDir == nil {
+		t.Fatalf("no emptyDir %q in %+v", ScratchVolume, p.Spec.Volumes)
+	}
+	if scratch.EmptyDir.Medium != corev1.StorageMediumMemory || scratch.EmptyDir.SizeLimit == nil || scratch.EmptyDir.SizeLimit.Value() != 16<<20 {
+		t.Errorf("scratch emptyDir %+v, want medium Memory, sizeLimit 16Mi", scratch.EmptyDir)
+	}
+	var writable []string
+	for _, m := range p.Spec.Containers[0].VolumeMounts {
+		if m.ReadOnly {
+			continue
+		}
+		writable = append(writable, m.MountPath)
+		if m.Name != ScratchVolume {
+			t.Errorf("%s is writable on volume %q, not the sized tmpfs", m.MountPath, m.Name)
+		}
+	}
+	if want := []string{d.Workdir, "/tmp"}; !slices.Equal(writable, want) {
+		t.Errorf("writable mounts %v, want %v", writable, want)
+	}
+	if !*p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("root filesystem writable: the disk would be unbounded")
+	}
+	if _, ok := p.Spec.Containers[0].Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
+		t.Error("ephemeral-storage limit set: nothing the sandbox writes is on the node's disk")
 	}
 }
 

@@ -2,9 +2,11 @@
 package plan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
@@ -30,6 +32,9 @@ const (
 	// RuleKubernetesLabel: the operator's own label keys (the airlock.dev/ prefix and
 	// app.kubernetes.io/managed-by) select pods for claims and NetworkPolicy.
 	RuleKubernetesLabel = "kubernetes.reservedLabel"
+	// RuleKubernetesMemoryPlusDisk: a pod's disk is a tmpfs in its memory, so its memory limit is
+	// limits.memory + limits.disk, which must fit in 8 EiB.
+	RuleKubernetesMemoryPlusDisk = "kubernetes.memoryPlusDisk"
 	// RuleAzureDiskImage: an azure sandbox starts from a disk image of its sandbox group,
 	// named by the image reference; an OCI reference is not one.
 	RuleAzureDiskImage = "azure.diskImage"
@@ -504,13 +509,19 @@ func (c *checker) platformRules() {
 			}
 		}
 	case capability.Kubernetes:
-		// The operator's Accept (operator/accept.go) refuses both.
+		// The operator's Accept (operator/accept.go) refuses all three.
 		for _, k := range slices.Sorted(maps.Keys(sb.Labels)) {
 			if strings.HasPrefix(k, kubernetesLabelPrefix) || k == kubernetesLabelManagedBy {
 				c.add("labels["+k+"]", k+"="+sb.Labels[k], "", RuleKubernetesLabel,
 					fmt.Sprintf("label %s is the operator's own (the %s prefix and %s select pods for claims and NetworkPolicy): use another key",
 						k, kubernetesLabelPrefix, kubernetesLabelManagedBy))
 			}
+		}
+		mem, errM := sb.Limits.MemoryBytes()
+		disk, errD := sb.Limits.DiskBytes()
+		if errM == nil && errD == nil && disk > math.MaxInt64-mem {
+			c.add("limits.disk", string(cmp.Or(sb.Limits.Disk, spec.DefaultDisk)), "", RuleKubernetesMemoryPlusDisk,
+				fmt.Sprintf("a pod's disk is a tmpfs in its memory, so its memory limit is limits.memory + limits.disk, at most 8 EiB: with limits.memory %s, declare a smaller disk", cmp.Or(sb.Limits.Memory, spec.DefaultMemory)))
 		}
 		if sb.HostedBy != "" {
 			c.add("hostedBy", sb.HostedBy, "", RuleKubernetesHostedBy,

@@ -183,14 +183,12 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend("app")
-	// Every subtest but two, and so no capability walk (conformance.Options.Subtests), until this
+	// Every subtest but one, and so no capability walk (conformance.Options.Subtests), until this
 	// cluster can exercise what the binding's set claims (issue 27):
 	//   EgressDenyOnlyLoopback: the test cluster's bridge CNI does not enforce NetworkPolicy, and
 	//     the subtest checks the local runtime's mechanism (only lo) rather than a refused
 	//     connection; a pod always has eth0.
-	//   DiskLimitHolds: the kubelet enforces ephemeral storage by evicting the pod after the
-	//     fact, so a write past limits.disk succeeds (64 MiB into a 16Mi workdir, seen here).
-	skip := []string{"EgressDenyOnlyLoopback", "DiskLimitHolds"}
+	skip := []string{"EgressDenyOnlyLoopback"}
 	opts := conformance.Options{Decl: baseDecl, Subtests: slices.DeleteFunc(conformance.SubtestNames(), func(n string) bool {
 		return slices.Contains(skip, n)
 	})}

@@ -4,7 +4,8 @@ import "github.com/airlock-sandbox/airlock/capability"
 
 // unsupported is what a cluster with the airlock operator does not enforce, and why. The
 // operator runs pods with our agent, NetworkPolicy for deny and public-only egress, resource
-// limits and activeDeadlineSeconds; the agent holds the idle timeout (clock from the claim) and
+// limits (the disk a memory-backed emptyDir of limits.disk, in memory limits.memory + limits.disk)
+// and activeDeadlineSeconds; the agent holds the idle timeout (clock from the claim) and
 // the process limit (RLIMIT_NPROC, a code uid per pod).
 var unsupported = map[capability.Name]string{
 	capability.Preview:           "the preview proxy is designed for the local runtime only (issue 6)",
@@ -32,5 +33,13 @@ func Published() capability.Set {
 			s.Entries[n] = capability.Status{Supported: true}
 		}
 	}
+	s.Notes = map[capability.Property]string{capability.PropMemory: MemoryNote}
 	return s
 }
+
+// MemoryNote is how a pod holds limits.memory (plan prints it): the sandbox's writable places
+// are one memory-backed emptyDir, so the container's memory limit is raised by limits.disk to
+// carry it.
+const MemoryNote = "the writable places (workdir, /tmp) are one tmpfs of limits.disk, charged to the pod's memory: " +
+	"the container's memory limit is limits.memory + limits.disk, so code that writes no files may use up to that much memory. " +
+	"A write past limits.disk fails with ENOSPC"

@@ -387,6 +387,14 @@ func (s *suite) diskLimit() {
 	if n, err := strconv.ParseInt(lines[2], 10, 64); err != nil || n > 16<<20 {
 		s.t.Errorf("wrote %s bytes under a 16Mi disk limit", lines[2])
 	}
+	// The write fails at the limit (ENOSPC), not by the sandbox being killed afterwards: the
+	// same session runs code again, and the space comes back when the file goes.
+	if !strings.Contains(got.stderr, "No space left on device") {
+		s.t.Errorf("the write past the disk limit failed with %q, want ENOSPC", got.stderr)
+	}
+	if after := s.sh(a, "rm big && head -c 1048576 /dev/zero > small && wc -c < small"); after.stdout != "1048576\n" {
+		s.t.Errorf("after the full disk: %+v %q %q, want the sandbox to run on", after.res, after.stdout, after.stderr)
+	}
 }
 
 // pauser: a paused sandbox runs nothing and reports paused; resumed, it runs again.
