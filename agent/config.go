@@ -43,7 +43,11 @@ type Config struct {
 	// CgroupV1Memory is the v1 memory cgroup whose memory.oom_control oom_kill counter is read.
 	CgroupV1Memory string `json:"cgroupV1Memory,omitempty"`
 	// CgroupV2 is a delegated cgroup v2 directory the agent creates per-exec children in.
-	CgroupV2         string        `json:"cgroupV2,omitempty"`
+	CgroupV2 string `json:"cgroupV2,omitempty"`
+	// MemoryBytes is the sandbox's memory limit (limits.memory) where its files live in memory
+	// (tmpfs) and the agent cannot read its cgroup's usage (v2: its cgroup fd is rooted below
+	// the limit): an upload is refused before the files would take it (copyIntoMemory).
+	MemoryBytes      int64         `json:"memoryBytes,omitempty"`
 	MaxTimeout       time.Duration `json:"maxTimeout"`
 	DefaultOutputCap int64         `json:"defaultOutputCap"`
 	// ShutdownOnManage enables POST /v1/shutdown (manage class): the agent stops and Serve returns.

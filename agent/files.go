@@ -439,6 +439,21 @@ func (s *server) writeFile(w http.ResponseWriter, r *http.Request) {
 // agent, which is its writer.
 const uploadReserve = 16 << 20
 
+// memoryRoom is how much of the memory limit is left, and the limit: the cgroup's usage where
+// the agent can read it, else the configured limit less what tf's file system holds (the code's
+// own memory is then not counted: the OOM killer takes the code first, oom_score_adj).
+func (s *server) memoryRoom(tf *os.File) (room, limit int64, ok bool) {
+	if room, limit, ok = s.cg.memoryRoom(); ok || s.cfg.MemoryBytes <= 0 {
+		return room, limit, ok
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(tf.Fd()), &st); err != nil {
+		return 0, 0, false
+	}
+	used := int64(st.Blocks-st.Bfree) * st.Bsize
+	return s.cfg.MemoryBytes - used, s.cfg.MemoryBytes, true
+}
+
 // copyIntoMemory copies body into tf. Where tf lives in memory (tmpfs, charged to the
 // sandbox's memory cgroup: the local runtime's writable layer), each chunk first needs room in
 // the memory limit; an upload that would fill it is refused (ErrTooLarge, naming the limit).
@@ -452,7 +467,7 @@ func (s *server) copyIntoMemory(tf *os.File, body io.Reader, abs string) error {
 	for {
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
-			if room, limit, ok := s.cg.memoryRoom(); ok && room < int64(n)+uploadReserve {
+			if room, limit, ok := s.memoryRoom(tf); ok && room < int64(n)+uploadReserve {
 				return fmt.Errorf("%w: writing %s: the sandbox's files are in its memory (tmpfs) and %d of its %d bytes (limits.memory) are left: the upload would fill them", sbtypes.ErrTooLarge, abs, room, limit)
 			}
 			if _, err := tf.Write(buf[:n]); err != nil {

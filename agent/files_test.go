@@ -399,3 +399,34 @@ func TestFilesSwapRace(t *testing.T) {
 		})
 	}
 }
+
+// TestUploadIntoMemoryWithoutCgroup: where the agent cannot read its cgroup's usage (cgroup v2,
+// whose fd is rooted below the limit; here no cgroup at all), an upload into a tmpfs is held to
+// Config.MemoryBytes and refused naming limits.memory, not written until the OOM killer takes
+// the agent, its writer (the cgroup v2 VM: "connection reset by peer").
+func TestUploadIntoMemoryWithoutCgroup(t *testing.T) {
+	testutil.RequireRoot(t)
+	h := newHarness(t)
+	if err := unix.Mount("tmpfs", h.root, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(h.root, unix.MNT_DETACH) })
+	h.cfg.MemoryBytes = 32 << 20
+	h.start()
+	ctx := context.Background()
+	err := h.cl.WriteFile(ctx, "/upload", io.LimitReader(zeroReader{}, 48<<20), 0o644)
+	if !errors.Is(err, sbtypes.ErrTooLarge) || !strings.Contains(err.Error(), "limits.memory") || !strings.Contains(err.Error(), "33554432") {
+		t.Fatalf("upload past the memory: %v, want too large naming limits.memory and its 33554432 bytes", err)
+	}
+	// Within the limit an upload is written whole.
+	if err := h.cl.WriteFile(ctx, "/small", io.LimitReader(zeroReader{}, 4<<20), 0o644); err != nil {
+		t.Fatalf("upload within the memory: %v", err)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

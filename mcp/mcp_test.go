@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/mcp"
 	"github.com/airlock-sandbox/airlock/runcode"
-	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -26,27 +26,7 @@ var agentBin string
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := runcodetest.BuildAgent()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer cleanup()
-			agentBin = bin
-		}
-		code := m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintln(os.Stderr, "goleak:", err)
-				return 1
-			}
-		}
-		return code
-	}())
-}
+func TestMain(m *testing.M) { os.Exit(testutil.MainWithAgent(m, &agentBin)) }
 
 // deadBackend supports everything and creates nothing: the input checks under test must
 // answer before any sandbox is asked for.

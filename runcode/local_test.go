@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/runcode"
@@ -19,27 +19,7 @@ import (
 
 var agentBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := runcodetest.BuildAgent()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer cleanup()
-			agentBin = bin
-		}
-		code := m.Run()
-		if code == 0 {
-			if err := goleak.Find(); err != nil {
-				fmt.Fprintln(os.Stderr, "goleak:", err)
-				return 1
-			}
-		}
-		return code
-	}())
-}
+func TestMain(m *testing.M) { os.Exit(testutil.MainWithAgent(m, &agentBin)) }
 
 func TestLocalLanguages(t *testing.T) {
 	b := runcodetest.Backend(t, agentBin)

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/client"
@@ -33,29 +31,7 @@ import (
 // agentBin is the agent binary TestMain builds, so the suite runs what ships.
 var agentBin string
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := runcodetest.BuildAgent()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer cleanup()
-			agentBin = bin
-		}
-		code := m.Run()
-		if code != 0 {
-			return code
-		}
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-		return 0
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.MainWithAgent(m, &agentBin)) }
 
 const testAPIKey = "test-api-key-0123456789"
 

@@ -2,13 +2,10 @@ package aws_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	awsb "github.com/airlock-sandbox/airlock/backend/aws"
 	"github.com/airlock-sandbox/airlock/backend/aws/fake"
@@ -20,29 +17,7 @@ import (
 // agentBin is the agent binary TestMain builds (root only), so the guests run what ships.
 var agentBin string
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := testutil.Agent()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer cleanup()
-			agentBin = bin
-		}
-		code := m.Run()
-		if code != 0 {
-			return code
-		}
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-		return 0
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testutil.MainWithAgent(m, &agentBin)) }
 
 // Test values: the image's ARN, the reference it was built from, the deny connector.
 const (

@@ -2,7 +2,6 @@ package azure
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -20,27 +19,7 @@ import (
 var agentBin string
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if os.Geteuid() == 0 {
-			bin, cleanup, err := testutil.Agent()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer cleanup()
-			agentBin = bin
-		}
-		code := m.Run()
-		if code != 0 {
-			return code
-		}
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/Azure/azure-sdk-for-go/sdk/azcore/internal/temporal.(*Resource[...]).Get.func1")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-		return 0
-	}()
-	os.Exit(code)
+	os.Exit(testutil.MainWithAgent(m, &agentBin, goleak.IgnoreAnyFunction("github.com/Azure/azure-sdk-for-go/sdk/azcore/internal/temporal.(*Resource[...]).Get.func1")))
 }
 
 // newLocal is a local runtime over a fresh short state dir, for the fake's sandboxes.

@@ -632,6 +632,9 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Agent: agent.Config{
 			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),
 			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
+			// On v2 the agent cannot read the sandbox cgroup's usage (execParent): an upload
+			// into the writable layer (tmpfs, in memory) is checked against this instead.
+			MemoryBytes: r.limits.MemoryBytes,
 		},
 	}
 	restored, err := b.prepareSnapshot(ctx, dir, r, cfg, s.rec.IDBase) // snapshot.go
