@@ -1,20 +1,16 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/backend/aws/fake"
 	"github.com/airlock-sandbox/airlock/capability"
-	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -96,37 +92,7 @@ func TestPlatformAWS(t *testing.T) {
 	// The daemon on aws: its health says so.
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "a.sock")
-	serve := exec.Command(bin, "serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
-	serve.Env = append(os.Environ(), env...)
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	defer func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
-		}
-	}()
-	for ready := false; !ready; {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if conn, err := net.Dial("unix", sock); err == nil {
-			conn.Close()
-			ready = true
-		}
-	}
-	c, err := client.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startServeBin(t, bin, env, &logs, "serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
 	if h, err := c.Health(t.Context()); err != nil || h.Platform != capability.AWS {
 		t.Errorf("GET /healthz: %+v, %v; want platform aws", h, err)
 	}

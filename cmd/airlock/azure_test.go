@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -104,37 +102,7 @@ azure:
 	// The daemon on azure: the SDK creates, execs, writes and reads a file, replaces the
 	// egress policy while the sandbox runs, and terminates.
 	sock := filepath.Join(dir, "a.sock")
-	serve := exec.Command(bin, "serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
-	serve.Env = append(os.Environ(), runEnv...)
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	defer func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
-		}
-	}()
-	for ready := false; !ready; {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if conn, err := net.Dial("unix", sock); err == nil {
-			conn.Close()
-			ready = true
-		}
-	}
-	c, err := client.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startServeBin(t, bin, runEnv, &logs, "serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
 	if h, err := c.Health(t.Context()); err != nil || h.Platform != capability.Azure {
 		t.Errorf("GET /healthz: %+v, %v; want platform azure", h, err)
 	}

@@ -233,37 +233,7 @@ func TestPlatformDocker(t *testing.T) {
 			// The daemon on docker: its health, its set, and airlock sandbox say so.
 			dir := t.TempDir()
 			sock := filepath.Join(dir, "a.sock")
-			serve := exec.Command(bin, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
-			serve.Env = append(os.Environ(), env...)
-			serve.Stdout, serve.Stderr = &logs, &logs
-			if err := serve.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- serve.Wait() }()
-			defer func() {
-				_ = serve.Process.Signal(syscall.SIGTERM)
-				if err := <-exited; err != nil {
-					t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
-				}
-			}()
-			for ready := false; !ready; {
-				select {
-				case err := <-exited:
-					exited <- err
-					t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
-				case <-time.After(10 * time.Millisecond):
-				}
-				if conn, err := net.Dial("unix", sock); err == nil {
-					conn.Close()
-					ready = true
-				}
-			}
-			c, err := client.Dial(sock)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := startServeBin(t, bin, env, &logs, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
 			h, err := c.Health(t.Context())
 			if err != nil || h.Platform != capability.Docker {
 				t.Errorf("GET /healthz: %+v, %v; want platform docker", h, err)
@@ -605,4 +575,49 @@ func TestPlatformRefusals(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startServeBin runs the built `airlock args...` (a serve on a unix socket given in args as --socket), waits
+// until its socket answers, and returns an SDK client of it; at the test's end the client closes
+// and the daemon must end cleanly on SIGTERM.
+func startServeBin(t *testing.T, bin string, env []string, logs *testutil.SyncBuffer, args ...string) *client.Client {
+	t.Helper()
+	sock := ""
+	for i, a := range args {
+		if a == "--socket" && i+1 < len(args) {
+			sock = args[i+1]
+		}
+	}
+	serve := exec.Command(bin, args...)
+	serve.Env = append(os.Environ(), env...)
+	serve.Stdout, serve.Stderr = logs, logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- serve.Wait() }()
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		if err := <-exited; err != nil {
+			t.Errorf("airlock serve on SIGTERM: %v\n%s", err, logs.String())
+		}
+	})
+	for ready := false; !ready; {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("airlock serve ended: %v\n%s", err, logs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
+			ready = true
+		}
+	}
+	c, err := client.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
