@@ -416,7 +416,10 @@ func TestAbuseSignalAgent(t *testing.T) {
 // TestAbuseEscapeDeadline: setsid and a double fork do not outlive the exec (timed out or
 // not), nor the sandbox's lifetime.
 func TestAbuseEscapeDeadline(t *testing.T) {
-	x := newBox(t, func(d *spec.Sandbox) { life := int64(6); d.Session.MaxLifetimeSeconds = &life })
+	// The lifetime leaves room for the execs before it on a loaded machine (6 s did not: under
+	// emulation the lifetime ended during the timed-out exec, SIGKILL before its deadline).
+	const life = 20
+	x := newBox(t, func(d *spec.Sandbox) { l := int64(life); d.Session.MaxLifetimeSeconds = &l })
 	cg, err := x.b.cg.load(x.sess.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -444,16 +447,16 @@ func TestAbuseEscapeDeadline(t *testing.T) {
 	// The sandbox's lifetime ends everything, processes started in the background included.
 	var out bytes.Buffer
 	go func() {
-		_, _ = x.a.Exec(context.Background(), sandbox.ExecRequest{Shell: "setsid sh -c 'sleep 1000 & sleep 1000' & wait", Timeout: 5 * time.Second}, &out, &out)
+		_, _ = x.a.Exec(context.Background(), sandbox.ExecRequest{Shell: "setsid sh -c 'sleep 1000 & sleep 1000' & wait", Timeout: life * time.Second}, &out, &out)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add((life + 30) * time.Second)
 	for {
 		_, err := x.b.Get(context.Background(), x.sess.ID)
 		if errors.Is(err, sandbox.ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox outlived its 6s lifetime (Get: %v)", err)
+			t.Fatalf("the sandbox outlived its %ds lifetime (Get: %v)", life, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
