@@ -163,7 +163,7 @@ func (a *shellAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, 
 	}
 	switch status {
 	case statusNoSetsid:
-		return sandbox.ExecResult{}, fmt.Errorf("%w: exec in %s: the image has no setsid, so a command's deadline cannot be held", sandbox.ErrUnsupported, a.id)
+		return sandbox.ExecResult{}, fmt.Errorf("%w: exec in %s: the image has no setsid that forks (util-linux setsid -f), so a command's deadline cannot be held", sandbox.ErrUnsupported, a.id)
 	}
 	out.ExitCode, out.TimedOut = status, timedOut
 	capOut := func(w io.Writer, s string, max int64) {
@@ -204,7 +204,7 @@ func newNonce() (string, error) {
 	return "airlock-" + hex.EncodeToString(b[:]), nil
 }
 
-// statusNoSetsid is the trailer's status when the image lacks setsid.
+// statusNoSetsid is the trailer's status when the image lacks a setsid with -f (util-linux).
 const statusNoSetsid = -2
 
 // wrap is the script executeShellCommand runs. The command runs as "sh -c" in its own session
@@ -215,12 +215,14 @@ func wrap(nonce, cmd string, timeout time.Duration) string {
 	secs := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
 	mark := "/tmp/." + nonce
 	return strings.Join([]string{
-		"command -v setsid >/dev/null 2>&1 || { printf '\\n%s %d 0\\n' " + nonce + " " + strconv.Itoa(statusNoSetsid) + " >&2; exit 0; }",
+		"setsid -f true </dev/null >/dev/null 2>&1 || { printf '\\n%s %d 0\\n' " + nonce + " " + strconv.Itoa(statusNoSetsid) + " >&2; exit 0; }",
 		"setsid /bin/sh -c " + quote(cmd) + " </dev/null &",
 		"P=$!",
-		"setsid /bin/sh -c \"sleep " + secs + "; : >" + mark + "; kill -KILL -$P\" </dev/null >/dev/null 2>&1 &",
-		"K=$!",
-		"wait $P; R=$?",
+		// The killer is no job of this shell (setsid -f forks it away; it says its pid, the
+		// session's, then lets go of the pipe): bash reports a job that died of a signal
+		// ("line 8: 123 Killed ...") on the command's stderr, and a job's pid is not its group.
+		"K=$(setsid -f /bin/sh -c \"echo \\$\\$; exec </dev/null >/dev/null 2>&1; sleep " + secs + "; : >" + mark + "; kill -KILL -$P\")",
+		"{ wait $P; R=$?; } 2>/dev/null",
 		"kill -KILL -$K 2>/dev/null; kill -KILL -$P 2>/dev/null",
 		"T=0; if [ -e " + mark + " ]; then T=1; rm -f " + mark + "; fi",
 		"printf '\\n%s %d %d\\n' " + nonce + " $R $T >&2",

@@ -63,7 +63,8 @@ func TestWrapHoldsDeadline(t *testing.T) {
 			if out != "out\n" || errs != "err\n" || st != 42 || to {
 				t.Errorf("exit 42: %q %q %d %v", out, errs, st, to)
 			}
-			out, _, st, to = runWrapped(t, sh, "echo started; sleep 600", 300*time.Millisecond)
+			// The deadline leaves a loaded machine time to start the shell and echo.
+			out, _, st, to = runWrapped(t, sh, "echo started; sleep 600", 3*time.Second)
 			if out != "started\n" || !to || st != 137 {
 				t.Errorf("sleep past the deadline: %q status %d timedOut %v", out, st, to)
 			}
@@ -83,7 +84,7 @@ func TestWrapHoldsDeadline(t *testing.T) {
 				t.Fatalf("pid %q", out)
 			}
 			gone := false
-			for range 100 {
+			for wait := time.Now().Add(30 * time.Second); time.Now().Before(wait); {
 				if syscall.Kill(pid, 0) != nil {
 					gone = true
 					break
