@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+
 	"go.uber.org/goleak"
 )
 
@@ -85,16 +87,11 @@ func launcherEnv() []string {
 	return append(os.Environ(), "AIRLOCK_FAKE_LAUNCHER_STATE="+fakeState, "AIRLOCK_AGENT="+fakeAgent)
 }
 
-// requireRoot skips without root (failing under AIRLOCK_REQUIRE_ROOT=1: CI runs this suite)
-// and fails when the fake launcher could not be built.
+// requireRoot is testutil.RequireRoot (the fake launcher runs its sandboxes on the local
+// runtime) and fails when the fake launcher could not be built.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("AIRLOCK_REQUIRE_ROOT") == "1" {
-			t.Fatal("the fake launcher runs its sandboxes on the local runtime, which needs root")
-		}
-		t.Skip("the fake launcher runs its sandboxes on the local runtime, which needs root")
-	}
+	testutil.RequireRoot(t)
 	if setupErr != nil {
 		t.Fatalf("fake launcher setup: %v", setupErr)
 	}
