@@ -2,12 +2,9 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/backend/aws/fake"
 	"github.com/airlock-sandbox/airlock/capability"
@@ -74,25 +71,15 @@ func TestPlatformAWS(t *testing.T) {
 	}
 
 	mcpArgs := []string{"mcp", "--platform", "aws", "--image", imageRef}
-	mcpCmd := exec.Command(bin, mcpArgs...)
-	mcpCmd.Env = append(os.Environ(), env...)
-	var logs testutil.SyncBuffer
-	mcpCmd.Stderr = &logs
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, logs.String())
-	}
-	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
-	if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
-		t.Errorf("run_code through airlock %q: %v %s\n%s", mcpArgs, err, textOf(r), logs.String())
-	}
-	closeMCP(t, cs, &logs)
+	cs, logs := connectMCP(t, bin, env, mcpArgs...)
+	wantRunCode42(t, cs, logs)
+	closeMCP(t, cs, logs)
 	left("run_code")
 
 	// The daemon on aws: its health says so.
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "a.sock")
-	c := startServeBin(t, bin, env, &logs, "serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
+	c := startServeBin(t, bin, env, logs, "serve", "--platform", "aws", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
 	if h, err := c.Health(t.Context()); err != nil || h.Platform != capability.AWS {
 		t.Errorf("GET /healthz: %+v, %v; want platform aws", h, err)
 	}

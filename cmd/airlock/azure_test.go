@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/backend/azure/azurefake"
 	"github.com/airlock-sandbox/airlock/capability"
@@ -85,24 +82,14 @@ azure:
 		t.Errorf("capabilities: exit %d, %q %q", code, out, errs)
 	}
 
-	mcpCmd := exec.Command(bin, "mcp", "--image", "ubuntu")
-	mcpCmd.Env = append(os.Environ(), runEnv...)
-	var logs testutil.SyncBuffer
-	mcpCmd.Stderr = &logs
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, logs.String())
-	}
-	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
-	if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
-		t.Errorf("run_code through airlock mcp on azure: %v %s\n%s", err, textOf(r), logs.String())
-	}
-	closeMCP(t, cs, &logs)
+	cs, logs := connectMCP(t, bin, runEnv, "mcp", "--image", "ubuntu")
+	wantRunCode42(t, cs, logs)
+	closeMCP(t, cs, logs)
 
 	// The daemon on azure: the SDK creates, execs, writes and reads a file, replaces the
 	// egress policy while the sandbox runs, and terminates.
 	sock := filepath.Join(dir, "a.sock")
-	c := startServeBin(t, bin, runEnv, &logs, "serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
+	c := startServeBin(t, bin, runEnv, logs, "serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--log-level", "warn")
 	if h, err := c.Health(t.Context()); err != nil || h.Platform != capability.Azure {
 		t.Errorf("GET /healthz: %+v, %v; want platform azure", h, err)
 	}

@@ -82,23 +82,13 @@ func TestPlatformGCP(t *testing.T) {
 				t.Errorf("capabilities: exit %d, %q %q", code, out, errs)
 			}
 
-			mcpCmd := exec.Command(bin, append([]string{"mcp"}, tc.args...)...)
-			mcpCmd.Env = append(os.Environ(), env...)
-			var logs testutil.SyncBuffer
-			mcpCmd.Stderr = &logs
-			cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, logs.String())
-			}
-			r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
-			if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
-				t.Errorf("run_code through airlock mcp: %v %s\n%s", err, textOf(r), logs.String())
-			}
-			r, err = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
+			cs, logs := connectMCP(t, bin, env, append([]string{"mcp"}, tc.args...)...)
+			wantRunCode42(t, cs, logs)
+			r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_create", Arguments: map[string]any{}})
 			if err != nil || r.IsError {
 				t.Errorf("sandbox_create through airlock mcp: %v %s\n%s", err, textOf(r), logs.String())
 			}
-			closeMCP(t, cs, &logs)
+			closeMCP(t, cs, logs)
 		})
 	}
 }

@@ -210,19 +210,9 @@ func TestPlatformDocker(t *testing.T) {
 			}
 
 			mcpArgs := append([]string{"mcp", "--state-dir", sd, "--image", tarball}, tc.args...)
-			mcpCmd := exec.Command(bin, mcpArgs...)
-			mcpCmd.Env = append(os.Environ(), env...)
-			var logs testutil.SyncBuffer
-			mcpCmd.Stderr = &logs
-			cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: mcpCmd}, nil)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, logs.String())
-			}
-			r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
-			if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
-				t.Errorf("run_code through airlock %q: %v %s\n%s", mcpArgs, err, textOf(r), logs.String())
-			}
-			closeMCP(t, cs, &logs)
+			cs, logs := connectMCP(t, bin, env, mcpArgs...)
+			wantRunCode42(t, cs, logs)
+			closeMCP(t, cs, logs)
 
 			// The warm pool is the local runtime's: an explicit --pool is refused.
 			code, _, errs = runBin(t, env, bin, append(mcpArgs, "--pool", "2")...)
@@ -233,7 +223,7 @@ func TestPlatformDocker(t *testing.T) {
 			// The daemon on docker: its health, its set, and airlock sandbox say so.
 			dir := t.TempDir()
 			sock := filepath.Join(dir, "a.sock")
-			c := startServeBin(t, bin, env, &logs, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
+			c := startServeBin(t, bin, env, logs, append([]string{"serve", "--socket", sock, "--signing-key", filepath.Join(dir, "k"), "--state-dir", sd, "--log-level", "warn"}, tc.args...)...)
 			h, err := c.Health(t.Context())
 			if err != nil || h.Platform != capability.Docker {
 				t.Errorf("GET /healthz: %+v, %v; want platform docker", h, err)
@@ -620,4 +610,28 @@ func startServeBin(t *testing.T, bin string, env []string, logs *testutil.SyncBu
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// connectMCP starts the built `airlock args...` (an mcp command) with env and connects the
+// official MCP client to it over stdio; logs holds its stderr.
+func connectMCP(t *testing.T, bin string, env []string, args ...string) (*sdk.ClientSession, *testutil.SyncBuffer) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	logs := &testutil.SyncBuffer{}
+	cmd.Stderr = logs
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-test", Version: "1"}, nil).Connect(t.Context(), &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	return cs, logs
+}
+
+// wantRunCode42 calls run_code with print(6*7) and wants its exact text.
+func wantRunCode42(t *testing.T, cs *sdk.ClientSession, logs *testutil.SyncBuffer) {
+	t.Helper()
+	r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "print(6*7)"}})
+	if err != nil || textOf(r) != "Exit code: 0\n\n--- stdout ---\n42\n" {
+		t.Errorf("run_code: %v %s\n%s", err, textOf(r), logs.String())
+	}
 }
