@@ -24,6 +24,17 @@ fuzz_budget() {
   esac
 }
 
+# The private dockerd (hack/dockerd.sh) that backend/docker, cmd/airlock and the other docker
+# suites share, started once for the whole run: a test binary stops only an engine it started
+# itself, so with the engine started here none stops it under another package still using it
+# (a stop mid-run unmounts the containers' roots under their live agents).
+docker_dir=${AIRLOCK_DOCKER_DIR:-/var/cache/airlock-docker}
+docker_pid=$(cat "$docker_dir/docker.pid" 2>/dev/null || true)
+if [ -z "$docker_pid" ] || [ "$(cat "/proc/$docker_pid/comm" 2>/dev/null)" != dockerd ]; then
+  ./hack/dockerd.sh start --dir "$docker_dir" >/dev/null
+  trap './hack/dockerd.sh stop --dir "$docker_dir"' EXIT
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "not gofmt-clean:"; echo "$unformatted"; exit 1; fi
