@@ -25,12 +25,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // cgroupRoot is where the host mounts its cgroup hierarchies.
-const cgroupRoot = spares.CgroupRoot
+const cgroupRoot = sessions.CgroupRoot
 
 // agentPidsHeadroom is how many more tasks than the declared maxProcesses the sandbox's pids
 // cgroup allows: the agent's own threads. Code is held to maxProcesses in a child cgroup of its
@@ -416,7 +416,7 @@ func (c *v1Cgroup) setFreezer(ctx context.Context, state string) error {
 	}
 }
 
-// thaw thaws the sandbox's freezer cgroup and every one below it (spares.Freezer.Thaw).
+// thaw thaws the sandbox's freezer cgroup and every one below it (sessions.Freezer.Thaw).
 func (c *v1Cgroup) thaw() error { return freezer{Version: 1, Dir: c.dir("freezer")}.Thaw() }
 
 func (c *v1Cgroup) kill(ctx context.Context) error {
@@ -764,5 +764,5 @@ func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0], true) }
 
 func (c *v2Cgroup) removeEmpty() error { return rmdirTree(c.dirs()[0], false) }
 
-// cgroupGone reports whether err means the cgroup (or the file) is not there (spares.CgroupGone).
-var cgroupGone = spares.CgroupGone
+// cgroupGone reports whether err means the cgroup (or the file) is not there (sessions.CgroupGone).
+var cgroupGone = sessions.CgroupGone

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// A host-image sandbox sees a generated /etc: the chosen host files (spares.HostEtc) and the
+// A host-image sandbox sees a generated /etc: the chosen host files (sessions.HostEtc) and the
 // runtime's own (nsinit.GeneratedEtc). Bound entry by entry that was ~25 bind mounts (and as
 // many mount_setattr calls) per sandbox, built and torn down each time. Instead the host copies
 // them once into a directory under the state dir and every sandbox binds that one directory
@@ -29,7 +29,7 @@ import (
 // are package spares' (a claimer checks a spare's copy without this package).
 
 // etcCacheDir is the state dir's subdirectory that holds the copies.
-const etcCacheDir = spares.EtcCacheDir
+const etcCacheDir = sessions.EtcCacheDir
 
 // etcFormat versions the copy's layout: a change here rebuilds every copy. 2: files keep
 // their modification times.
@@ -39,11 +39,11 @@ const etcFormat = "2"
 type etcCache struct {
 	dir   string          // <state dir>/etc
 	src   string          // the host's /etc
-	names func() []string // the entries of src to copy (spares.HostEtc)
+	names func() []string // the entries of src to copy (sessions.HostEtc)
 
 	mu    sync.Mutex
-	known map[string]*spares.EtcManifest // by workdir
-	// names() as last listed, and src's identity then: listing /etc (spares.HostEtc globs
+	known map[string]*sessions.EtcManifest // by workdir
+	// names() as last listed, and src's identity then: listing /etc (sessions.HostEtc globs
 	// /etc/python3.*) was half of a create's freshness check, and adding, removing or renaming
 	// an entry there changes the directory, so it is listed again only then.
 	namesID  string
@@ -51,7 +51,7 @@ type etcCache struct {
 }
 
 func newEtcCache(stateDir string) *etcCache {
-	return &etcCache{dir: filepath.Join(stateDir, etcCacheDir), src: "/etc", names: spares.HostEtc, known: map[string]*spares.EtcManifest{}}
+	return &etcCache{dir: filepath.Join(stateDir, etcCacheDir), src: "/etc", names: sessions.HostEtc, known: map[string]*sessions.EtcManifest{}}
 }
 
 // get returns the host path of an up-to-date /etc copy for workdir, building one if needed.
@@ -81,7 +81,7 @@ func (c *etcCache) get(workdir string) (string, error) {
 // (its identity is read before listing, so a change during the listing lists again next time).
 // Called with c.mu held.
 func (c *etcCache) hostNames() []string {
-	id := spares.SourceID(c.src)
+	id := sessions.SourceID(c.src)
 	if id != "" && id == c.namesID {
 		return c.namesMem
 	}
@@ -89,16 +89,16 @@ func (c *etcCache) hostNames() []string {
 	return c.namesMem
 }
 
-func (c *etcCache) manifestPath(workdir string) string { return spares.EtcManifestPath(c.dir, workdir) }
+func (c *etcCache) manifestPath(workdir string) string { return sessions.EtcManifestPath(c.dir, workdir) }
 
-func (c *etcCache) readManifest(workdir string) *spares.EtcManifest {
-	return spares.ReadEtcManifest(c.dir, workdir)
+func (c *etcCache) readManifest(workdir string) *sessions.EtcManifest {
+	return sessions.ReadEtcManifest(c.dir, workdir)
 }
 
 // build copies the sources into a new directory, named by what it was made from, and records
 // the manifest. Another process building the same copy at the same time is harmless: the first
 // rename wins and the other copy is dropped.
-func (c *etcCache) build(workdir string, names []string) (*spares.EtcManifest, error) {
+func (c *etcCache) build(workdir string, names []string) (*sessions.EtcManifest, error) {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (c *etcCache) build(workdir string, names []string) (*spares.EtcManifest, e
 		return nil, err
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	m := &spares.EtcManifest{Workdir: workdir, Names: names}
+	m := &sessions.EtcManifest{Workdir: workdir, Names: names}
 	for _, name := range names {
 		src := filepath.Join(c.src, name)
 		if err := copyEtcEntry(src, filepath.Join(tmp, name), &m.Sources); err != nil {
@@ -157,10 +157,10 @@ func (c *etcCache) build(workdir string, names []string) (*spares.EtcManifest, e
 // users may read is unchanged: the host owner is unmapped there either way), directories
 // recursively; other file types are left out. Every directory and regular file is recorded in
 // sources; so is src itself, even when absent (its appearing is a change).
-func copyEtcEntry(src, dst string, sources *[]spares.EtcSource) error {
+func copyEtcEntry(src, dst string, sources *[]sessions.EtcSource) error {
 	_, err := os.Lstat(src)
 	if errors.Is(err, fs.ErrNotExist) {
-		*sources = append(*sources, spares.EtcSource{Path: src})
+		*sources = append(*sources, sessions.EtcSource{Path: src})
 		return nil
 	}
 	if err != nil {
@@ -183,7 +183,7 @@ func copyEtcEntry(src, dst string, sources *[]spares.EtcSource) error {
 		if err != nil {
 			return err
 		}
-		record := func() { *sources = append(*sources, spares.EtcSource{Path: p, ID: spares.SourceID(p)}) }
+		record := func() { *sources = append(*sources, sessions.EtcSource{Path: p, ID: sessions.SourceID(p)}) }
 		mode := info.Mode()
 		switch {
 		case mode&fs.ModeSymlink != 0:
@@ -261,7 +261,7 @@ func (c *etcCache) gc(inUse map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		var m spares.EtcManifest
+		var m sessions.EtcManifest
 		if json.Unmarshal(b, &m) == nil {
 			keep[m.Dir] = true
 		}
@@ -295,7 +295,7 @@ func (b *Backend) etcCurrent(s *session) error {
 	}
 	workdir := rec.Spec.Workdir
 	if workdir == "" {
-		workdir = spec.DefaultWorkdir // spares.DefaultWorkdir
+		workdir = spec.DefaultWorkdir // sessions.DefaultWorkdir
 	}
 	cur, err := b.etc.get(workdir)
 	if err != nil {

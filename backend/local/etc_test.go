@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -235,7 +235,7 @@ func errorsJoin(a, b error) error {
 }
 
 // TestEtcNamesFollowSource: the entries to copy are listed from the source directory (as
-// spares.HostEtc globs /etc/python3.*) again whenever that directory changes: a new entry is in
+// sessions.HostEtc globs /etc/python3.*) again whenever that directory changes: a new entry is in
 // the next copy, a removed one gone from it, though the list is not re-read on every create.
 func TestEtcNamesFollowSource(t *testing.T) {
 	state := t.TempDir()
@@ -283,7 +283,7 @@ func TestEtcNamesFollowSource(t *testing.T) {
 // TestSparesDefaultWorkdir: a claimer defaults a record's workdir as the runtime does (it
 // checks the same /etc manifest without the spec package).
 func TestSparesDefaultWorkdir(t *testing.T) {
-	if spares.DefaultWorkdir != spec.DefaultWorkdir {
-		t.Fatalf("spares.DefaultWorkdir %q, spec.DefaultWorkdir %q", spares.DefaultWorkdir, spec.DefaultWorkdir)
+	if sessions.DefaultWorkdir != spec.DefaultWorkdir {
+		t.Fatalf("sessions.DefaultWorkdir %q, spec.DefaultWorkdir %q", sessions.DefaultWorkdir, spec.DefaultWorkdir)
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -121,7 +121,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	now := time.Now()
 	s := &session{
 		dir: dir, key: key, done: make(chan struct{}),
-		rec: record{RecordCore: spares.RecordCore{
+		rec: record{RecordCore: sessions.RecordCore{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(), Runtime: string(spec.RuntimeGVisor),
 			Creator: creatorOf(decl),
@@ -343,7 +343,7 @@ func (b *Backend) gvisorSpec(dir, rootPath, agentCfg string, r *resolved) (*spec
 				s.Mounts = append(s.Mounts, specs.Mount{Destination: "/" + name, Type: "bind", Source: "/" + name, Options: []string{"rbind", "ro"}})
 			}
 		}
-		for _, name := range spares.HostEtc() {
+		for _, name := range sessions.HostEtc() {
 			src := filepath.Join("/etc", name)
 			fi, err := os.Stat(src)
 			if err != nil || !(fi.IsDir() || fi.Mode().IsRegular()) {

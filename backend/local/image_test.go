@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -395,7 +395,7 @@ func TestReconcileDetachesRootClone(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(mp, unix.MNT_DETACH) })
 	// The record of a native sandbox whose init is gone (its pid never ran).
-	if err := writeRecord(dir, &record{RecordCore: spares.RecordCore{ID: id, SandboxID: "crashed", InitPID: 1 << 30}}); err != nil {
+	if err := writeRecord(dir, &record{RecordCore: sessions.RecordCore{ID: id, SandboxID: "crashed", InitPID: 1 << 30}}); err != nil {
 		t.Fatal(err)
 	}
 	if !mounted(t, mp) {

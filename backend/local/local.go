@@ -26,7 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -615,7 +615,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	now := time.Now()
 	s := &session{
 		dir: dir, key: key, cg: cgr.cg, done: make(chan struct{}),
-		rec: record{RecordCore: spares.RecordCore{
+		rec: record{RecordCore: sessions.RecordCore{
 			ID: id, SandboxID: decl.ID, Generation: 1, CreatedAt: now.UTC(), ExpiresAt: now.Add(r.lifetime).UTC(),
 			Cgroup: path.Join("/", b.opts.CgroupParent, id), CgroupVersion: b.cg.version(),
 			IDRange: idr, IDBase: idBase, Creator: creatorOf(decl),
@@ -900,7 +900,7 @@ func (b *Backend) watchAdopted(s *session, pidfd int) {
 			<-b.stop
 			stopW.Close()
 		}()
-		if !spares.WaitExit(pidfd, int(stopR.Fd())) {
+		if !sessions.WaitExit(pidfd, int(stopR.Fd())) {
 			return
 		}
 		close(s.done)
@@ -1036,7 +1036,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 }
 
 func (b *Backend) client(s *session) *client.Client {
-	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), spares.Tokens(s.key, s.rec.RecordCore, time.Now))
+	return client.New("unix:"+filepath.Join(s.dir, "run", "agent.sock"), sessions.Tokens(s.key, s.rec.RecordCore, time.Now))
 }
 
 // Terminate destroys the sandbox and everything it made, succeeding only once it is gone.
@@ -1076,8 +1076,8 @@ func (b *Backend) Kill(ctx context.Context, sessionID string) error {
 	s.dropWarm()
 	// PID 1 of the sandbox's pid namespace: the kernel kills every other process there and
 	// has reaped them all by the time init exits and its pidfd turns readable.
-	// The kill a one-shot claimer makes without this package (spares.Claimed.Kill) too.
-	if err := spares.SignalKill(s.pidfd, freezerOf(&s.rec)); err != nil {
+	// The kill a one-shot claimer makes without this package (sessions.Claimed.Kill) too.
+	if err := sessions.SignalKill(s.pidfd, freezerOf(&s.rec)); err != nil {
 		return fmt.Errorf("%w: kill %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	select {

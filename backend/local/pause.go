@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -42,9 +42,9 @@ var _ sandbox.Pauser = (*Backend)(nil)
 const pauseTimeout = 2 * time.Second
 
 // The freezer and the read of its state are spares' (a claimer checks a spare is not paused).
-type freezer = spares.Freezer
+type freezer = sessions.Freezer
 
-func freezerOf(rec *record) freezer { return spares.FreezerOf(&rec.RecordCore) }
+func freezerOf(rec *record) freezer { return sessions.FreezerOf(&rec.RecordCore) }
 
 // parseFrozenEvent reads the "frozen" line of a v2 cgroup.events file: whether every task of
 // the cgroup has actually stopped.

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -202,7 +202,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	if err != nil {
 		return nil, err
 	}
-	owner, err := spares.SelfOwner()
+	owner, err := sessions.SelfOwner()
 	if err != nil {
 		return nil, err
 	}
@@ -660,5 +660,5 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	return true
 }
 
-// ownerAlive is spares.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
-var ownerAlive = spares.OwnerAlive
+// ownerAlive is sessions.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
+var ownerAlive = sessions.OwnerAlive

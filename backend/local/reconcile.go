@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -149,8 +149,8 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	return s, nil
 }
 
-// shortHash is spares.ShortHash (the /etc manifests' names use it too).
-var shortHash = spares.ShortHash
+// shortHash is sessions.ShortHash (the /etc manifests' names use it too).
+var shortHash = sessions.ShortHash
 
 // probeCapabilities is what this backend enforces here.
 //

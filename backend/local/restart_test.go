@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -137,7 +137,7 @@ func waitStopped(t *testing.T, pid int) {
 				stopped++ // exited
 				continue
 			}
-			st, err := spares.ParseStat(f)
+			st, err := sessions.ParseStat(f)
 			f.Close()
 			if err == nil && st.State == 'T' {
 				stopped++

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -27,9 +27,9 @@ import (
 //
 // A spare is in one of three states, each visible on disk to every process:
 //   - being made: labelled LabelSpare and LabelSpareFiller, nothing else;
-//   - parked: an index file <state>/spares/<key>/<session> holds its spares.Entry;
+//   - parked: an index file <state>/spares/<key>/<session> holds its sessions.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
-//     dir as spares.ClaimPrefix+<owner>.
+//     dir as sessions.ClaimPrefix+<owner>.
 //
 // The index, the claim and what a claimer checks are package spares', which a one-shot
 // claimer uses without this package (airlock run's lean front).
@@ -63,9 +63,9 @@ type SpareOptions struct {
 func SpareKey(tmpl spec.Sandbox) (string, error) { return PoolKey(tmpl) }
 
 // SparesDir is where a state dir keeps its spares' index (and a filler's log).
-func SparesDir(stateDir string) string { return spares.SparesDir(stateDir) }
+func SparesDir(stateDir string) string { return sessions.SparesDir(stateDir) }
 
-func (b *Backend) spareIndex(key string) string { return spares.IndexDir(b.opts.StateDir, key) }
+func (b *Backend) spareIndex(key string) string { return sessions.IndexDir(b.opts.StateDir, key) }
 
 // FillSpares parks spares of tmpl until opts.Count are parked. Only one process fills a key at
 // a time: when another holds the key's lock, FillSpares returns at once (that one fills).
@@ -90,7 +90,7 @@ func (b *Backend) FillSpares(ctx context.Context, tmpl spec.Sandbox, opts SpareO
 	if err != nil {
 		return err
 	}
-	owner, err := spares.SelfOwner()
+	owner, err := sessions.SelfOwner()
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, _ = a.Exec(wctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second}, io.Discard, io.Discard)
 	cancel()
-	e := spares.Entry{Session: sess.ID}
+	e := sessions.Entry{Session: sess.ID}
 	if opts.Prestart != nil {
 		pctx, cancel := context.WithTimeout(ctx, prestartTimeout)
 		data, err := opts.Prestart(pctx, sess, a)
@@ -200,13 +200,13 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 }
 
 // parkedSpares reads the key's index (newest first); entries it cannot read are skipped.
-func (b *Backend) parkedSpares(key string) ([]spares.Entry, error) {
-	return spares.Parked(b.opts.StateDir, key)
+func (b *Backend) parkedSpares(key string) ([]sessions.Entry, error) {
+	return sessions.Parked(b.opts.StateDir, key)
 }
 
 // takeSpare claims a parked spare's index entry: true when this process won it.
 func (b *Backend) takeSpare(key, id, owner string) bool {
-	return spares.Take(b.opts.StateDir, key, id, owner)
+	return sessions.Take(b.opts.StateDir, key, id, owner)
 }
 
 // retireSpare claims a parked spare and terminates it (filler: too old to hand out).
@@ -244,7 +244,7 @@ func (b *Backend) reapableSpare(dir string, rec *record) bool {
 	if _, err := os.Lstat(filepath.Join(b.spareIndex(key), rec.ID)); err == nil {
 		return false
 	}
-	if owner, claimed := spares.Claimer(dir); claimed {
+	if owner, claimed := sessions.Claimer(dir); claimed {
 		if ownerAlive(owner) {
 			return false
 		}
@@ -309,7 +309,7 @@ func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	owner, err := spares.SelfOwner()
+	owner, err := sessions.SelfOwner()
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -50,7 +50,7 @@ func fill(t *testing.T, b *Backend, opts SpareOptions) {
 }
 
 // fillParked fills spares from empty and returns them, failing unless opts.Count are parked.
-func fillParked(t *testing.T, b *Backend, opts SpareOptions) []spares.Entry {
+func fillParked(t *testing.T, b *Backend, opts SpareOptions) []sessions.Entry {
 	t.Helper()
 	fill(t, b, opts)
 	parked, err := b.parkedSpares(spareKey(t))
@@ -104,7 +104,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 	if n := b.ParkedSpares(key); n != 2 {
 		t.Fatalf("%d parked, want 2", n)
 	}
-	owner, err := spares.SelfOwner()
+	owner, err := sessions.SelfOwner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 			t.Fatalf("claimed %+v (seen %v)", c, seen)
 		}
 		seen[c.ID] = true
-		if _, err := os.Stat(filepath.Join(b.opts.StateDir, c.ID, spares.ClaimPrefix+owner)); err != nil {
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, c.ID, sessions.ClaimPrefix+owner)); err != nil {
 			t.Errorf("no claim record: %v", err)
 		}
 		if out, _, _ := run(t, c.Agent, "echo $((6*7))"); out != "42\n" {
@@ -135,7 +135,7 @@ func TestSpareParkAndClaim(t *testing.T) {
 	// A spare with less lifetime left than the claim needs is not handed out, but discarded:
 	// claimed, for the claimer to terminate.
 	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
-	c, discarded, err := spares.Claim(t.Context(), b.opts.StateDir, key, time.Hour)
+	c, discarded, err := sessions.Claim(t.Context(), b.opts.StateDir, key, time.Hour)
 	if c != nil || err != nil || len(discarded) != 1 || discarded[0] != parked[0].Session {
 		t.Fatalf("a spare with 10 minutes left, claimed for an hour: %v %v, discarded %v", c, err, discarded)
 	}
@@ -144,10 +144,10 @@ func TestSpareParkAndClaim(t *testing.T) {
 	}
 }
 
-// claimSpare is spares.Claim on b's state dir, failing the test on an error or a discard.
-func claimSpare(t *testing.T, b *Backend, key string, minLeft time.Duration) *spares.Claimed {
+// claimSpare is sessions.Claim on b's state dir, failing the test on an error or a discard.
+func claimSpare(t *testing.T, b *Backend, key string, minLeft time.Duration) *sessions.Claimed {
 	t.Helper()
-	c, discarded, err := spares.Claim(t.Context(), b.opts.StateDir, key, minLeft)
+	c, discarded, err := sessions.Claim(t.Context(), b.opts.StateDir, key, minLeft)
 	if err != nil || len(discarded) > 0 {
 		t.Fatalf("claim: %v, discarded %v", err, discarded)
 	}
@@ -169,7 +169,7 @@ func TestSpareReconcile(t *testing.T) {
 	dir := func(id string) string { return filepath.Join(b.opts.StateDir, id) }
 
 	// Claimed by a process that is gone.
-	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), spares.ClaimPrefix+deadOwner(t))); err != nil {
+	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), sessions.ClaimPrefix+deadOwner(t))); err != nil {
 		t.Fatal(err)
 	}
 	// Made by a filler that is gone, never parked.

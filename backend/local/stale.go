@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -35,7 +35,7 @@ func creatorOf(decl spec.Sandbox) string {
 	if decl.Session.CanReconnect() || decl.Labels[LabelPool] != "" || decl.Labels[LabelSpare] != "" {
 		return ""
 	}
-	self, err := spares.SelfOwner()
+	self, err := sessions.SelfOwner()
 	if err != nil {
 		return "" // unknown: reaped at its lifetime, as before
 	}

@@ -13,21 +13,21 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
 // record is session.json: what a later process needs to find, reach and reap a sandbox. The
-// fields but the declaration are spares.RecordCore's (embedded: its JSON fields are this
+// fields but the declaration are sessions.RecordCore's (embedded: its JSON fields are this
 // record's), which a claimer reads without the spec package.
 type record struct {
-	spares.RecordCore
+	sessions.RecordCore
 	Spec spec.Sandbox `json:"spec"`
 }
 
 const (
-	recordFile = spares.RecordFile
+	recordFile = sessions.RecordFile
 	masterFile = statedir.MasterFile
 	lockFile   = statedir.LockFile
 	initLog    = "init.log"
@@ -58,20 +58,20 @@ func writeRecord(dir string, r *record) error {
 
 func readRecord(dir string) (*record, error) {
 	var r record
-	if err := spares.DecodeRecord(dir, &r); err != nil {
+	if err := sessions.DecodeRecord(dir, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // Process identity is spares' (a claimer checks a spare's init without this package).
-type procStat = spares.ProcStat
+type procStat = sessions.ProcStat
 
 var (
-	readStat  = spares.ReadStat
-	startTime = spares.StartTime
-	running   = spares.Running
-	alive     = spares.Alive
+	readStat  = sessions.ReadStat
+	startTime = sessions.StartTime
+	running   = sessions.Running
+	alive     = sessions.Alive
 )
 
 // mountPoints returns the mount points listed in mountinfo text (field 5, octal escapes

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -82,7 +82,7 @@ func TestMountPoints(t *testing.T) {
 
 // TestRecordJSON: session.json is what it was before the record's core moved to spares
 // (sandboxes made by an older binary are still found and reaped, and it finds ours): every
-// field round-trips both ways with the flat record it replaced, and spares.ReadRecord reads
+// field round-trips both ways with the flat record it replaced, and sessions.ReadRecord reads
 // the core and the spec fields a claimer needs from it.
 func TestRecordJSON(t *testing.T) {
 	// flatRecord is record as it was, one struct.
@@ -110,7 +110,7 @@ func TestRecordJSON(t *testing.T) {
 		CgroupVersion: 1, Generation: 3, CreatedAt: at, ExpiresAt: at.Add(time.Hour), Spec: decl, LandlockABI: 4,
 		EtcDir: "v2-abc", Runtime: "gvisor", IDRange: 7, IDBase: 165536,
 	}
-	nested := record{RecordCore: spares.RecordCore{
+	nested := record{RecordCore: sessions.RecordCore{
 		ID: flat.ID, SandboxID: flat.SandboxID, InitPID: flat.InitPID, InitStart: flat.InitStart, Cgroup: flat.Cgroup,
 		CgroupVersion: flat.CgroupVersion, Generation: flat.Generation, CreatedAt: flat.CreatedAt, ExpiresAt: flat.ExpiresAt,
 		LandlockABI: flat.LandlockABI, EtcDir: flat.EtcDir, Runtime: flat.Runtime, IDRange: flat.IDRange, IDBase: flat.IDBase,
@@ -152,18 +152,18 @@ func TestRecordJSON(t *testing.T) {
 	if !reflect.DeepEqual(*got, nested) {
 		t.Errorf("read %+v, want %+v", *got, nested)
 	}
-	light, err := spares.ReadRecord(dir)
+	light, err := sessions.ReadRecord(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if light.RecordCore != nested.RecordCore || light.Spec.Workdir != "/w" || !maps.Equal(light.Spec.Labels, decl.Labels) {
-		t.Errorf("spares.ReadRecord: %+v", *light)
+		t.Errorf("sessions.ReadRecord: %+v", *light)
 	}
 	if err := writeRecord(dir, &nested); err != nil {
 		t.Fatal(err)
 	}
 	var back flatRecord
-	if err := spares.DecodeRecord(dir, &back); err != nil {
+	if err := sessions.DecodeRecord(dir, &back); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(back, flat) {

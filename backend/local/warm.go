@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -19,7 +19,7 @@ import (
 
 // heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a warm
 // one another process holds: a pool's (LabelPool) not yet claimed (claimedFile) whose pool is
-// not this process's, or a spare (LabelSpare) not yet claimed (spares.ClaimPrefix) that another
+// not this process's, or a spare (LabelSpare) not yet claimed (sessions.ClaimPrefix) that another
 // process is making or parked.
 func heldElsewhere(dir string, labels map[string]string) bool {
 	var maker string
@@ -30,14 +30,14 @@ func heldElsewhere(dir string, labels map[string]string) bool {
 		}
 		maker = labels[LabelPoolOwner]
 	case labels[LabelSpare] != "":
-		if _, claimed := spares.Claimer(dir); claimed {
+		if _, claimed := sessions.Claimer(dir); claimed {
 			return false
 		}
 		maker = labels[LabelSpareFiller]
 	default:
 		return false
 	}
-	self, err := spares.SelfOwner()
+	self, err := sessions.SelfOwner()
 	return err != nil || maker != self
 }
 

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -23,7 +23,7 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := fmt.Sprintf("1-%d", start) // a process that stays alive: not reaped as orphaned
-	self, err := spares.SelfOwner()
+	self, err := sessions.SelfOwner()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +34,9 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		hidden bool
 	}{
 		{"pool of another process", map[string]string{LabelPool: "k", LabelPoolOwner: other}, claimedFile, true},
-		{"spare of another process", map[string]string{LabelSpare: "k", LabelSpareFiller: other}, spares.ClaimPrefix + other, true},
+		{"spare of another process", map[string]string{LabelSpare: "k", LabelSpareFiller: other}, sessions.ClaimPrefix + other, true},
 		{"pool of this process", map[string]string{LabelPool: "k", LabelPoolOwner: self}, claimedFile, false},
-		{"spare this process makes", map[string]string{LabelSpare: "k", LabelSpareFiller: self}, spares.ClaimPrefix + self, false},
+		{"spare this process makes", map[string]string{LabelSpare: "k", LabelSpareFiller: self}, sessions.ClaimPrefix + self, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBackend(t)

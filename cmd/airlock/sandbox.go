@@ -291,7 +291,7 @@ func newSandboxLsCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 				return daemonError(err)
 			}
 			if g.Output == cli.OutputJSON {
-				return printJSON(cmd.OutOrStdout(), sessions(sbs))
+				return printJSON(cmd.OutOrStdout(), sessionsOf(sbs))
 			}
 			rows := [][]string{{"SESSION", "SANDBOX", "STATE", "AGE", "EXPIRES", "LABELS"}}
 			now := time.Now()
@@ -590,8 +590,8 @@ execute (exec, files, processes) or manage (pause, resume, terminate), until it 
 	return cmd
 }
 
-// sessions are the sandboxes' sessions, as -o json prints them.
-func sessions(sbs []*client.Sandbox) []sandbox.Session {
+// sessionsOf are the sandboxes' sessions, as -o json prints them.
+func sessionsOf(sbs []*client.Sandbox) []sandbox.Session {
 	out := make([]sandbox.Session, len(sbs))
 	for i, sb := range sbs {
 		out[i] = sb.Session

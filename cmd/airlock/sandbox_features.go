@@ -228,7 +228,7 @@ The snapshot stays (each new session's spec.image.snapshot names it) until
 				return daemonError(err)
 			}
 			if g.Output == cli.OutputJSON {
-				return printJSON(cmd.OutOrStdout(), sessions(kids))
+				return printJSON(cmd.OutOrStdout(), sessionsOf(kids))
 			}
 			for _, k := range kids {
 				fmt.Fprintln(cmd.OutOrStdout(), k.ID)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -411,11 +411,11 @@ func TestRunTerminatesDiscardedSpares(t *testing.T) {
 	env.useSpares(t)
 	id := env.waitSpare(t)
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	owner, err := spares.SelfOwner()
+	owner, err := sessions.SelfOwner()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !spares.Take(env.stateDir, filepath.Base(env.spareIndex(t)), id, owner) {
+	if !sessions.Take(env.stateDir, filepath.Base(env.spareIndex(t)), id, owner) {
 		t.Fatalf("could not claim the parked spare %s", id)
 	}
 	args := append([]string{"--spare-discarded", id, "-c", "print(6*7)"}, env.flags()...)

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 )
 
@@ -39,7 +39,7 @@ const (
 // runtime computes. imageKey is ImageKey's.
 func AliasPath(stateDir, imageKey string) string {
 	h := sha256.Sum256([]byte(imageKey))
-	return filepath.Join(spares.SparesDir(stateDir), aliasPrefix+hex.EncodeToString(h[:8]))
+	return filepath.Join(sessions.SparesDir(stateDir), aliasPrefix+hex.EncodeToString(h[:8]))
 }
 
 // WriteAlias points imageKey's alias at the index of key (a filler does, before it parks).
@@ -165,7 +165,7 @@ func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, nil // never filled for this image
 	}
-	c, discarded, err := spares.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+ClaimMargin)
+	c, discarded, err := sessions.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+ClaimMargin)
 	out := Outcome{Discarded: discarded}
 	if err != nil {
 		// The spares are a speed-up: a run never fails for want of one.
@@ -191,7 +191,7 @@ func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
 
 // finish kills the used spare and starts the filler while the kill runs, held at its gate
 // until the kill is confirmed: it never sees the run's sandbox alive.
-func finish(c *spares.Claimed, r SpareRun, discarded []string) error {
+func finish(c *sessions.Claimed, r SpareRun, discarded []string) error {
 	killed := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)

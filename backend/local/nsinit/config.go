@@ -59,7 +59,7 @@ type Config struct {
 	// RootSource is the host directory of a RootDir root.
 	RootSource string `json:"rootSource,omitempty"`
 	// EtcDir is the host directory a RootHost root gets as its /etc (read-only): the chosen
-	// host files (backend/local/spares.HostEtc) and the generated ones (GeneratedEtc), prepared by the host.
+	// host files (backend/local/sessions.HostEtc) and the generated ones (GeneratedEtc), prepared by the host.
 	EtcDir string `json:"etcDir,omitempty"`
 	// Nameserver is the sandbox's only DNS server (its egress gateway), written to
 	// /etc/resolv.conf (resolv.go); empty under egress deny, where there is none.

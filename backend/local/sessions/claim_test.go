@@ -1,4 +1,4 @@
-package spares_test
+package sessions_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -60,8 +60,8 @@ func newBackend(t *testing.T) testBackend {
 			}
 		}
 		b.Close()
-		parents, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", local.CgroupParentFor(dir)))
-		for _, d := range append(parents, filepath.Join(spares.CgroupRoot, local.CgroupParentFor(dir))) {
+		parents, _ := filepath.Glob(filepath.Join(sessions.CgroupRoot, "*", local.CgroupParentFor(dir)))
+		for _, d := range append(parents, filepath.Join(sessions.CgroupRoot, local.CgroupParentFor(dir))) {
 			_ = os.Remove(d)
 		}
 	})
@@ -88,8 +88,8 @@ func park(t *testing.T, b testBackend, n int) string {
 // hierarchy.
 func cgroupProcs(t *testing.T, rel string) []int {
 	t.Helper()
-	dirs, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", rel))
-	dirs = append(dirs, filepath.Join(spares.CgroupRoot, rel))
+	dirs, _ := filepath.Glob(filepath.Join(sessions.CgroupRoot, "*", rel))
+	dirs = append(dirs, filepath.Join(sessions.CgroupRoot, rel))
 	var pids []int
 	for _, d := range dirs {
 		_ = filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {
@@ -117,14 +117,14 @@ func TestClaimRunKill(t *testing.T) {
 	b := newBackend(t)
 	key := park(t, b, 1)
 	dir := b.dir
-	c, discarded, err := spares.Claim(t.Context(), dir, key, time.Minute)
+	c, discarded, err := sessions.Claim(t.Context(), dir, key, time.Minute)
 	if err != nil || c == nil || len(discarded) != 0 {
 		t.Fatalf("claim: %v, discarded %v, %v", c, discarded, err)
 	}
 	if c.Record.ID != c.ID || c.Record.Spec.Labels[local.LabelSpare] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
 		t.Fatalf("claimed record %+v", *c.Record)
 	}
-	if owner, _ := spares.Claimer(filepath.Join(dir, c.ID)); owner == "" {
+	if owner, _ := sessions.Claimer(filepath.Join(dir, c.ID)); owner == "" {
 		t.Fatal("no claim file")
 	}
 	res, err := c.Agent.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 10 * time.Second}, io.Discard, io.Discard)
@@ -139,7 +139,7 @@ func TestClaimRunKill(t *testing.T) {
 	if err := c.Kill(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if spares.Running(c.Record.InitPID, c.Record.InitStart) {
+	if sessions.Running(c.Record.InitPID, c.Record.InitStart) {
 		t.Errorf("init %d still running after Kill", c.Record.InitPID)
 	}
 	if pids := cgroupProcs(t, c.Record.Cgroup); len(pids) != 0 {
@@ -157,12 +157,12 @@ func TestClaimRunKill(t *testing.T) {
 func TestClaimNone(t *testing.T) {
 	dir := t.TempDir()
 	for _, setup := range []func(){func() {}, func() {
-		if err := os.MkdirAll(spares.IndexDir(dir, "k"), 0o700); err != nil {
+		if err := os.MkdirAll(sessions.IndexDir(dir, "k"), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}} {
 		setup()
-		if c, discarded, err := spares.Claim(t.Context(), dir, "k", time.Minute); c != nil || discarded != nil || err != nil {
+		if c, discarded, err := sessions.Claim(t.Context(), dir, "k", time.Minute); c != nil || discarded != nil || err != nil {
 			t.Fatalf("claim with nothing parked: %v %v %v", c, discarded, err)
 		}
 	}
@@ -175,7 +175,7 @@ func TestClaimConcurrent(t *testing.T) {
 	key := park(t, b, 1)
 	var (
 		mu   sync.Mutex
-		won  []*spares.Claimed
+		won  []*sessions.Claimed
 		errs []error
 		wg   sync.WaitGroup
 	)
@@ -185,7 +185,7 @@ func TestClaimConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			c, discarded, err := spares.Claim(context.Background(), b.dir, key, time.Minute)
+			c, discarded, err := sessions.Claim(context.Background(), b.dir, key, time.Minute)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || len(discarded) != 0 {
@@ -226,16 +226,16 @@ func TestClaimDiscards(t *testing.T) {
 		{"stale /etc copy", time.Minute, func(t *testing.T, b testBackend, id string) {
 			// A host file the copy was made from changes: add one to its manifest, then
 			// change it (the test may not touch the host's /etc).
-			rec, err := spares.ReadRecord(filepath.Join(b.dir, id))
+			rec, err := sessions.ReadRecord(filepath.Join(b.dir, id))
 			if err != nil || rec.EtcDir == "" {
 				t.Fatalf("record %+v %v: a host-image spare has an /etc copy", rec, err)
 			}
-			path := spares.EtcManifestPath(filepath.Join(b.dir, spares.EtcCacheDir), rec.Spec.Workdir)
+			path := sessions.EtcManifestPath(filepath.Join(b.dir, sessions.EtcCacheDir), rec.Spec.Workdir)
 			raw, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var m spares.EtcManifest
+			var m sessions.EtcManifest
 			if err := json.Unmarshal(raw, &m); err != nil {
 				t.Fatal(err)
 			}
@@ -243,14 +243,14 @@ func TestClaimDiscards(t *testing.T) {
 			if err := os.WriteFile(src, []byte("one\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			m.Sources = append(m.Sources, spares.EtcSource{Path: src, ID: spares.SourceID(src)})
+			m.Sources = append(m.Sources, sessions.EtcSource{Path: src, ID: sessions.SourceID(src)})
 			if raw, err = json.Marshal(m); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(path, raw, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := spares.EtcCurrent(b.dir, rec); err != nil {
+			if err := sessions.EtcCurrent(b.dir, rec); err != nil {
 				t.Fatalf("current before the change: %v", err)
 			}
 			time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
@@ -263,7 +263,7 @@ func TestClaimDiscards(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newBackend(t)
 			key := park(t, b, 1)
-			parked, err := spares.Parked(b.dir, key)
+			parked, err := sessions.Parked(b.dir, key)
 			if err != nil || len(parked) != 1 {
 				t.Fatalf("parked %v %v", parked, err)
 			}
@@ -271,15 +271,15 @@ func TestClaimDiscards(t *testing.T) {
 			if tt.spoil != nil {
 				tt.spoil(t, b, id)
 			}
-			c, discarded, err := spares.Claim(t.Context(), b.dir, key, tt.minLeft)
+			c, discarded, err := sessions.Claim(t.Context(), b.dir, key, tt.minLeft)
 			if c != nil || err != nil || !slices.Equal(discarded, []string{id}) {
 				t.Fatalf("claim: %v %v, discarded %v; want %s discarded", c, err, discarded, id)
 			}
-			self, err := spares.SelfOwner()
+			self, err := sessions.SelfOwner()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if owner, _ := spares.Claimer(filepath.Join(b.dir, id)); owner != self {
+			if owner, _ := sessions.Claimer(filepath.Join(b.dir, id)); owner != self {
 				t.Errorf("discarded spare claimed by %q, want this process (%s)", owner, self)
 			}
 			if n := b.ParkedSpares(key); n != 0 {

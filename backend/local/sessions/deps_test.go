@@ -1,4 +1,4 @@
-package spares
+package sessions
 
 import (
 	"os/exec"
@@ -26,11 +26,11 @@ func TestLightDependencies(t *testing.T) {
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		if forbiddenExact[pkg] {
-			t.Errorf("backend/local/spares links %s", pkg)
+			t.Errorf("backend/local/sessions links %s", pkg)
 		}
 		for _, f := range forbidden {
 			if strings.HasPrefix(pkg, f) {
-				t.Errorf("backend/local/spares links %s", pkg)
+				t.Errorf("backend/local/sessions links %s", pkg)
 			}
 		}
 	}

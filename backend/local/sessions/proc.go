@@ -1,4 +1,4 @@
-package spares
+package sessions
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package spares_test
+package sessions_test
 
 import (
 	"os"

@@ -1,5 +1,5 @@
-// Package spares is the light side of backend/local's spares: index, record, claim and kill.
-package spares
+// Package sessions is a local session's core without the runtime: record, liveness, freezer, tokens, and the parked pool's index and claim.
+package sessions
 
 import (
 	"encoding/json"
