@@ -89,7 +89,9 @@ func (c *etcCache) hostNames() []string {
 	return c.namesMem
 }
 
-func (c *etcCache) manifestPath(workdir string) string { return sessions.EtcManifestPath(c.dir, workdir) }
+func (c *etcCache) manifestPath(workdir string) string {
+	return sessions.EtcManifestPath(c.dir, workdir)
+}
 
 func (c *etcCache) readManifest(workdir string) *sessions.EtcManifest {
 	return sessions.ReadEtcManifest(c.dir, workdir)
