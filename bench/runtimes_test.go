@@ -169,15 +169,15 @@ func sideBySideRows(b *testing.B) []row {
 		}})
 		// The CLI taking the spare an earlier run parked (the default): settle waits for the
 		// filler that run started to park the next one and exit.
-		terminateSpares(b, be, state)
+		terminateParked(b, be, state)
 		rows = append(rows, row{name: "airlock-cli-spare", call: func() error {
 			return runPython(cli, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
-		}, settle: func() error { return parkedSpare(state) }})
+		}, settle: func() error { return parkedOne(state) }})
 		// The same through the full CLI itself: what the lean front saves.
 		full := filepath.Join(binDir, "airlock-full")
 		rows = append(rows, row{name: "airlock-full-spare", call: func() error {
 			return runPython(full, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
-		}, settle: func() error { return parkedSpare(state) }})
+		}, settle: func() error { return parkedOne(state) }})
 	} else {
 		missing("airlock-cli", "the airlock CLI did not build")
 	}

@@ -280,9 +280,9 @@ func TestEtcNamesFollowSource(t *testing.T) {
 	}
 }
 
-// TestSparesDefaultWorkdir: a claimer defaults a record's workdir as the runtime does (it
+// TestParkedDefaultWorkdir: a claimer defaults a record's workdir as the runtime does (it
 // checks the same /etc manifest without the spec package).
-func TestSparesDefaultWorkdir(t *testing.T) {
+func TestParkedDefaultWorkdir(t *testing.T) {
 	if sessions.DefaultWorkdir != spec.DefaultWorkdir {
 		t.Fatalf("sessions.DefaultWorkdir %q, spec.DefaultWorkdir %q", sessions.DefaultWorkdir, spec.DefaultWorkdir)
 	}

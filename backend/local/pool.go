@@ -27,9 +27,9 @@ import (
 const (
 	// LabelPool names the pool (a hash of its template) a sandbox was made for.
 	LabelPool = "airlock.pool"
-	// LabelPoolOwner is the process holding the pool: "<pid>-<start time in clock ticks>".
-	LabelPoolOwner = "airlock.pool.owner"
-	claimedFile    = "claimed"
+	// LabelPoolFiller is the process holding the pool: "<pid>-<start time in clock ticks>".
+	LabelPoolFiller = "airlock.pool.owner"
+	claimedFile     = "claimed"
 )
 
 // Pool bounds.
@@ -104,12 +104,12 @@ type PoolStats struct {
 // a pop instead of a create. Claimed sandboxes are single-use: the caller terminates them
 // (Terminate, or Discard to do it off the caller's path). Close the pool before its backend.
 type Pool struct {
-	b     *Backend
-	tmpl  spec.Sandbox
-	key   string
-	owner string
-	opts  PoolOptions
-	log   *slog.Logger
+	b      *Backend
+	tmpl   spec.Sandbox
+	key    string
+	filler string
+	opts   PoolOptions
+	log    *slog.Logger
 
 	ctx    context.Context // ends in-flight creates on Close
 	cancel context.CancelFunc
@@ -189,7 +189,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		return nil, fmt.Errorf("%w: pool template: %v", sandbox.ErrInvalid, errors.Join(fieldErrors(errs)...))
 	}
 	for k := range tmpl.Labels {
-		if k == LabelPool || k == LabelPoolOwner {
+		if k == LabelPool || k == LabelPoolFiller {
 			return nil, bad("template label", k, "is set by the pool itself")
 		}
 	}
@@ -202,7 +202,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	if err != nil {
 		return nil, err
 	}
-	owner, err := sessions.SelfOwner()
+	filler, err := sessions.SelfProc()
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Pool{
-		b: b, tmpl: tmpl, key: key, owner: owner, opts: opts,
+		b: b, tmpl: tmpl, key: key, filler: filler, opts: opts,
 		log: opts.Logger.With("pool", key), ctx: pctx, cancel: cancel,
 		wake: make(chan struct{}, 1), reapQ: make(chan string, reapQueue), target: opts.Size,
 		beforeCreate: beforeCreate,
@@ -386,7 +386,7 @@ func (p *Pool) decl(pooled bool) spec.Sandbox {
 	if !pooled {
 		return Instance(p.tmpl, nil)
 	}
-	return Instance(p.tmpl, map[string]string{LabelPool: p.key, LabelPoolOwner: p.owner})
+	return Instance(p.tmpl, map[string]string{LabelPool: p.key, LabelPoolFiller: p.filler})
 }
 
 // Instance is one sandbox of the template tmpl: its id is tmpl's plus a random suffix, its
@@ -653,12 +653,12 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	if _, err := os.Stat(filepath.Join(dir, claimedFile)); err == nil {
 		return false
 	}
-	if ownerAlive(rec.Spec.Labels[LabelPoolOwner]) {
+	if procAlive(rec.Spec.Labels[LabelPoolFiller]) {
 		return false
 	}
-	b.log.Info("reaping an unclaimed pool sandbox whose pool's process is gone", "session", rec.ID, "pool", key, "owner", rec.Spec.Labels[LabelPoolOwner])
+	b.log.Info("reaping an unclaimed pool sandbox whose pool's process is gone", "session", rec.ID, "pool", key, "owner", rec.Spec.Labels[LabelPoolFiller])
 	return true
 }
 
-// ownerAlive is sessions.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
-var ownerAlive = sessions.OwnerAlive
+// procAlive is sessions.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
+var procAlive = sessions.ProcAlive

@@ -78,7 +78,7 @@ func TestPoolKey(t *testing.T) {
 	if ka == kc {
 		t.Errorf("a different memory limit kept the key %s", ka)
 	}
-	if errs := (&spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Labels: map[string]string{LabelPool: ka, LabelPoolOwner: "123-456"}}).Validate(""); len(errs) > 0 {
+	if errs := (&spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Labels: map[string]string{LabelPool: ka, LabelPoolFiller: "123-456"}}).Validate(""); len(errs) > 0 {
 		t.Errorf("the pool's labels are not valid labels: %v", errs)
 	}
 }
@@ -99,7 +99,7 @@ func TestOwnerAlive(t *testing.T) {
 		{"1", false},
 	}
 	for _, tt := range tests {
-		if got := ownerAlive(tt.owner); got != tt.want {
+		if got := procAlive(tt.owner); got != tt.want {
 			t.Errorf("ownerAlive(%q) = %v, want %v", tt.owner, got, tt.want)
 		}
 	}
@@ -131,7 +131,7 @@ func TestOwnerAliveZombie(t *testing.T) {
 		}
 	}
 	owner := fmt.Sprintf("%d-%d", pid, start)
-	if ownerAlive(owner) {
+	if procAlive(owner) {
 		t.Errorf("ownerAlive(%q) of an exited, unreaped process = true", owner)
 	}
 	if !alive(pid, start) {

@@ -38,7 +38,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		// pool's process is gone, is reaped; spare.go: so is a spare nobody can claim or use
 		// any more.
 		// stale.go: a one-shot sandbox whose creator is gone is reaped too; nobody may use it.
-		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableSpare(dir, rec) && !b.reapableOrphan(rec) {
+		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableParked(dir, rec) && !b.reapableOrphan(rec) {
 			if heldElsewhere(dir, rec.Spec.Labels) {
 				// warm.go: another process's until claimed, and no lookup of this one finds
 				// it; its claimer adopts it (and proves its agent) when it takes it.
@@ -75,7 +75,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 	}
 	// spare.go: index entries of spares reaped above.
-	if err := b.sweepSpareIndex(); err != nil {
+	if err := b.sweepParkedIndex(); err != nil {
 		errs = append(errs, err)
 	}
 	// uidrange.go: ranges of sessions that are gone (adopted ones keep theirs).

@@ -32,10 +32,10 @@ func StaleSessions(stateDir string) ([]string, error) {
 // creatorOf is the Creator a sandbox declared as decl records: this process when nobody may
 // reattach to it and it is neither a pool's nor a spare's (those have owners of their own).
 func creatorOf(decl spec.Sandbox) string {
-	if decl.Session.CanReconnect() || decl.Labels[LabelPool] != "" || decl.Labels[LabelSpare] != "" {
+	if decl.Session.CanReconnect() || decl.Labels[LabelPool] != "" || decl.Labels[LabelParked] != "" {
 		return ""
 	}
-	self, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	if err != nil {
 		return "" // unknown: reaped at its lifetime, as before
 	}
@@ -46,5 +46,5 @@ func creatorOf(decl spec.Sandbox) string {
 // is gone (SIGKILLed mid-run, say): nobody can ever use it again, so it is reaped rather than
 // adopted.
 func creatorGone(rec *record) bool {
-	return rec.Creator != "" && !ownerAlive(rec.Creator)
+	return rec.Creator != "" && !procAlive(rec.Creator)
 }

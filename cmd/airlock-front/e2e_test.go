@@ -16,11 +16,11 @@ import (
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 )
 
-// TestFrontRunsInSpares: installed as airlock next to airlock-full, the front hands the first
+// TestFrontRunsInParked: installed as airlock next to airlock-full, the front hands the first
 // run (nothing parked) to the full CLI, which creates its sandbox and starts the filler; the
 // next runs it serves itself from the spares, with the full CLI's output and exit statuses,
 // text and JSON, and nothing of any run or spare is left at the end.
-func TestFrontRunsInSpares(t *testing.T) {
+func TestFrontRunsInParked(t *testing.T) {
 	testutil.RequireRoot(t)
 	agent, cleanup, err := runcodetest.BuildAgent()
 	if err != nil {
@@ -43,7 +43,7 @@ func TestFrontRunsInSpares(t *testing.T) {
 	}
 	stateDir, parent := runcodetest.StateDir(t), runcodetest.CgroupParent(t)
 	env := append(os.Environ(), "AIRLOCK_AGENT="+agent, envFull+"="+wrapper, "AIRLOCK_SPARES=1")
-	fillers := func() bool { return len(testutil.SpareFillers(stateDir)) == 0 }
+	fillers := func() bool { return len(testutil.PoolFillers(stateDir)) == 0 }
 	t.Cleanup(func() {
 		waitUntil(t, "the fillers to exit", fillers)
 		b, err := local.New(context.Background(), local.Options{StateDir: stateDir, CgroupParent: parent, AgentPath: agent})
@@ -51,7 +51,7 @@ func TestFrontRunsInSpares(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if _, err := b.RetireSpares(context.Background(), false); err != nil {
+		if _, err := b.RetireParked(context.Background(), false); err != nil {
 			t.Errorf("retiring the spares: %v", err)
 		}
 		list, _ := b.List(context.Background())

@@ -70,10 +70,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if !inv.json {
 		opts.Stdout, opts.Stderr = stdout, stderr
 	}
-	out, err := runcli.RunSpare(ctx, runcli.SpareRun{
+	out, err := runcli.RunParked(ctx, runcli.ParkedRun{
 		StateDir: inv.stateDir, ImageKey: inv.image.Key, Req: req, Opts: opts, Log: log,
 		Filler: runcli.Filler{Exe: full, StateDir: inv.stateDir, CgroupParent: inv.cgroupParent,
-			ImageJSON: inv.image.JSON, Count: inv.flags.Spares},
+			ImageJSON: inv.image.JSON, Count: inv.flags.Pool},
 	})
 	if !out.Ran {
 		return execFull(full, args, inv.runAt, out.Discarded, stderr)
@@ -137,7 +137,7 @@ func parse(args []string) (inv invocation, ok bool) {
 	if !runcli.LocalPlatform(*plat, fs.Changed(runcli.PlatformFlag)) {
 		return inv, false
 	}
-	if inv.flags.Check(fs.Changed("spares")) != nil || inv.flags.Spares == 0 || inv.flags.Network {
+	if inv.flags.Check(fs.Changed("spares")) != nil || inv.flags.Pool == 0 || inv.flags.Network {
 		return inv, false
 	}
 	if inv.image, ok = runcli.LightImage(inv.flags.Image); !ok || inv.stateDir == "" {

@@ -43,12 +43,12 @@ func TestLightImageAsFull(t *testing.T) {
 
 // TestFrontConstants pins runcli's copies of what it cannot import.
 func TestFrontConstants(t *testing.T) {
-	host := spareTemplate(spec.Image{Host: true})
+	host := parkedTemplate(spec.Image{Host: true})
 	for _, c := range []struct {
 		name      string
 		got, want any
 	}{
-		{"MaxSpares", runcli.MaxSpares, local.MaxSpares},
+		{"MaxParked", runcli.MaxParked, local.MaxParked},
 		{"ClaimMargin", runcli.ClaimMargin, runcode.ClaimMargin},
 		{"the spare's memory", core.DefaultMemory, string(host.Limits.Memory)},
 	} {

@@ -53,7 +53,7 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			var retired []string
 			var serr error
 			if spares {
-				retired, serr = retireSpares(cmd, stateDirs, dryRun)
+				retired, serr = retireParked(cmd, stateDirs, dryRun)
 			}
 			opts := gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun}
 			if uid := os.Geteuid(); uid != 0 {
@@ -112,8 +112,8 @@ type gcOutput struct {
 	Spares []string `json:"spares,omitempty"`
 }
 
-// retireSpares terminates (or lists) the parked spares of every state dir.
-func retireSpares(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string, error) {
+// retireParked terminates (or lists) the parked spares of every state dir.
+func retireParked(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string, error) {
 	var ids []string
 	var errs []error
 	for _, dir := range stateDirs {
@@ -122,7 +122,7 @@ func retireSpares(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string
 			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 			continue
 		}
-		got, err := b.RetireSpares(cmd.Context(), dryRun)
+		got, err := b.RetireParked(cmd.Context(), dryRun)
 		b.Close()
 		ids = append(ids, got...)
 		if err != nil {

@@ -89,19 +89,19 @@ func TestColdRunKilledIsReaped(t *testing.T) {
 	})
 }
 
-// TestSpareRunKilledKeepsItsDeadline: airlock run in a parked spare, SIGKILLed mid-run, still
+// TestParkedRunKilledKeepsItsDeadline: airlock run in a parked spare, SIGKILLed mid-run, still
 // has its code killed at its --timeout: the deadline is the agent's, inside the sandbox, not
 // the CLI's (issue 25: the code ran on until the spare's lifetime, 11 minutes).
-func TestSpareRunKilledKeepsItsDeadline(t *testing.T) {
+func TestParkedRunKilledKeepsItsDeadline(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	id := env.waitSpare(t)
+	env.useParked(t)
+	id := env.waitParked(t)
 	const marker = "765.43219"
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			if sig != syscall.SIGKILL {
-				id = env.waitSpare(t)
+				id = env.waitParked(t)
 			}
 			run := env.startRun(t, "--timeout", "3s", "-c",
 				"import subprocess, time\nsubprocess.Popen(['sleep', '"+marker+"'])\nprint('up', flush=True)\ntime.sleep(600)")

@@ -29,9 +29,9 @@ func TestMain(m *testing.M) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// airlock run parks spares by default, by starting this executable as a filler: only the
-	// tests calling useSpares want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
+	// tests calling useParked want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
 	// filler is the CLI).
-	os.Setenv(runcli.EnvSpares, "0")
+	os.Setenv(runcli.EnvPool, "0")
 	goleak.VerifyTestMain(m)
 }
 

@@ -100,7 +100,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if g.Output == cli.OutputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
-	// spare.go: with spares, the run takes a parked sandbox when one fits (runcli.RunSpare, the
+	// spare.go: with spares, the run takes a parked sandbox when one fits (runcli.RunParked, the
 	// lean front's own path), and a run that had to create its sandbox starts a filler that
 	// parks the next. The filler does the state dir's upkeep (local.Options.OneShot):
 	// reconcile, capability probe. Spares are the local runtime's: a run the settings send
@@ -109,24 +109,24 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if err != nil {
 		return err
 	}
-	if !onLocal && cmd.Flags().Changed("spares") && f.Spares > 0 {
+	if !onLocal && cmd.Flags().Changed("spares") && f.Pool > 0 {
 		return cli.UsageError("--spares: spares are the local runtime's; the platform is %s", other)
 	}
-	useSpares := onLocal && f.Spares > 0 && runcode.Fits(runcode.Declaration(req, opts), spareTemplate(img))
+	useParked := onLocal && f.Pool > 0 && runcode.Fits(runcode.Declaration(req, opts), parkedTemplate(img))
 	var filler runcli.Filler
 	discarded := f.discarded
-	if useSpares {
-		if filler, err = newFiller(&f.backend, img, f.Spares); err != nil {
+	if useParked {
+		if filler, err = newFiller(&f.backend, img, f.Pool); err != nil {
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
-		out, err := runcli.RunSpare(ctx, runcli.SpareRun{StateDir: filler.StateDir, ImageKey: imageKey(img),
+		out, err := runcli.RunParked(ctx, runcli.ParkedRun{StateDir: filler.StateDir, ImageKey: imageKey(img),
 			Req: req, Opts: opts.Core(), Filler: filler, Log: log})
 		if out.Ran {
 			return report(ctx, cmd, g, out.Result, err)
 		}
 		discarded = append(discarded, out.Discarded...)
 	}
-	f.backend.OneShot = useSpares
+	f.backend.OneShot = useParked
 	b, ch, err := f.backend.Open(ctx, cmd.ErrOrStderr(), cmd.ErrOrStderr(), log)
 	var usage *cli.ExitError
 	if errors.As(err, &usage) {
@@ -139,10 +139,10 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if ch.Platform != capability.Local {
 		// Auto passed the local runtime over: no spares, and the default image is not this
 		// platform's.
-		if cmd.Flags().Changed("spares") && f.Spares > 0 {
+		if cmd.Flags().Changed("spares") && f.Pool > 0 {
 			return cli.UsageError("--spares: spares are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
 		}
-		useSpares = false
+		useParked = false
 		if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if terr := term.Wait(); err == nil {
 		err = terr
 	} // else its error is logged; the run's error says more
-	if useSpares {
+	if useParked {
 		// After the run (its sandbox gone): the filler's start would compete with it.
 		if _, ferr := filler.Start(discarded, false); ferr != nil {
 			log.Warn("spares: starting the filler failed", "err", ferr)

@@ -175,13 +175,13 @@ func TestRunCommand(t *testing.T) {
 	for _, spares := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {
 			if spares {
-				env.useSpares(t)
+				env.useParked(t)
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					var parked string
 					if spares {
-						parked = env.waitSpare(t)
+						parked = env.waitParked(t)
 					}
 					code, stdout, stderr := runCommand(t, cli.OutputText, append(tt.args, env.flags()...), tt.stdin)
 					if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {

@@ -25,13 +25,13 @@ const (
 	// ExitInterrupted is a shell's status for SIGINT.
 	ExitInterrupted = 130
 
-	// EnvSpares overrides --spares' default (0 turns spares off).
-	EnvSpares = "AIRLOCK_SPARES"
-	// SpareOutputCap is the output cap a spare's interpreter starts with: --max-output's
+	// EnvPool overrides --spares' default (0 turns spares off).
+	EnvPool = "AIRLOCK_SPARES"
+	// ParkedOutputCap is the output cap a spare's interpreter starts with: --max-output's
 	// default, so a run with that or a smaller cap can use it.
-	SpareOutputCap = 16 << 20
-	// MaxSpares bounds --spares (local.MaxSpares; pinned by a test of the full CLI).
-	MaxSpares = 8
+	ParkedOutputCap = 16 << 20
+	// MaxParked bounds --spares (local.MaxParked; pinned by a test of the full CLI).
+	MaxParked = 8
 	// ImageHost is --image's value for the host image.
 	ImageHost = "host"
 	// PlatformFlag is --platform's name (internal/cli declares it; the front reads it to hand
@@ -50,7 +50,7 @@ type Flags struct {
 	Code        string
 	Interactive bool
 	MaxOutput   int64
-	Spares      int
+	Pool        int
 }
 
 // Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
@@ -62,8 +62,8 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
 	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
-	fs.Int64Var(&f.MaxOutput, "max-output", SpareOutputCap, "cap on each of stdout and stderr, in bytes")
-	fs.IntVar(&f.Spares, "spares", DefaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvSpares+", else 1)")
+	fs.Int64Var(&f.MaxOutput, "max-output", ParkedOutputCap, "cap on each of stdout and stderr, in bytes")
+	fs.IntVar(&f.Pool, "spares", DefaultPool(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvPool+", else 1)")
 }
 
 // AddBackend declares the local runtime's flags (the full CLI's run, mcp and serve share them).
@@ -100,9 +100,9 @@ func LocalPlatform(flag string, flagSet bool) bool {
 	return v == "" || v == "auto" || v == "local"
 }
 
-// DefaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.
-func DefaultSpares() int {
-	if v, ok := os.LookupEnv(EnvSpares); ok {
+// DefaultPool is --spares' default: $AIRLOCK_SPARES, else 1.
+func DefaultPool() int {
+	if v, ok := os.LookupEnv(EnvPool); ok {
 		if n, err := strconv.Atoi(v); err == nil {
 			return n
 		}
@@ -111,17 +111,17 @@ func DefaultSpares() int {
 	return 1
 }
 
-// Check refuses flag values a run cannot have, as usage errors; spareChanged: --spares was
+// Check refuses flag values a run cannot have, as usage errors; poolChanged: --spares was
 // given (else its value came from $AIRLOCK_SPARES).
-func (f *Flags) Check(sparesChanged bool) error {
+func (f *Flags) Check(poolChanged bool) error {
 	if f.MaxOutput < 1 {
 		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
 	}
-	if f.Spares < 0 || f.Spares > MaxSpares {
-		if !sparesChanged {
-			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvSpares, os.Getenv(EnvSpares), MaxSpares)
+	if f.Pool < 0 || f.Pool > MaxParked {
+		if !poolChanged {
+			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvPool, os.Getenv(EnvPool), MaxParked)
 		}
-		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Spares, MaxSpares)
+		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Pool, MaxParked)
 	}
 	return nil
 }

@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// SpareFillers lists the pids of the running `airlock __spares-fill` processes (the filler a
+// PoolFillers lists the pids of the running `airlock __spares-fill` processes (the filler a
 // run starts, docs/spares.md) working on stateDir.
-func SpareFillers(stateDir string) []string {
+func PoolFillers(stateDir string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {

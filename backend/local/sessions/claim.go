@@ -52,7 +52,7 @@ func Claim(ctx context.Context, stateDir, key string, minLeft time.Duration) (c 
 	if err != nil || len(parked) == 0 {
 		return nil, nil, err
 	}
-	owner, err := SelfOwner()
+	owner, err := SelfProc()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func spareTmpl() spec.Sandbox {
+func parkedTmpl() spec.Sandbox {
 	life := int64(600)
 	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spares-test"}}
 	d.Session.MaxLifetimeSeconds = &life
@@ -68,17 +68,17 @@ func newBackend(t *testing.T) testBackend {
 	return testBackend{b, dir}
 }
 
-// park fills n spares of spareTmpl and returns their key.
+// park fills n spares of parkedTmpl and returns their key.
 func park(t *testing.T, b testBackend, n int) string {
 	t.Helper()
-	if err := b.FillSpares(t.Context(), spareTmpl(), local.SpareOptions{Count: n, MaxAge: time.Minute}); err != nil {
+	if err := b.FillParked(t.Context(), parkedTmpl(), local.ParkOptions{Count: n, MaxAge: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	key, err := local.SpareKey(spareTmpl())
+	key, err := local.PoolKey(parkedTmpl())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := b.ParkedSpares(key); n == 0 {
+	if n := b.ParkedCount(key); n == 0 {
 		t.Fatal("nothing parked")
 	}
 	return key
@@ -121,7 +121,7 @@ func TestClaimRunKill(t *testing.T) {
 	if err != nil || c == nil || len(discarded) != 0 {
 		t.Fatalf("claim: %v, discarded %v, %v", c, discarded, err)
 	}
-	if c.Record.ID != c.ID || c.Record.Spec.Labels[local.LabelSpare] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
+	if c.Record.ID != c.ID || c.Record.Spec.Labels[local.LabelParked] != key || c.Record.Spec.Workdir != spec.DefaultWorkdir {
 		t.Fatalf("claimed record %+v", *c.Record)
 	}
 	if owner, _ := sessions.Claimer(filepath.Join(dir, c.ID)); owner == "" {
@@ -275,14 +275,14 @@ func TestClaimDiscards(t *testing.T) {
 			if c != nil || err != nil || !slices.Equal(discarded, []string{id}) {
 				t.Fatalf("claim: %v %v, discarded %v; want %s discarded", c, err, discarded, id)
 			}
-			self, err := sessions.SelfOwner()
+			self, err := sessions.SelfProc()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if owner, _ := sessions.Claimer(filepath.Join(b.dir, id)); owner != self {
 				t.Errorf("discarded spare claimed by %q, want this process (%s)", owner, self)
 			}
-			if n := b.ParkedSpares(key); n != 0 {
+			if n := b.ParkedCount(key); n != 0 {
 				t.Errorf("%d still parked", n)
 			}
 			if err := b.Terminate(t.Context(), id); err != nil {

@@ -40,8 +40,8 @@ type Entry struct {
 	Prestart json.RawMessage `json:"prestart,omitempty"`
 }
 
-// SparesDir is where a state dir keeps its spares' index (and a filler's log).
-func SparesDir(stateDir string) string { return filepath.Join(stateDir, DirName) }
+// ParkedDir is where a state dir keeps its spares' index (and a filler's log).
+func ParkedDir(stateDir string) string { return filepath.Join(stateDir, DirName) }
 
 // IndexDir is the index of key's parked spares.
 func IndexDir(stateDir, key string) string { return filepath.Join(stateDir, DirName, key) }
@@ -96,8 +96,8 @@ func Claimer(dir string) (string, bool) {
 	return "", false
 }
 
-// SelfOwner is this process as "<pid>-<start time>" (OwnerAlive's format), read once.
-var SelfOwner = sync.OnceValues(func() (string, error) {
+// SelfProc is this process as "<pid>-<start time>" (OwnerAlive's format), read once.
+var SelfProc = sync.OnceValues(func() (string, error) {
 	start, err := StartTime(os.Getpid())
 	if err != nil {
 		return "", err

@@ -87,9 +87,9 @@ func Alive(pid int, start uint64) bool {
 	return err == nil && got == start
 }
 
-// OwnerAlive parses "<pid>-<start>" and reports whether that process still runs: one exiting
+// ProcAlive parses "<pid>-<start>" and reports whether that process still runs: one exiting
 // or a zombie (Running) claims, fills and uses nothing more, so what it owns is up for reaping.
-func OwnerAlive(owner string) bool {
+func ProcAlive(owner string) bool {
 	pidS, startS, ok := strings.Cut(owner, "-")
 	if !ok {
 		return false

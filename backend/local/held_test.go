@@ -23,7 +23,7 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := fmt.Sprintf("1-%d", start) // a process that stays alive: not reaped as orphaned
-	self, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +33,10 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		claim  string // the file a claim leaves in the session dir
 		hidden bool
 	}{
-		{"pool of another process", map[string]string{LabelPool: "k", LabelPoolOwner: other}, claimedFile, true},
-		{"spare of another process", map[string]string{LabelSpare: "k", LabelSpareFiller: other}, sessions.ClaimPrefix + other, true},
-		{"pool of this process", map[string]string{LabelPool: "k", LabelPoolOwner: self}, claimedFile, false},
-		{"spare this process makes", map[string]string{LabelSpare: "k", LabelSpareFiller: self}, sessions.ClaimPrefix + self, false},
+		{"pool of another process", map[string]string{LabelPool: "k", LabelPoolFiller: other}, claimedFile, true},
+		{"spare of another process", map[string]string{LabelParked: "k", LabelParkedFiller: other}, sessions.ClaimPrefix + other, true},
+		{"pool of this process", map[string]string{LabelPool: "k", LabelPoolFiller: self}, claimedFile, false},
+		{"spare this process makes", map[string]string{LabelParked: "k", LabelParkedFiller: self}, sessions.ClaimPrefix + self, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBackend(t)

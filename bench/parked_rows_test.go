@@ -29,32 +29,32 @@ func pooledRun(be *local.Backend, p *local.Pool, rootfs string) error {
 	return nil
 }
 
-// parkedSpare waits until a spare is parked in the state dir and no filler runs for it.
-func parkedSpare(state string) error {
+// parkedOne waits until a spare is parked in the state dir and no filler runs for it.
+func parkedOne(state string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		keys, _ := filepath.Glob(filepath.Join(local.SparesDir(state), "*", "s-*"))
-		if len(keys) > 0 && len(testutil.SpareFillers(state)) == 0 {
+		keys, _ := filepath.Glob(filepath.Join(local.ParkedDir(state), "*", "s-*"))
+		if len(keys) > 0 && len(testutil.PoolFillers(state)) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(local.SparesDir(state), "fill.log"))
+			log, _ := os.ReadFile(filepath.Join(local.ParkedDir(state), "fill.log"))
 			return fmt.Errorf("no spare parked in %s within 2 minutes; filler log:\n%s", state, log)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// terminateSpares, at the benchmark's end, waits for fillers and terminates the spares parked
+// terminateParked, at the benchmark's end, waits for fillers and terminates the spares parked
 // in be's state dir (they would otherwise live out their lifetime).
-func terminateSpares(b *testing.B, be *local.Backend, state string) {
+func terminateParked(b *testing.B, be *local.Backend, state string) {
 	b.Cleanup(func() {
-		for deadline := time.Now().Add(2 * time.Minute); len(testutil.SpareFillers(state)) > 0 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(2 * time.Minute); len(testutil.PoolFillers(state)) > 0 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
 		// Parked spares are their fillers' until claimed (List does not show them): claimed and
 		// terminated as airlock gc --spares does, before the state dir's cgroup parent goes.
-		if _, err := be.RetireSpares(context.Background(), false); err != nil {
+		if _, err := be.RetireParked(context.Background(), false); err != nil {
 			b.Errorf("terminating the parked spares: %v", err)
 		}
 	})

@@ -19,7 +19,7 @@ import (
 
 // heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a warm
 // one another process holds: a pool's (LabelPool) not yet claimed (claimedFile) whose pool is
-// not this process's, or a spare (LabelSpare) not yet claimed (sessions.ClaimPrefix) that another
+// not this process's, or a spare (LabelParked) not yet claimed (sessions.ClaimPrefix) that another
 // process is making or parked.
 func heldElsewhere(dir string, labels map[string]string) bool {
 	var maker string
@@ -28,16 +28,16 @@ func heldElsewhere(dir string, labels map[string]string) bool {
 		if _, err := os.Stat(filepath.Join(dir, claimedFile)); err == nil {
 			return false
 		}
-		maker = labels[LabelPoolOwner]
-	case labels[LabelSpare] != "":
+		maker = labels[LabelPoolFiller]
+	case labels[LabelParked] != "":
 		if _, claimed := sessions.Claimer(dir); claimed {
 			return false
 		}
-		maker = labels[LabelSpareFiller]
+		maker = labels[LabelParkedFiller]
 	default:
 		return false
 	}
-	self, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	return err != nil || maker != self
 }
 

@@ -23,19 +23,19 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// useSpares turns spares on for the test's runs (their filler is this test binary run as the
+// useParked turns spares on for the test's runs (their filler is this test binary run as the
 // CLI) and, when it ends, waits for the fillers to exit and terminates the spares they parked.
-func (e runtimeEnv) useSpares(t *testing.T) {
+func (e runtimeEnv) useParked(t *testing.T) {
 	t.Helper()
-	t.Setenv(runcli.EnvSpares, "1")
+	t.Setenv(runcli.EnvPool, "1")
 	t.Setenv("AIRLOCK_CLI_TEST_EXEC", "1")
 	t.Cleanup(func() {
-		waitFor(t, "the fillers to exit", func() bool { return len(testutil.SpareFillers(e.stateDir)) == 0 })
+		waitFor(t, "the fillers to exit", func() bool { return len(testutil.PoolFillers(e.stateDir)) == 0 })
 		b := e.open(t)
 		defer b.Close()
 		// Parked spares are their fillers' until claimed (List does not show them to this
 		// process): claimed and terminated as airlock gc --spares does.
-		if _, err := b.RetireSpares(context.Background(), false); err != nil {
+		if _, err := b.RetireParked(context.Background(), false); err != nil {
 			t.Errorf("retiring the spares: %v", err)
 		}
 	})
@@ -43,16 +43,16 @@ func (e runtimeEnv) useSpares(t *testing.T) {
 
 func (e runtimeEnv) spareIndex(t *testing.T) string {
 	t.Helper()
-	key, err := local.SpareKey(spareTemplate(spec.Image{Host: true}))
+	key, err := local.PoolKey(parkedTemplate(spec.Image{Host: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(local.SparesDir(e.stateDir), key)
+	return filepath.Join(local.ParkedDir(e.stateDir), key)
 }
 
-// waitSpare waits for a parked host-image spare and returns its session id, starting a filler
+// waitParked waits for a parked host-image spare and returns its session id, starting a filler
 // when none is parked or running.
-func (e runtimeEnv) waitSpare(t *testing.T) string {
+func (e runtimeEnv) waitParked(t *testing.T) string {
 	t.Helper()
 	var id string
 	deadline := time.Now().Add(60 * time.Second)
@@ -62,14 +62,14 @@ func (e runtimeEnv) waitSpare(t *testing.T) string {
 			id = ents[0].Name()
 			break
 		}
-		if !started && len(testutil.SpareFillers(e.stateDir)) == 0 {
+		if !started && len(testutil.PoolFillers(e.stateDir)) == 0 {
 			if _, err := e.filler(t).Start(nil, false); err != nil {
 				t.Fatal(err)
 			}
 			started = true
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(local.SparesDir(e.stateDir), fillLog))
+			log, _ := os.ReadFile(filepath.Join(local.ParkedDir(e.stateDir), fillLog))
 			t.Fatalf("no spare parked within 60s; filler log:\n%s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -88,17 +88,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestRunSparesLeaveStdoutAlone: the filler a run starts holds none of the run's standard
+// TestRunParkedLeaveStdoutAlone: the filler a run starts holds none of the run's standard
 // streams (each is /dev/null), so a caller reading the run's output to its end gets EOF when
 // the run exits, not when the filler does.
-func TestRunSparesLeaveStdoutAlone(t *testing.T) {
+func TestRunParkedLeaveStdoutAlone(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
+	env.useParked(t)
 	checked := 0
 	for i := 0; i < 5 && checked == 0; i++ { // later runs claim the spares earlier ones parked
 		if i > 0 {
-			env.waitSpare(t)
+			env.waitParked(t)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-c", "print(6*7)"}, env.flags()...)...)
@@ -109,7 +109,7 @@ func TestRunSparesLeaveStdoutAlone(t *testing.T) {
 			t.Fatalf("run %d: %q %v (context %v)", i, out, err, expired)
 		}
 		// The filler works for a while after the run is out (a create, python's start).
-		for _, pid := range testutil.SpareFillers(env.stateDir) {
+		for _, pid := range testutil.PoolFillers(env.stateDir) {
 			for fd := range 3 {
 				target, err := os.Readlink(filepath.Join("/proc", pid, "fd", strconv.Itoa(fd)))
 				if err != nil {
@@ -127,14 +127,14 @@ func TestRunSparesLeaveStdoutAlone(t *testing.T) {
 	}
 }
 
-// TestGCSpares: gc --spares lists the parked spares (--dry-run, which keeps them) and
-// terminates them; the termination itself is backend/local's TestRetireSpares.
-func TestGCSpares(t *testing.T) {
+// TestGCPool: gc --spares lists the parked spares (--dry-run, which keeps them) and
+// terminates them; the termination itself is backend/local's TestRetireParked.
+func TestGCPool(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	id := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	env.useParked(t)
+	id := env.waitParked(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
 	code, out, errs := cliIn(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
 	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
 		t.Fatalf("gc --spares --dry-run: %d %q %q", code, out, errs)
@@ -144,7 +144,7 @@ func TestGCSpares(t *testing.T) {
 	}
 	b := env.open(t)
 	defer b.Close()
-	ids, err := b.RetireSpares(context.Background(), false)
+	ids, err := b.RetireParked(context.Background(), false)
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Fatalf("retire: %v %v", ids, err)
 	}
@@ -160,16 +160,16 @@ func (e runtimeEnv) filler(t *testing.T) runcli.Filler {
 	return f
 }
 
-// TestRunSpareInProcess: runcli.RunSpare (airlock run's path with spares, in both binaries)
+// TestRunParkedInProcess: runcli.RunParked (airlock run's path with spares, in both binaries)
 // runs the code in the parked spare and returns only once every process of it is gone,
 // handing its remains to the filler it starts with the spare's id; with nothing parked it runs
 // nothing and says so.
-func TestRunSpareInProcess(t *testing.T) {
+func TestRunParkedInProcess(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	parked := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
+	env.useParked(t)
+	parked := env.waitParked(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
 	initPID := env.initPID(t, parked)
 	// The filler is a script that records its arguments (whole, by a rename): the remains stay
 	// for this test.
@@ -185,9 +185,9 @@ func TestRunSpareInProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := runcli.SpareRun{StateDir: env.stateDir, ImageKey: imageKey(spec.Image{Host: true}), Req: req,
+	r := runcli.ParkedRun{StateDir: env.stateDir, ImageKey: imageKey(spec.Image{Host: true}), Req: req,
 		Opts: core.Options{}, Filler: f, Log: slog.New(slog.DiscardHandler)}
-	out, err := runcli.RunSpare(t.Context(), r)
+	out, err := runcli.RunParked(t.Context(), r)
 	if err != nil || !out.Ran || out.Result.Stdout != "42\n" || out.Result.ExitCode != 0 {
 		t.Fatalf("run in the spare: %+v %v", out, err)
 	}
@@ -206,20 +206,20 @@ func TestRunSpareInProcess(t *testing.T) {
 	if err := b.Terminate(t.Context(), parked); err != nil { // what the filler does first
 		t.Fatal(err)
 	}
-	if out, err := runcli.RunSpare(t.Context(), r); err != nil || out.Ran || len(out.Discarded) != 0 {
+	if out, err := runcli.RunParked(t.Context(), r); err != nil || out.Ran || len(out.Discarded) != 0 {
 		t.Fatalf("with nothing parked: %+v %v, want nothing run", out, err)
 	}
 }
 
-// TestRunSpareKilledAtExit: a run that took a spare exits only once every process of it is
+// TestRunParkedKilledAtExit: a run that took a spare exits only once every process of it is
 // gone (a detached child of the code too), and the filler it starts removes the rest. End to
 // end, the init check would also pass were the filler quick enough to kill it first:
-// TestRunSpareInProcess is the one that pins the run's own kill.
-func TestRunSpareKilledAtExit(t *testing.T) {
+// TestRunParkedInProcess is the one that pins the run's own kill.
+func TestRunParkedKilledAtExit(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	id := env.waitSpare(t)
+	env.useParked(t)
+	id := env.waitParked(t)
 	initPID := env.initPID(t, id)
 	const marker = "987.654321" // the detached child's argument: findable on the host
 	code := `import subprocess
@@ -253,8 +253,8 @@ print("started")`
 			t.Errorf("the used spare's cgroup %s is left: %v", filepath.Join(ctrl, env.parent, id), err)
 		}
 	}
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	log, _ := os.ReadFile(filepath.Join(local.SparesDir(env.stateDir), fillLog))
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
+	log, _ := os.ReadFile(filepath.Join(local.ParkedDir(env.stateDir), fillLog))
 	for _, l := range strings.Split(string(log), "\n") {
 		if strings.Contains(l, id) && strings.Contains(l, "failed") {
 			t.Errorf("the filler failed on the used spare: %s", l)
@@ -298,21 +298,21 @@ func processesWithArg(arg string) []string {
 func TestFillerWaitsForItsGate(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
+	env.useParked(t)
 	gate, err := env.filler(t).Start(nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the filler to start", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 1 })
+	waitFor(t, "the filler to start", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 1 })
 	// Until its gate opens, every thread of the filler runs at the lowest priority: a run
 	// at nice 0 lowers it; a run already niced (this suite run under nice) leaves it at its
 	// own, which the filler inherits (StartFiller).
 	own := runcli.OwnNice()
-	gatedNice, spareNice := own, own
+	gatedNice, fillerNice := own, own
 	if own == 0 {
 		gatedNice = 19
 	}
-	filler, err := strconv.Atoi(testutil.SpareFillers(env.stateDir)[0])
+	filler, err := strconv.Atoi(testutil.PoolFillers(env.stateDir)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	if err := gate.Close(); err != nil {
 		t.Fatal(err)
 	}
-	id := env.waitSpare(t) // parked once the gate is closed
+	id := env.waitParked(t) // parked once the gate is closed
 	// The spare it made runs at the run's own nice (0 unless the suite is niced): its init,
 	// agent and pre-started python (the code's process to be), every thread.
 	procs := append([]int{env.initPID(t, id)}, descendants(env.initPID(t, id))...)
@@ -340,8 +340,8 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	}
 	for _, pid := range procs {
 		for tid, nice := range threadNices(t, pid) {
-			if nice != spareNice {
-				t.Errorf("spare process %d thread %d at nice %d, want %d", pid, tid, nice, spareNice)
+			if nice != fillerNice {
+				t.Errorf("spare process %d thread %d at nice %d, want %d", pid, tid, nice, fillerNice)
 			}
 		}
 	}
@@ -402,16 +402,16 @@ func descendants(pid int) []int {
 	return out
 }
 
-// TestRunTerminatesDiscardedSpares: a spare the lean front claimed and could not use comes to
+// TestRunTerminatesDiscardedParked: a spare the lean front claimed and could not use comes to
 // this CLI, the same process, as --spare-discarded; the filler of its run terminates it. Left
 // alone it would live on, claimed by a process that is still alive, until its lifetime ends.
-func TestRunTerminatesDiscardedSpares(t *testing.T) {
+func TestRunTerminatesDiscardedParked(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	env.useSpares(t)
-	id := env.waitSpare(t)
-	waitFor(t, "the filler to exit", func() bool { return len(testutil.SpareFillers(env.stateDir)) == 0 })
-	owner, err := sessions.SelfOwner()
+	env.useParked(t)
+	id := env.waitParked(t)
+	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
+	owner, err := sessions.SelfProc()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,16 +16,16 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func spareTmpl() spec.Sandbox {
+func parkedTmpl() spec.Sandbox {
 	life := int64(600)
 	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spare-test"}}
 	d.Session.MaxLifetimeSeconds = &life
 	return d
 }
 
-func spareKey(t *testing.T) string {
+func parkedKey(t *testing.T) string {
 	t.Helper()
-	k, err := SpareKey(spareTmpl())
+	k, err := PoolKey(parkedTmpl())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,47 +42,47 @@ func deadOwner(t *testing.T) string {
 	return fmt.Sprintf("%d-%d", os.Getpid(), start+1)
 }
 
-func fill(t *testing.T, b *Backend, opts SpareOptions) {
+func fill(t *testing.T, b *Backend, opts ParkOptions) {
 	t.Helper()
-	if err := b.FillSpares(t.Context(), spareTmpl(), opts); err != nil {
+	if err := b.FillParked(t.Context(), parkedTmpl(), opts); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // fillParked fills spares from empty and returns them, failing unless opts.Count are parked.
-func fillParked(t *testing.T, b *Backend, opts SpareOptions) []sessions.Entry {
+func fillParked(t *testing.T, b *Backend, opts ParkOptions) []sessions.Entry {
 	t.Helper()
 	fill(t, b, opts)
-	parked, err := b.parkedSpares(spareKey(t))
+	parked, err := b.parkedEntries(parkedKey(t))
 	if err != nil || len(parked) != opts.Count {
 		t.Fatalf("parked %v %v, want %d", parked, err, opts.Count)
 	}
 	return parked
 }
 
-func TestSpareRefusals(t *testing.T) {
+func TestParkRefusals(t *testing.T) {
 	b := &Backend{opts: Options{StateDir: t.TempDir()}}
 	withLabel := func(k string) spec.Sandbox {
-		d := spareTmpl()
+		d := parkedTmpl()
 		d.Labels[k] = "x"
 		return d
 	}
 	for _, tt := range []struct {
 		name string
 		tmpl spec.Sandbox
-		opts SpareOptions
+		opts ParkOptions
 		want string
 	}{
-		{"no count", spareTmpl(), SpareOptions{MaxAge: time.Minute}, "spares count 0"},
-		{"too many", spareTmpl(), SpareOptions{Count: MaxSpares + 1, MaxAge: time.Minute}, "spares count 9"},
-		{"no max age", spareTmpl(), SpareOptions{Count: 1}, "spares maxAge 0s"},
-		{"max age past the lifetime", spareTmpl(), SpareOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
-		{"spare label", withLabel(LabelSpare), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
-		{"filler label", withLabel(LabelSpareFiller), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
-		{"pool label", withLabel(LabelPool), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
+		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "spares count 0"},
+		{"too many", parkedTmpl(), ParkOptions{Count: MaxParked + 1, MaxAge: time.Minute}, "spares count 9"},
+		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "spares maxAge 0s"},
+		{"max age past the lifetime", parkedTmpl(), ParkOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
+		{"spare label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
+		{"filler label", withLabel(LabelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
+		{"pool label", withLabel(LabelPool), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := b.FillSpares(t.Context(), tt.tmpl, tt.opts)
+			err := b.FillParked(t.Context(), tt.tmpl, tt.opts)
 			if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want ErrInvalid naming %q", err, tt.want)
 			}
@@ -90,32 +90,32 @@ func TestSpareRefusals(t *testing.T) {
 	}
 }
 
-// TestSpareParkAndClaim: a filler parks spares with what its Prestart returned; another
+// TestParkAndClaim: a filler parks spares with what its Prestart returned; another
 // backend on the state dir (another process) claims each once, gets that, and runs in it.
-func TestSpareParkAndClaim(t *testing.T) {
+func TestParkAndClaim(t *testing.T) {
 	b := newTestBackend(t)
-	key := spareKey(t)
-	fill(t, b, SpareOptions{Count: 2, MaxAge: time.Minute, Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
+	key := parkedKey(t)
+	fill(t, b, ParkOptions{Count: 2, MaxAge: time.Minute, Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
 		if out, _, res := run(t, a, "echo warm"); out != "warm\n" || res.ExitCode != 0 {
 			return nil, fmt.Errorf("prestart exec: %q %+v", out, res)
 		}
 		return []byte(`"` + sess.ID + `"`), nil
 	}})
-	if n := b.ParkedSpares(key); n != 2 {
+	if n := b.ParkedCount(key); n != 2 {
 		t.Fatalf("%d parked, want 2", n)
 	}
-	owner, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for range 2 {
-		c := claimSpare(t, b, key, time.Minute)
-		if c == nil || seen[c.ID] || string(c.Prestart) != `"`+c.ID+`"` || c.Record.Spec.Labels[LabelSpare] != key {
+		c := claimParked(t, b, key, time.Minute)
+		if c == nil || seen[c.ID] || string(c.Prestart) != `"`+c.ID+`"` || c.Record.Spec.Labels[LabelParked] != key {
 			t.Fatalf("claimed %+v (seen %v)", c, seen)
 		}
 		seen[c.ID] = true
-		if _, err := os.Stat(filepath.Join(b.opts.StateDir, c.ID, sessions.ClaimPrefix+owner)); err != nil {
+		if _, err := os.Stat(filepath.Join(b.opts.StateDir, c.ID, sessions.ClaimPrefix+self)); err != nil {
 			t.Errorf("no claim record: %v", err)
 		}
 		if out, _, _ := run(t, c.Agent, "echo $((6*7))"); out != "42\n" {
@@ -128,13 +128,13 @@ func TestSpareParkAndClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c := claimSpare(t, b, key, time.Minute); c != nil {
+	if c := claimParked(t, b, key, time.Minute); c != nil {
 		t.Fatalf("a third claim of two spares got %s", c.ID)
 	}
 
 	// A spare with less lifetime left than the claim needs is not handed out, but discarded:
 	// claimed, for the claimer to terminate.
-	parked := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Minute})
+	parked := fillParked(t, b, ParkOptions{Count: 1, MaxAge: time.Minute})
 	c, discarded, err := sessions.Claim(t.Context(), b.opts.StateDir, key, time.Hour)
 	if c != nil || err != nil || len(discarded) != 1 || discarded[0] != parked[0].Session {
 		t.Fatalf("a spare with 10 minutes left, claimed for an hour: %v %v, discarded %v", c, err, discarded)
@@ -144,8 +144,8 @@ func TestSpareParkAndClaim(t *testing.T) {
 	}
 }
 
-// claimSpare is sessions.Claim on b's state dir, failing the test on an error or a discard.
-func claimSpare(t *testing.T, b *Backend, key string, minLeft time.Duration) *sessions.Claimed {
+// claimParked is sessions.Claim on b's state dir, failing the test on an error or a discard.
+func claimParked(t *testing.T, b *Backend, key string, minLeft time.Duration) *sessions.Claimed {
 	t.Helper()
 	c, discarded, err := sessions.Claim(t.Context(), b.opts.StateDir, key, minLeft)
 	if err != nil || len(discarded) > 0 {
@@ -154,13 +154,13 @@ func claimSpare(t *testing.T, b *Backend, key string, minLeft time.Duration) *se
 	return c
 }
 
-// TestSpareReconcile: a new backend reaps spares nobody can use (claimed by a process that is
+// TestParkedReconcile: a new backend reaps spares nobody can use (claimed by a process that is
 // gone, or never parked by a filler that is gone), keeps parked ones, and drops the index
 // entry of a parked spare that died.
-func TestSpareReconcile(t *testing.T) {
+func TestParkedReconcile(t *testing.T) {
 	b := newTestBackend(t)
-	key := spareKey(t)
-	parked := fillParked(t, b, SpareOptions{Count: 4, MaxAge: time.Minute})
+	key := parkedKey(t)
+	parked := fillParked(t, b, ParkOptions{Count: 4, MaxAge: time.Minute})
 	claimedDead, neverParked, kept, died := parked[0].Session, parked[1].Session, parked[2].Session, parked[3].Session
 	pids := map[string]int{}
 	for _, e := range parked {
@@ -169,18 +169,18 @@ func TestSpareReconcile(t *testing.T) {
 	dir := func(id string) string { return filepath.Join(b.opts.StateDir, id) }
 
 	// Claimed by a process that is gone.
-	if err := os.Rename(filepath.Join(b.spareIndex(key), claimedDead), filepath.Join(dir(claimedDead), sessions.ClaimPrefix+deadOwner(t))); err != nil {
+	if err := os.Rename(filepath.Join(b.parkedIndex(key), claimedDead), filepath.Join(dir(claimedDead), sessions.ClaimPrefix+deadOwner(t))); err != nil {
 		t.Fatal(err)
 	}
 	// Made by a filler that is gone, never parked.
-	if err := os.Remove(filepath.Join(b.spareIndex(key), neverParked)); err != nil {
+	if err := os.Remove(filepath.Join(b.parkedIndex(key), neverParked)); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := readRecord(dir(neverParked))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Spec.Labels[LabelSpareFiller] = deadOwner(t)
+	rec.Spec.Labels[LabelParkedFiller] = deadOwner(t)
 	if err := writeRecord(dir(neverParked), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -194,14 +194,14 @@ func TestSpareReconcile(t *testing.T) {
 	assertGone(t, b2, neverParked, pids[neverParked])
 	assertGone(t, b2, died, pids[died])
 	waitFor(t, "the dead spare's index entry swept", func() bool {
-		_ = b2.sweepSpareIndex() // b's own reaper may remove the session dir after b2's reconcile
-		_, err := os.Lstat(filepath.Join(b.spareIndex(key), died))
+		_ = b2.sweepParkedIndex() // b's own reaper may remove the session dir after b2's reconcile
+		_, err := os.Lstat(filepath.Join(b.parkedIndex(key), died))
 		return errors.Is(err, os.ErrNotExist)
 	})
-	if n := b2.ParkedSpares(key); n != 1 {
+	if n := b2.ParkedCount(key); n != 1 {
 		t.Errorf("%d parked after reconcile, want 1 (%s)", n, kept)
 	}
-	c := claimSpare(t, b2, key, time.Minute)
+	c := claimParked(t, b2, key, time.Minute)
 	if c == nil || c.ID != kept {
 		t.Fatalf("claim after reconcile: %+v, want %s", c, kept)
 	}
@@ -213,37 +213,37 @@ func TestSpareReconcile(t *testing.T) {
 	}
 }
 
-// TestSpareRetire: a filler terminates parked spares older than MaxAge and parks new ones.
-func TestSpareRetire(t *testing.T) {
+// TestParkedRetire: a filler terminates parked spares older than MaxAge and parks new ones.
+func TestParkedRetire(t *testing.T) {
 	b := newTestBackend(t)
-	key := spareKey(t)
-	old := fillParked(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
+	key := parkedKey(t)
+	old := fillParked(t, b, ParkOptions{Count: 1, MaxAge: time.Second})
 	pid := b.sessionInitPID(old[0].Session)
 	time.Sleep(1100 * time.Millisecond)
-	fill(t, b, SpareOptions{Count: 1, MaxAge: time.Second})
+	fill(t, b, ParkOptions{Count: 1, MaxAge: time.Second})
 	assertGone(t, b, old[0].Session, pid)
-	now, _ := b.parkedSpares(key)
+	now, _ := b.parkedEntries(key)
 	if len(now) != 1 || now[0].Session == old[0].Session {
 		t.Fatalf("parked after retiring %s: %v", old[0].Session, now)
 	}
 }
 
-// TestRetireSpares: every parked spare goes (a dry run only lists them).
-func TestRetireSpares(t *testing.T) {
+// TestRetireParked: every parked spare goes (a dry run only lists them).
+func TestRetireParked(t *testing.T) {
 	b := newTestBackend(t)
-	key := spareKey(t)
-	parked := fillParked(t, b, SpareOptions{Count: 2, MaxAge: time.Minute})
-	ids, err := b.RetireSpares(t.Context(), true)
-	if err != nil || len(ids) != 2 || b.ParkedSpares(key) != 2 {
-		t.Fatalf("dry run: %v %v, %d parked", ids, err, b.ParkedSpares(key))
+	key := parkedKey(t)
+	parked := fillParked(t, b, ParkOptions{Count: 2, MaxAge: time.Minute})
+	ids, err := b.RetireParked(t.Context(), true)
+	if err != nil || len(ids) != 2 || b.ParkedCount(key) != 2 {
+		t.Fatalf("dry run: %v %v, %d parked", ids, err, b.ParkedCount(key))
 	}
 	pids := map[string]int{}
 	for _, e := range parked {
 		pids[e.Session] = b.sessionInitPID(e.Session)
 	}
-	ids, err = b.RetireSpares(t.Context(), false)
-	if err != nil || len(ids) != 2 || b.ParkedSpares(key) != 0 {
-		t.Fatalf("retire: %v %v, %d parked", ids, err, b.ParkedSpares(key))
+	ids, err = b.RetireParked(t.Context(), false)
+	if err != nil || len(ids) != 2 || b.ParkedCount(key) != 0 {
+		t.Fatalf("retire: %v %v, %d parked", ids, err, b.ParkedCount(key))
 	}
 	for id, pid := range pids {
 		assertGone(t, b, id, pid)

@@ -39,7 +39,7 @@ const (
 // runtime computes. imageKey is ImageKey's.
 func AliasPath(stateDir, imageKey string) string {
 	h := sha256.Sum256([]byte(imageKey))
-	return filepath.Join(sessions.SparesDir(stateDir), aliasPrefix+hex.EncodeToString(h[:8]))
+	return filepath.Join(sessions.ParkedDir(stateDir), aliasPrefix+hex.EncodeToString(h[:8]))
 }
 
 // WriteAlias points imageKey's alias at the index of key (a filler does, before it parks).
@@ -130,8 +130,8 @@ func OwnNice() int {
 	return 20 - p
 }
 
-// SpareRun is one run in a parked spare.
-type SpareRun struct {
+// ParkedRun is one run in a parked spare.
+type ParkedRun struct {
 	StateDir string
 	// ImageKey is the run's image (ImageKey); its filler links the spares' index to it.
 	ImageKey string
@@ -144,7 +144,7 @@ type SpareRun struct {
 	Log    *slog.Logger
 }
 
-// Outcome is what RunSpare did.
+// Outcome is what RunParked did.
 type Outcome struct {
 	// Ran: the code ran in a spare (Result, or the error that ended the run). Otherwise no
 	// spare could be used and nothing of the run happened: the caller creates a sandbox.
@@ -155,12 +155,12 @@ type Outcome struct {
 	Discarded []string
 }
 
-// RunSpare runs r.Req in a parked spare of r.ImageKey's when one is usable: claim, hand the
+// RunParked runs r.Req in a parked spare of r.ImageKey's when one is usable: claim, hand the
 // code to the waiting interpreter (or run it cold in the spare), and once the result is known
 // kill the sandbox, every process of it (nothing of the code outlives the run), while the
 // filler starts and waits at its gate to remove the remains and park the next spare. The error
 // is the run's (the code ran, or may have, in the spare) or the kill's.
-func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
+func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	idx, err := os.Readlink(AliasPath(r.StateDir, r.ImageKey))
 	if err != nil {
 		return Outcome{}, nil // never filled for this image
@@ -191,7 +191,7 @@ func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
 
 // finish kills the used spare and starts the filler while the kill runs, held at its gate
 // until the kill is confirmed: it never sees the run's sandbox alive.
-func finish(c *sessions.Claimed, r SpareRun, discarded []string) error {
+func finish(c *sessions.Claimed, r ParkedRun, discarded []string) error {
 	killed := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)

@@ -27,8 +27,8 @@ import (
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// spareMaxAge retires a parked spare this old; it lives at most this plus the longest run.
-	spareMaxAge = 5 * time.Minute
+	// parkedMaxAge retires a parked spare this old; it lives at most this plus the longest run.
+	parkedMaxAge = 5 * time.Minute
 	// fillLog is the filler's log in the state dir's spares directory (it has no terminal).
 	fillLog     = "fill.log"
 	fillLogSize = 1 << 20
@@ -37,13 +37,13 @@ const (
 )
 
 func init() {
-	commands = append(commands, cli.Command{Names: []string{"__spares-fill"}, New: newSparesFillCmd})
+	commands = append(commands, cli.Command{Names: []string{"__spares-fill"}, New: newPoolFillCmd})
 }
 
-// spareTemplate is the sandbox a spare for runs with image img is: what runcode.Run would
-// declare for them, living long enough for the longest run after spareMaxAge parked.
-func spareTemplate(img spec.Image) spec.Sandbox {
-	t := runcode.PoolTemplate(runcode.Options{Image: img}, spareMaxAge)
+// parkedTemplate is the sandbox a spare for runs with image img is: what runcode.Run would
+// declare for them, living long enough for the longest run after parkedMaxAge parked.
+func parkedTemplate(img spec.Image) spec.Sandbox {
+	t := runcode.PoolTemplate(runcode.Options{Image: img}, parkedMaxAge)
 	t.ID = "spare"
 	return t
 }
@@ -89,7 +89,7 @@ func terminateAll(b *local.Backend, ids []string) error {
 	return errors.Join(errs...)
 }
 
-type sparesFillFlags struct {
+type poolFillFlags struct {
 	imageJSON string
 	count     int
 	terminate []string
@@ -98,14 +98,14 @@ type sparesFillFlags struct {
 	backend   cli.BackendFlags
 }
 
-func newSparesFillCmd(g *cli.Globals) *cobra.Command {
-	f := &sparesFillFlags{}
+func newPoolFillCmd(g *cli.Globals) *cobra.Command {
+	f := &poolFillFlags{}
 	cmd := &cobra.Command{
 		Use:    "__spares-fill --image-json JSON [--count N] [--terminate SESSION]...",
 		Short:  "Park spare sandboxes for airlock run (started by airlock run itself)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
-		RunE:   func(cmd *cobra.Command, _ []string) error { return runSparesFill(cmd, f) },
+		RunE:   func(cmd *cobra.Command, _ []string) error { return runPoolFill(cmd, f) },
 	}
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
@@ -116,13 +116,13 @@ func newSparesFillCmd(g *cli.Globals) *cobra.Command {
 	return cmd
 }
 
-func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
+func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	var img spec.Image
 	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
 		return cli.UsageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
 	}
-	if f.count < 1 || f.count > local.MaxSpares {
-		return cli.UsageError("--count %d must be 1 to %d", f.count, local.MaxSpares)
+	if f.count < 1 || f.count > local.MaxParked {
+		return cli.UsageError("--count %d must be 1 to %d", f.count, local.MaxParked)
 	}
 	logw, err := openFillLog(f.backend.StateDir)
 	if err != nil {
@@ -152,7 +152,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		return err
 	}
 	defer b.Close()
-	tmpl := spareTemplate(img)
+	tmpl := parkedTemplate(img)
 	// First the remains of the run that started this filler (its New may have reaped them
 	// already: then they are absent, which Terminate accepts).
 	for _, id := range f.terminate {
@@ -160,14 +160,14 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 			log.Error("spares: terminating a used spare failed", "session", id, "err", err)
 		}
 	}
-	// A run in a spare (runcli.RunSpare) does not check its declaration against the
+	// A run in a spare (runcli.RunParked) does not check its declaration against the
 	// capabilities: it fits the template (the same image, limits and egress, a lifetime no
 	// longer), which is checked here, before any spare of it is parked.
 	if err := runcode.Check(ctx, b, tmpl, false); err != nil {
 		log.Error("spares: the runs' sandbox is refused here; parking none", "err", err)
 		return err
 	}
-	key, err := local.SpareKey(tmpl)
+	key, err := local.PoolKey(tmpl)
 	if err != nil {
 		return err
 	}
@@ -175,11 +175,11 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		log.Error("spares: linking the image's spares failed", "err", err)
 		return err
 	}
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.SpareOutputCap, Logger: log})
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.ParkedOutputCap, Logger: log})
 	if err != nil {
 		return err
 	}
-	opts := local.SpareOptions{Count: f.count, MaxAge: spareMaxAge,
+	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge,
 		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
 			pre, err := pf(ctx, sess, a)
 			if err != nil {
@@ -187,7 +187,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 			}
 			return runcode.PrestartedState(pre) // the client is closed by the caller
 		}}
-	if err := b.FillSpares(ctx, tmpl, opts); err != nil {
+	if err := b.FillParked(ctx, tmpl, opts); err != nil {
 		log.Error("spares: filling failed", "err", err)
 		return err
 	}
@@ -217,7 +217,7 @@ func awaitGate(ctx context.Context, fd int) error {
 
 // openFillLog opens the filler's log for appending, starting it over past fillLogSize.
 func openFillLog(stateDir string) (*os.File, error) {
-	dir := local.SparesDir(stateDir)
+	dir := local.ParkedDir(stateDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

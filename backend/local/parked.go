@@ -26,7 +26,7 @@ import (
 // sandbox: the claimer terminates it.
 //
 // A spare is in one of three states, each visible on disk to every process:
-//   - being made: labelled LabelSpare and LabelSpareFiller, nothing else;
+//   - being made: labelled LabelParked and LabelParkedFiller, nothing else;
 //   - parked: an index file <state>/spares/<key>/<session> holds its sessions.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as sessions.ClaimPrefix+<owner>.
@@ -37,64 +37,61 @@ import (
 // Reconcile reaps a spare being made whose filler is gone and a claimed one whose claimer is
 // gone; a parked one lives until its lifetime ends (it then dies, and is reaped as broken).
 const (
-	// LabelSpare is the template key (PoolKey) of a spare's template.
-	LabelSpare = "airlock.spare"
-	// LabelSpareFiller is "<pid>-<start time>" of the process that made the spare.
-	LabelSpareFiller = "airlock.spare.filler"
+	// LabelParked is the template key (PoolKey) of a spare's template.
+	LabelParked = "airlock.spare"
+	// LabelParkedFiller is "<pid>-<start time>" of the process that made the spare.
+	LabelParkedFiller = "airlock.spare.filler"
 
-	// MaxSpares bounds SpareOptions.Count.
-	MaxSpares = 8
+	// MaxParked bounds ParkOptions.Count.
+	MaxParked = 8
 )
 
-// SpareOptions configure FillSpares.
-type SpareOptions struct {
-	// Count is how many spares of the template to keep parked (1..MaxSpares).
+// ParkOptions configure FillParked.
+type ParkOptions struct {
+	// Count is how many spares of the template to keep parked (1..MaxParked).
 	Count int
 	// MaxAge retires a parked spare older than this (terminated by the next filler); it must
 	// be shorter than the template's lifetime. Claims check the lifetime left themselves.
 	MaxAge time.Duration
 	// Prestart, if set, runs in each new spare after a warm-up exec; what it returns is handed
-	// to the claimer (ClaimSpare). It must leave nothing that ties the sandbox to this
+	// to the claimer (ClaimParked). It must leave nothing that ties the sandbox to this
 	// process: the filler exits and the claimer connects anew.
 	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) ([]byte, error)
 }
 
-// SpareKey is the name of the spares of tmpl: the pool key of its template.
-func SpareKey(tmpl spec.Sandbox) (string, error) { return PoolKey(tmpl) }
+// ParkedDir is where a state dir keeps its spares' index (and a filler's log).
+func ParkedDir(stateDir string) string { return sessions.ParkedDir(stateDir) }
 
-// SparesDir is where a state dir keeps its spares' index (and a filler's log).
-func SparesDir(stateDir string) string { return sessions.SparesDir(stateDir) }
+func (b *Backend) parkedIndex(key string) string { return sessions.IndexDir(b.opts.StateDir, key) }
 
-func (b *Backend) spareIndex(key string) string { return sessions.IndexDir(b.opts.StateDir, key) }
-
-// FillSpares parks spares of tmpl until opts.Count are parked. Only one process fills a key at
-// a time: when another holds the key's lock, FillSpares returns at once (that one fills).
-func (b *Backend) FillSpares(ctx context.Context, tmpl spec.Sandbox, opts SpareOptions) error {
+// FillParked parks spares of tmpl until opts.Count are parked. Only one process fills a key at
+// a time: when another holds the key's lock, FillParked returns at once (that one fills).
+func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOptions) error {
 	tmpl.ApplyDefaults()
 	if tmpl.ID == "" {
 		tmpl.ID = "spare"
 	}
 	life := time.Duration(tmpl.Session.Lifetime()) * time.Second
 	switch {
-	case opts.Count < 1 || opts.Count > MaxSpares:
-		return fmt.Errorf("%w: spares count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxSpares)
+	case opts.Count < 1 || opts.Count > MaxParked:
+		return fmt.Errorf("%w: spares count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxParked)
 	case opts.MaxAge < time.Second || opts.MaxAge >= life:
 		return fmt.Errorf("%w: spares maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
 	}
 	for k := range tmpl.Labels {
-		if k == LabelSpare || k == LabelSpareFiller || k == LabelPool || k == LabelPoolOwner {
+		if k == LabelParked || k == LabelParkedFiller || k == LabelPool || k == LabelPoolFiller {
 			return fmt.Errorf("%w: spare template label %q: set by the runtime itself", sandbox.ErrInvalid, k)
 		}
 	}
-	key, err := SpareKey(tmpl)
+	key, err := PoolKey(tmpl)
 	if err != nil {
 		return err
 	}
-	owner, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	if err != nil {
 		return err
 	}
-	idx := b.spareIndex(key)
+	idx := b.parkedIndex(key)
 	if err := os.MkdirAll(idx, 0o700); err != nil {
 		return err
 	}
@@ -112,28 +109,28 @@ func (b *Backend) FillSpares(ctx context.Context, tmpl spec.Sandbox, opts SpareO
 			}
 			return err
 		}
-		err := b.fillLocked(ctx, tmpl, key, owner, opts)
+		err := b.fillLocked(ctx, tmpl, key, self, opts)
 		_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
 		if err != nil {
 			return err
 		}
-		if n, _ := b.parkedSpares(key); len(n) >= opts.Count {
+		if n, _ := b.parkedEntries(key); len(n) >= opts.Count {
 			return nil
 		}
 	}
 	return nil
 }
 
-func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, owner string, opts SpareOptions) error {
+func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) error {
 	for {
-		parked, err := b.parkedSpares(key)
+		parked, err := b.parkedEntries(key)
 		if err != nil {
 			return err
 		}
 		live := 0
 		for _, e := range parked {
 			if time.Since(e.Parked) >= opts.MaxAge {
-				b.retireSpare(ctx, key, e.Session, owner)
+				b.retireParked(ctx, key, e.Session, self)
 				continue
 			}
 			live++
@@ -141,15 +138,15 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, owner 
 		if live >= opts.Count {
 			return nil
 		}
-		if err := b.parkOne(ctx, tmpl, key, owner, opts); err != nil {
+		if err := b.parkOne(ctx, tmpl, key, self, opts); err != nil {
 			return err
 		}
 	}
 }
 
 // parkOne makes one spare, warms it, runs Prestart and parks it.
-func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner string, opts SpareOptions) (err error) {
-	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelSpare: key, LabelSpareFiller: owner}))
+func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) (err error) {
+	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelParked: key, LabelParkedFiller: self}))
 	if err != nil {
 		return fmt.Errorf("creating a spare: %w", err)
 	}
@@ -187,11 +184,11 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(SparesDir(b.opts.StateDir), ".tmp-"+sess.ID)
+	tmp := filepath.Join(ParkedDir(b.opts.StateDir), ".tmp-"+sess.ID)
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(b.spareIndex(key), sess.ID)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(b.parkedIndex(key), sess.ID)); err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
@@ -199,26 +196,26 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, owner str
 	return nil
 }
 
-// parkedSpares reads the key's index (newest first); entries it cannot read are skipped.
-func (b *Backend) parkedSpares(key string) ([]sessions.Entry, error) {
+// parkedEntries reads the key's index (newest first); entries it cannot read are skipped.
+func (b *Backend) parkedEntries(key string) ([]sessions.Entry, error) {
 	return sessions.Parked(b.opts.StateDir, key)
 }
 
-// takeSpare claims a parked spare's index entry: true when this process won it.
-func (b *Backend) takeSpare(key, id, owner string) bool {
-	return sessions.Take(b.opts.StateDir, key, id, owner)
+// takeParked claims a parked spare's index entry: true when this process won it.
+func (b *Backend) takeParked(key, id, self string) bool {
+	return sessions.Take(b.opts.StateDir, key, id, self)
 }
 
-// retireSpare claims a parked spare and terminates it (filler: too old to hand out).
-func (b *Backend) retireSpare(ctx context.Context, key, id, owner string) {
-	if b.takeSpare(key, id, owner) {
-		b.discardSpare(ctx, id)
+// retireParked claims a parked spare and terminates it (filler: too old to hand out).
+func (b *Backend) retireParked(ctx context.Context, key, id, self string) {
+	if b.takeParked(key, id, self) {
+		b.discardParked(ctx, id)
 	}
 }
 
-// discardSpare terminates a claimed spare that will not be used, logging failures: the next
+// discardParked terminates a claimed spare that will not be used, logging failures: the next
 // reconcile reaps what is left (its claimer, this process, will be gone).
-func (b *Backend) discardSpare(ctx context.Context, id string) {
+func (b *Backend) discardParked(ctx context.Context, id string) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := b.Terminate(tctx, id); err != nil {
@@ -226,42 +223,42 @@ func (b *Backend) discardSpare(ctx context.Context, id string) {
 	}
 }
 
-// ParkedSpares counts the parked spares of key.
-func (b *Backend) ParkedSpares(key string) int {
-	p, _ := b.parkedSpares(key)
+// ParkedCount counts the parked spares of key.
+func (b *Backend) ParkedCount(key string) int {
+	p, _ := b.parkedEntries(key)
 	return len(p)
 }
 
-// reapableSpare reports whether a live sandbox found at reconcile is a spare nobody can ever
+// reapableParked reports whether a live sandbox found at reconcile is a spare nobody can ever
 // use: claimed by a process that is gone, or never parked by a filler that is gone.
-func (b *Backend) reapableSpare(dir string, rec *record) bool {
-	key := rec.Spec.Labels[LabelSpare]
+func (b *Backend) reapableParked(dir string, rec *record) bool {
+	key := rec.Spec.Labels[LabelParked]
 	if key == "" || checkSessionID(rec.ID) != nil {
 		return false
 	}
 	// The index first: a claim moves the entry from there into dir, so looking in the other
 	// order could miss it in both places.
-	if _, err := os.Lstat(filepath.Join(b.spareIndex(key), rec.ID)); err == nil {
+	if _, err := os.Lstat(filepath.Join(b.parkedIndex(key), rec.ID)); err == nil {
 		return false
 	}
-	if owner, claimed := sessions.Claimer(dir); claimed {
-		if ownerAlive(owner) {
+	if claimer, claimed := sessions.Claimer(dir); claimed {
+		if procAlive(claimer) {
 			return false
 		}
-		b.log.Info("reaping a claimed spare whose claimer is gone", "session", rec.ID, "owner", owner)
+		b.log.Info("reaping a claimed spare whose claimer is gone", "session", rec.ID, "claimer", claimer)
 		return true
 	}
-	if ownerAlive(rec.Spec.Labels[LabelSpareFiller]) {
+	if procAlive(rec.Spec.Labels[LabelParkedFiller]) {
 		return false // being made
 	}
-	b.log.Info("reaping a spare its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[LabelSpareFiller])
+	b.log.Info("reaping a spare its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[LabelParkedFiller])
 	return true
 }
 
-// sweepSpareIndex removes index entries whose session dir is gone (a spare that died parked
+// sweepParkedIndex removes index entries whose session dir is gone (a spare that died parked
 // and was reaped) and temporary files of fillers that are gone.
-func (b *Backend) sweepSpareIndex() error {
-	root := SparesDir(b.opts.StateDir)
+func (b *Backend) sweepParkedIndex() error {
+	root := ParkedDir(b.opts.StateDir)
 	keys, err := os.ReadDir(root)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -299,17 +296,17 @@ func (b *Backend) sweepSpareIndex() error {
 	return errors.Join(errs...)
 }
 
-// RetireSpares claims and terminates every parked spare in the state dir, whatever its
+// RetireParked claims and terminates every parked spare in the state dir, whatever its
 // template, and returns their session ids; with dryRun it only lists them.
-func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, error) {
-	keys, err := os.ReadDir(SparesDir(b.opts.StateDir))
+func (b *Backend) RetireParked(ctx context.Context, dryRun bool) ([]string, error) {
+	keys, err := os.ReadDir(ParkedDir(b.opts.StateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	owner, err := sessions.SelfOwner()
+	self, err := sessions.SelfProc()
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +316,7 @@ func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, erro
 		if !k.IsDir() {
 			continue
 		}
-		parked, err := b.parkedSpares(k.Name())
+		parked, err := b.parkedEntries(k.Name())
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -329,7 +326,7 @@ func (b *Backend) RetireSpares(ctx context.Context, dryRun bool) ([]string, erro
 				ids = append(ids, e.Session)
 				continue
 			}
-			if !b.takeSpare(k.Name(), e.Session, owner) {
+			if !b.takeParked(k.Name(), e.Session, self) {
 				continue // claimed meanwhile
 			}
 			if err := b.Terminate(ctx, e.Session); err != nil {
