@@ -231,7 +231,7 @@ func BenchmarkFreshPython(b *testing.B) {
 			b.Skip("airlock run is not available in this build")
 		}
 		for b.Loop() {
-			runOnce(b, bin, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
+			runOnce(b, bin, "run", "--pool", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
 		}
 	})
 	b.Run("bwrap", func(b *testing.B) {
@@ -306,7 +306,7 @@ func BenchmarkFreshVsHostInterleaved(b *testing.B) {
 			b.Fatal(err)
 		}
 		c := timed(func() {
-			runOnce(b, cli, "run", "--spares", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
+			runOnce(b, cli, "run", "--pool", "0", "--state-dir", state, "--lang", "python", "-c", snippet)
 		})
 		add("host-ms", h)
 		add("library-ms", ms(lp.terminated))

@@ -165,18 +165,18 @@ func sideBySideRows(b *testing.B) []row {
 		settle: func() error { return waitSettled(pool, 1) }})
 	if cli := filepath.Join(binDir, "airlock"); exec.Command(cli, "run", "--help").Run() == nil {
 		rows = append(rows, row{name: "airlock-cli", call: func() error {
-			return runPython(cli, "run", "--spares", "0", "--state-dir", state, "--image", rootfs, "-c", snippet)
+			return runPython(cli, "run", "--pool", "0", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}})
 		// The CLI taking the spare an earlier run parked (the default): settle waits for the
 		// filler that run started to park the next one and exit.
 		terminateParked(b, be, state)
 		rows = append(rows, row{name: "airlock-cli-spare", call: func() error {
-			return runPython(cli, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
+			return runPython(cli, "run", "--pool", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}, settle: func() error { return parkedOne(state) }})
 		// The same through the full CLI itself: what the lean front saves.
 		full := filepath.Join(binDir, "airlock-full")
 		rows = append(rows, row{name: "airlock-full-spare", call: func() error {
-			return runPython(full, "run", "--spares", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
+			return runPython(full, "run", "--pool", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}, settle: func() error { return parkedOne(state) }})
 	} else {
 		missing("airlock-cli", "the airlock CLI did not build")

@@ -42,7 +42,7 @@ func TestFrontRunsInParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir, parent := runcodetest.StateDir(t), runcodetest.CgroupParent(t)
-	env := append(os.Environ(), "AIRLOCK_AGENT="+agent, envFull+"="+wrapper, "AIRLOCK_SPARES=1")
+	env := append(os.Environ(), "AIRLOCK_AGENT="+agent, envFull+"="+wrapper, "AIRLOCK_POOL=1")
 	fillers := func() bool { return len(testutil.PoolFillers(stateDir)) == 0 }
 	t.Cleanup(func() {
 		waitUntil(t, "the fillers to exit", fillers)

@@ -137,7 +137,7 @@ func parse(args []string) (inv invocation, ok bool) {
 	if !runcli.LocalPlatform(*plat, fs.Changed(runcli.PlatformFlag)) {
 		return inv, false
 	}
-	if inv.flags.Check(fs.Changed("spares")) != nil || inv.flags.Pool == 0 || inv.flags.Network {
+	if inv.flags.Check(fs.Changed(runcli.PoolFlag)) != nil || inv.flags.Pool == 0 || inv.flags.Network {
 		return inv, false
 	}
 	if inv.image, ok = runcli.LightImage(inv.flags.Image); !ok || inv.stateDir == "" {

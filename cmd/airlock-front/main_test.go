@@ -17,8 +17,8 @@ import (
 // host image or a directory, code from -c or a FILE) and reads them as the full CLI would;
 // everything else goes to the full CLI unread.
 func TestParse(t *testing.T) {
-	t.Setenv("AIRLOCK_SPARES", "")
-	os.Unsetenv("AIRLOCK_SPARES")
+	t.Setenv("AIRLOCK_POOL", "")
+	os.Unsetenv("AIRLOCK_POOL")
 	t.Setenv(runcli.EnvPlatform, "")
 	t.Setenv(runcli.EnvConfig, "")
 	if _, err := os.Stat(runcli.DefaultConfigFile); err == nil {
@@ -44,11 +44,11 @@ func TestParse(t *testing.T) {
 		{args: []string{"run", "--image", "./rootfs", "-c", "1"}, serve: true, image: "dir:" + filepath.Join(mustGetwd(t), "rootfs")},
 		{args: []string{"run", script}, serve: true, image: "host"},
 		{args: []string{"run", "--lang", "bash", "-c", "echo", "--timeout", "5s", "-i", "--file", script}, serve: true, image: "host"},
-		{args: []string{"run", "--spares", "2", "-c", "1"}, serve: true, image: "host"},
+		{args: []string{"run", "--pool", "2", "-c", "1"}, serve: true, image: "host"},
 		{args: []string{"run", "--platform", "local", "-c", "1"}, serve: true, image: "host"},
 		{args: []string{"run", "--platform=auto", "-c", "1"}, serve: true, image: "host"},
 		// The full CLI's:
-		{args: []string{"run", "--spares", "0", "-c", "1"}},
+		{args: []string{"run", "--pool", "0", "-c", "1"}},
 		{args: []string{"run", "--platform", "docker", "-c", "1"}},
 		{args: []string{"run", "--platform=kubernetes", "-c", "1"}},
 		{args: []string{"run", "--platform", "bogus", "-c", "1"}},
@@ -63,7 +63,7 @@ func TestParse(t *testing.T) {
 		{args: []string{"run", "--bogus", "-c", "1"}},
 		{args: []string{"run", "-c", "1", "extra"}},
 		{args: []string{"run", script, "extra"}},
-		{args: []string{"run", "--spares", "9", "-c", "1"}},
+		{args: []string{"run", "--pool", "9", "-c", "1"}},
 		{args: []string{"run", "--max-output", "0", "-c", "1"}},
 		{args: []string{"-o", "yaml", "run", "-c", "1"}},
 		{args: []string{"--state-dir", dir, "run", "-c", "1"}}, // not a root flag: cobra refuses it
@@ -85,9 +85,9 @@ func TestParse(t *testing.T) {
 			t.Errorf("%q: json %v image %q, want %v %q", tc.args, inv.json, inv.image.Key, tc.json, tc.image)
 		}
 	}
-	t.Setenv("AIRLOCK_SPARES", "0")
+	t.Setenv("AIRLOCK_POOL", "0")
 	if _, ok := parse([]string{"run", "-c", "1"}); ok {
-		t.Error("served a run with AIRLOCK_SPARES=0")
+		t.Error("served a run with AIRLOCK_POOL=0")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/gc"
+	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/platform"
 )
 
@@ -20,10 +21,10 @@ func init() { commands = append(commands, cli.Command{Names: []string{"gc"}, New
 // newGCCmd reaps what killed runs leave: stale session records and empty airlock-* cgroups.
 func newGCCmd(g *cli.Globals) *cobra.Command {
 	var stateDirs []string
-	var dryRun, verbose, spares bool
+	var dryRun, verbose, pool, removedSpares bool
 	var minAge time.Duration
 	cmd := &cobra.Command{
-		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m] [--spares]",
+		Use:   "gc [--dry-run] [--state-dir DIR]... [--min-age 1m] [--pool]",
 		Short: "Remove what killed airlock processes left: stale session records and empty airlock-* cgroups (local runtime)",
 		Long: `Reap leftovers of airlock processes that were killed (a crashed daemon, an interrupted test).
 It looks after the local runtime only, whatever $AIRLOCK_PLATFORM or the config file say: a
@@ -41,7 +42,7 @@ at every airlock-* cgroup; as another user (rootless mode, docs/rootless.md) onl
 delegated to that user: on cgroup v2 the airlock-* children of the subtree it runs in (e.g.
 under user@<uid>.service), else airlock-user-<uid>, which stays (root's).
 
-With --spares it also terminates the spares airlock run parked for later runs (docs/spares.md):
+With --pool it also terminates the sandboxes airlock run parked for later runs (docs/pool.md):
 live sandboxes nobody uses yet, which otherwise end by themselves within 11 minutes.`,
 		Example: `  sudo airlock gc --dry-run
   sudo airlock gc --state-dir /run/airlock --state-dir /var/tmp/airlock-ci`,
@@ -50,9 +51,12 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			if minAge < 0 {
 				return cli.UsageError("--min-age %s must not be negative", minAge)
 			}
+			if removedSpares {
+				return cli.UsageError("--spares is now --pool (also terminate the sandboxes parked for later airlock runs)")
+			}
 			var retired []string
 			var serr error
-			if spares {
+			if pool {
 				retired, serr = retireParked(cmd, stateDirs, dryRun)
 			}
 			opts := gc.Options{StateDirs: stateDirs, MinAge: minAge, DryRun: dryRun}
@@ -68,7 +72,7 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 			err = errors.Join(serr, err)
 			out := cmd.OutOrStdout()
 			if g.Output == cli.OutputJSON {
-				if perr := printJSON(out, gcOutput{Report: rep, Spares: retired}); perr != nil {
+				if perr := printJSON(out, gcOutput{Report: rep, Parked: retired}); perr != nil {
 					return perr
 				}
 			} else {
@@ -82,11 +86,11 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 				for _, c := range rep.Cgroups {
 					fmt.Fprintf(out, "%s cgroup %s\n", verb, c)
 				}
-				if spares {
+				if pool {
 					for _, id := range retired {
-						fmt.Fprintf(out, "%s spare %s\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], id)
+						fmt.Fprintf(out, "%s parked sandbox %s\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], id)
 					}
-					fmt.Fprintf(out, "%s %d spares\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], len(retired))
+					fmt.Fprintf(out, "%s %d parked sandboxes\n", map[bool]string{false: "terminated", true: "would terminate"}[dryRun], len(retired))
 				}
 				if verbose {
 					for _, k := range rep.Kept {
@@ -102,14 +106,16 @@ live sandboxes nobody uses yet, which otherwise end by themselves within 11 minu
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "report what would be removed; change nothing")
 	cmd.Flags().DurationVar(&minAge, "min-age", time.Minute, "spare cgroup trees changed more recently than this")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also list the airlock-* cgroups kept, and why")
-	cmd.Flags().BoolVar(&spares, "spares", false, "also terminate the spares parked for later airlock runs")
+	cmd.Flags().BoolVar(&pool, runcli.PoolFlag, false, "also terminate the sandboxes parked for later airlock runs")
+	cmd.Flags().BoolVar(&removedSpares, "spares", false, "renamed --"+runcli.PoolFlag)
+	_ = cmd.Flags().MarkHidden("spares")
 	return cmd
 }
 
-// gcOutput is gc's JSON: the report, and the spares terminated (--spares).
+// gcOutput is gc's JSON: the report, and the parked sandboxes terminated (--pool).
 type gcOutput struct {
 	gc.Report
-	Spares []string `json:"spares,omitempty"`
+	Parked []string `json:"parked,omitempty"`
 }
 
 // retireParked terminates (or lists) the parked spares of every state dir.

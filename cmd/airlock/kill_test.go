@@ -58,7 +58,7 @@ func (e runtimeEnv) sessions(t *testing.T) []string {
 func TestColdRunKilledIsReaped(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
-	run := env.startRun(t, "--spares", "0", "--timeout", "300s", "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)")
+	run := env.startRun(t, "--pool", "0", "--timeout", "300s", "-c", "import time\nprint('up', flush=True)\ntime.sleep(600)")
 	ids := env.sessions(t)
 	if len(ids) != 1 {
 		t.Fatalf("sessions during the run: %v, want one", ids)
@@ -77,7 +77,7 @@ func TestColdRunKilledIsReaped(t *testing.T) {
 	if err != nil || !slices.Contains(stale, ids[0]) {
 		t.Errorf("StaleSessions (gc --dry-run) = %v %v, want the killed run's session %s", stale, err, ids[0])
 	}
-	if code, out, errs := runCLI(t, append([]string{"run", "--spares", "0", "-c", "print(1)"}, env.flags()...)...); code != 0 || out != "1\n" {
+	if code, out, errs := runCLI(t, append([]string{"run", "--pool", "0", "-c", "print(1)"}, env.flags()...)...); code != 0 || out != "1\n" {
 		t.Fatalf("the next run: %d %q %q", code, out, errs)
 	}
 	if slices.Contains(env.sessions(t), ids[0]) {

@@ -321,7 +321,7 @@ func TestCLI(t *testing.T) {
 
 func TestHelpHidesInternalCommands(t *testing.T) {
 	_, out, _ := runCLI(t, "--help")
-	for _, hidden := range []string{"__agent", "__spares-fill", "completion", "capabilities-file"} {
+	for _, hidden := range []string{"__agent", "__pool-fill", "completion", "capabilities-file"} {
 		if strings.Contains(out, hidden) {
 			t.Errorf("help shows %s:\n%s", hidden, out)
 		}

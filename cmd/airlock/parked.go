@@ -37,7 +37,7 @@ const (
 )
 
 func init() {
-	commands = append(commands, cli.Command{Names: []string{"__spares-fill"}, New: newPoolFillCmd})
+	commands = append(commands, cli.Command{Names: []string{"__pool-fill"}, New: newPoolFillCmd})
 }
 
 // parkedTemplate is the sandbox a spare for runs with image img is: what runcode.Run would
@@ -101,7 +101,7 @@ type poolFillFlags struct {
 func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	f := &poolFillFlags{}
 	cmd := &cobra.Command{
-		Use:    "__spares-fill --image-json JSON [--count N] [--terminate SESSION]...",
+		Use:    "__pool-fill --image-json JSON [--count N] [--terminate SESSION]...",
 		Short:  "Park spare sandboxes for airlock run (started by airlock run itself)",
 		Hidden: true,
 		Args:   cobra.NoArgs,

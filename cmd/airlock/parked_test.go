@@ -34,7 +34,7 @@ func (e runtimeEnv) useParked(t *testing.T) {
 		b := e.open(t)
 		defer b.Close()
 		// Parked spares are their fillers' until claimed (List does not show them to this
-		// process): claimed and terminated as airlock gc --spares does.
+		// process): claimed and terminated as airlock gc --pool does.
 		if _, err := b.RetireParked(context.Background(), false); err != nil {
 			t.Errorf("retiring the spares: %v", err)
 		}
@@ -127,7 +127,7 @@ func TestRunParkedLeaveStdoutAlone(t *testing.T) {
 	}
 }
 
-// TestGCPool: gc --spares lists the parked spares (--dry-run, which keeps them) and
+// TestGCPool: gc --pool lists the parked spares (--dry-run, which keeps them) and
 // terminates them; the termination itself is backend/local's TestRetireParked.
 func TestGCPool(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -135,9 +135,9 @@ func TestGCPool(t *testing.T) {
 	env.useParked(t)
 	id := env.waitParked(t)
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
-	code, out, errs := cliIn(t, "", "gc", "--spares", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
+	code, out, errs := cliIn(t, "", "gc", "--pool", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
 	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
-		t.Fatalf("gc --spares --dry-run: %d %q %q", code, out, errs)
+		t.Fatalf("gc --pool --dry-run: %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); err != nil {
 		t.Fatalf("the dry run took the spare: %v", err)

@@ -199,9 +199,9 @@ func TestPlatformDocker(t *testing.T) {
 				t.Errorf("run --image host: exit %d, %q", code, errs)
 			}
 			// Spares are the local runtime's: asked for on docker, they are refused.
-			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", tarball, "--spares", "1", "-c", "1"}, tc.args...)...)
-			if code != 2 || !strings.Contains(errs, "--spares: spares are the local runtime's; the platform is docker") {
-				t.Errorf("run --spares 1: exit %d, %q", code, errs)
+			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", tarball, "--pool", "1", "-c", "1"}, tc.args...)...)
+			if code != 2 || !strings.Contains(errs, "--pool: parked sandboxes are the local runtime's; the platform is docker") {
+				t.Errorf("run --pool 1: exit %d, %q", code, errs)
 			}
 			// plan and capabilities read the set of the engine run uses.
 			code, out, errs = runBin(t, env, bin, append([]string{"capabilities"}, tc.args...)...)
@@ -280,7 +280,7 @@ func TestAutoFallsBackToDocker(t *testing.T) {
 	}
 	// The config file puts capabilities' docker backend in the test's state dir too.
 	env := []string{"DOCKER_HOST=" + host, "AIRLOCK_AGENT=" + agent, platform.EnvPlatform + "=",
-		platform.EnvConfig + "=" + writeConfigFile(t, "docker:\n  stateDir: "+sd+"\n"), "AIRLOCK_SPARES=0"}
+		platform.EnvConfig + "=" + writeConfigFile(t, "docker:\n  stateDir: "+sd+"\n"), "AIRLOCK_POOL=0"}
 	noCgroups := func(args ...string) (int, string, string) {
 		return runBin(t, env, "unshare", append([]string{"--mount", "--propagation", "unchanged", "sh", "-c",
 			`mount -t tmpfs none /sys/fs/cgroup && exec "$0" "$@"`, bin}, args...)...)
@@ -344,7 +344,7 @@ func TestAutoAsUnprivilegedUser(t *testing.T) {
 	}
 	// No engine's socket is reachable: DOCKER_HOST names none, and nobody may not use the
 	// host's (a podman on PATH is rootless for nobody, and passed over).
-	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", platform.EnvConfig + "=" + cfg, "AIRLOCK_SPARES=0",
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", platform.EnvConfig + "=" + cfg, "AIRLOCK_POOL=0",
 		"DOCKER_HOST=unix://" + filepath.Join(home, "no-engine.sock")}
 	cmd.SysProcAttr = cred
 	var out, errb bytes.Buffer
@@ -397,7 +397,7 @@ func TestAutoPicksDockerAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"HOME=" + home, "PATH=/usr/bin:/bin", "XDG_RUNTIME_DIR=" + run, platform.EnvConfig + "=" + cfg,
-		"AIRLOCK_SPARES=0", "AIRLOCK_AGENT=" + agent, "DOCKER_HOST=unix://" + sock}
+		"AIRLOCK_POOL=0", "AIRLOCK_AGENT=" + agent, "DOCKER_HOST=unix://" + sock}
 	runAs := func(args ...string) (int, string, string) {
 		cmd := exec.Command(userBin, args...)
 		cmd.Env, cmd.SysProcAttr = env, cred

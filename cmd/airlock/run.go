@@ -52,8 +52,8 @@ destroyed when the code ends.
 Spares: a run also starts a background filler that parks one fresh sandbox (python already
 started in it) for the next run with the same image and limits, which takes it instead of
 creating one; each sandbox still serves one run only. A spare nobody claims is retired after
-5 minutes by the next filler and ends by itself at its lifetime (11 minutes). --spares 0 (or
-AIRLOCK_SPARES=0) turns this off; the filler logs to <state-dir>/spares/fill.log.
+5 minutes by the next filler and ends by itself at its lifetime (11 minutes). --pool 0 (or
+AIRLOCK_POOL=0) turns this off; the filler logs to <state-dir>/spares/fill.log.
 
 The code comes from -c CODE, a FILE, or - (standard input). --lang is python, node or bash
 (aliases py, python3, js, javascript, sh, shell); with a FILE it defaults from the extension
@@ -85,7 +85,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if err != nil {
 		return err
 	}
-	if err := f.Check(cmd.Flags().Changed("spares")); err != nil {
+	if err := f.Check(cmd.Flags().Changed(runcli.PoolFlag)); err != nil {
 		return err
 	}
 	img, err := cli.ParseImage(f.Image)
@@ -109,8 +109,8 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if err != nil {
 		return err
 	}
-	if !onLocal && cmd.Flags().Changed("spares") && f.Pool > 0 {
-		return cli.UsageError("--spares: spares are the local runtime's; the platform is %s", other)
+	if !onLocal && cmd.Flags().Changed(runcli.PoolFlag) && f.Pool > 0 {
+		return cli.UsageError("--pool: parked sandboxes are the local runtime's; the platform is %s", other)
 	}
 	useParked := onLocal && f.Pool > 0 && runcode.Fits(runcode.Declaration(req, opts), parkedTemplate(img))
 	var filler runcli.Filler
@@ -139,8 +139,8 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if ch.Platform != capability.Local {
 		// Auto passed the local runtime over: no spares, and the default image is not this
 		// platform's.
-		if cmd.Flags().Changed("spares") && f.Pool > 0 {
-			return cli.UsageError("--spares: spares are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
+		if cmd.Flags().Changed(runcli.PoolFlag) && f.Pool > 0 {
+			return cli.UsageError("--pool: parked sandboxes are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
 		}
 		useParked = false
 		if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {

@@ -70,13 +70,13 @@ type Filler struct {
 	Count        int
 }
 
-// Start starts a detached airlock __spares-fill: its own session, no terminal, standard
+// Start starts a detached airlock __pool-fill: its own session, no terminal, standard
 // streams on /dev/null (a caller reading this process's output to its end must not wait for
 // it). It outlives this process and first terminates the sandboxes named. With gated, it does
 // nothing until the returned gate is closed (or this process exits, which closes it): the
 // write end of a pipe whose read end is the filler's fd 3.
 func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error) {
-	args := []string{"__spares-fill", "--state-dir", f.StateDir, "--image-json", f.ImageJSON, "--count", strconv.Itoa(f.Count)}
+	args := []string{"__pool-fill", "--state-dir", f.StateDir, "--image-json", f.ImageJSON, "--count", strconv.Itoa(f.Count)}
 	if f.CgroupParent != "" {
 		args = append(args, "--cgroup-parent", f.CgroupParent)
 	}

@@ -1,4 +1,4 @@
-// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock-front), which links nothing heavier.
+// Package runcli is airlock run's command line and its run in a parked sandbox, shared by the full CLI and the lean front (cmd/airlock-front), which links nothing heavier.
 package runcli
 
 import (
@@ -25,12 +25,17 @@ const (
 	// ExitInterrupted is a shell's status for SIGINT.
 	ExitInterrupted = 130
 
-	// EnvPool overrides --spares' default (0 turns spares off).
-	EnvPool = "AIRLOCK_SPARES"
-	// ParkedOutputCap is the output cap a spare's interpreter starts with: --max-output's
+	// EnvPool overrides --pool's default (0 parks none).
+	EnvPool = "AIRLOCK_POOL"
+	// envSpares was EnvPool's name; it is refused, naming EnvPool, rather than ignored.
+	envSpares = "AIRLOCK_SPARES"
+	// PoolFlag is --pool's name: how many sandboxes to keep ready, on every command that keeps
+	// them (run parks them in the state dir, mcp holds them in its process).
+	PoolFlag = "pool"
+	// ParkedOutputCap is the output cap a parked sandbox's interpreter starts with: --max-output's
 	// default, so a run with that or a smaller cap can use it.
 	ParkedOutputCap = 16 << 20
-	// MaxParked bounds --spares (local.MaxParked; pinned by a test of the full CLI).
+	// MaxParked bounds --pool (local.MaxParked; pinned by a test of the full CLI).
 	MaxParked = 8
 	// ImageHost is --image's value for the host image.
 	ImageHost = "host"
@@ -51,7 +56,17 @@ type Flags struct {
 	Interactive bool
 	MaxOutput   int64
 	Pool        int
+
+	// spares is the removed --spares, declared hidden so that it is refused naming --pool.
+	spares removedFlag
 }
+
+// removedFlag is a flag that was renamed: giving it is an error naming its new name.
+type removedFlag struct{ set bool }
+
+func (r *removedFlag) String() string   { return "" }
+func (r *removedFlag) Set(string) error { r.set = true; return nil }
+func (r *removedFlag) Type() string     { return "int" }
 
 // Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
 func (f *Flags) Add(fs *pflag.FlagSet) {
@@ -63,7 +78,9 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
 	fs.Int64Var(&f.MaxOutput, "max-output", ParkedOutputCap, "cap on each of stdout and stderr, in bytes")
-	fs.IntVar(&f.Pool, "spares", DefaultPool(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvPool+", else 1)")
+	fs.IntVar(&f.Pool, PoolFlag, DefaultPool(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvPool+", else 1)")
+	fs.Var(&f.spares, "spares", "renamed --"+PoolFlag)
+	_ = fs.MarkHidden("spares")
 }
 
 // AddBackend declares the local runtime's flags (the full CLI's run, mcp and serve share them).
@@ -83,7 +100,7 @@ const (
 )
 
 // LocalPlatform reports whether the platform settings can only mean the local runtime or
-// auto, which a parked spare serves: --platform's value (flagSet: given), else
+// auto, which a parked sandbox serves: --platform's value (flagSet: given), else
 // $AIRLOCK_PLATFORM. A config file makes it false (its platform, and whether it is valid, are
 // the full CLI's to read: the front reads no YAML).
 func LocalPlatform(flag string, flagSet bool) bool {
@@ -100,8 +117,11 @@ func LocalPlatform(flag string, flagSet bool) bool {
 	return v == "" || v == "auto" || v == "local"
 }
 
-// DefaultPool is --spares' default: $AIRLOCK_SPARES, else 1.
+// DefaultPool is --pool's default: $AIRLOCK_POOL, else 1.
 func DefaultPool() int {
+	if _, ok := os.LookupEnv(envSpares); ok {
+		return -1 // refused by Check, naming the new variable
+	}
 	if v, ok := os.LookupEnv(EnvPool); ok {
 		if n, err := strconv.Atoi(v); err == nil {
 			return n
@@ -111,17 +131,23 @@ func DefaultPool() int {
 	return 1
 }
 
-// Check refuses flag values a run cannot have, as usage errors; poolChanged: --spares was
-// given (else its value came from $AIRLOCK_SPARES).
+// Check refuses flag values a run cannot have, as usage errors; poolChanged: --pool was
+// given (else its value came from $AIRLOCK_POOL).
 func (f *Flags) Check(poolChanged bool) error {
+	if f.spares.set {
+		return cliexit.UsageError("--spares is now --%s (sandboxes to keep parked for the next runs)", PoolFlag)
+	}
+	if _, ok := os.LookupEnv(envSpares); ok {
+		return cliexit.UsageError("$%s is now $%s (sandboxes to keep parked for the next runs)", envSpares, EnvPool)
+	}
 	if f.MaxOutput < 1 {
 		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
 	}
 	if f.Pool < 0 || f.Pool > MaxParked {
 		if !poolChanged {
-			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvPool, os.Getenv(EnvPool), MaxParked)
+			return cliexit.UsageError("$%s=%q: give 0 (none) to %d", EnvPool, os.Getenv(EnvPool), MaxParked)
 		}
-		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Pool, MaxParked)
+		return cliexit.UsageError("--pool %d must be 0 (none) to %d", f.Pool, MaxParked)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// PoolFillers lists the pids of the running `airlock __spares-fill` processes (the filler a
+// PoolFillers lists the pids of the running `airlock __pool-fill` processes (the filler a
 // run starts, docs/spares.md) working on stateDir.
 func PoolFillers(stateDir string) []string {
 	var out []string
@@ -17,7 +17,7 @@ func PoolFillers(stateDir string) []string {
 			continue
 		}
 		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && args[1] == "__spares-fill" && strings.Contains(string(b), "\x00"+stateDir+"\x00") {
+		if len(args) > 2 && args[1] == "__pool-fill" && strings.Contains(string(b), "\x00"+stateDir+"\x00") {
 			out = append(out, e.Name())
 		}
 	}
