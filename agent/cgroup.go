@@ -40,11 +40,11 @@ type cgroups struct {
 	base     string // parent directory of exec cgroups ("" for process-group)
 	memoryV1 string // memory cgroup whose oom_kill counter is read (v1)
 
-	// v1: the next exec's cgroup, made once an exec is over (prepare) as spare-<id> and renamed
+	// v1: the next exec's cgroup, made once an exec is over (prepare) as next-<id> and renamed
 	// exec-<id> when an exec takes it: a rename costs a fraction of a mkdir (v1 only; v2 cannot
 	// rename a cgroup). close removes it.
 	mu      sync.Mutex
-	spare   *execGroup
+	next    *execGroup
 	filling bool
 	closed  bool
 	fills   sync.WaitGroup
@@ -157,11 +157,11 @@ type execGroup struct {
 	oomKilled bool   // it went up while the exec ran (read once the exec's cgroup is empty)
 }
 
-// group returns the kill scope for a new exec: the spare cgroup if one is ready, else a new one.
+// group returns the kill scope for a new exec: the pre-made cgroup if one is ready, else a new one.
 func (c *cgroups) group() (*execGroup, error) {
 	c.mu.Lock()
-	g := c.spare
-	c.spare = nil
+	g := c.next
+	c.next = nil
 	c.mu.Unlock()
 	if g != nil {
 		dir := c.base + "/exec-" + g.id
@@ -191,18 +191,18 @@ func (c *cgroups) prepare() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.spare != nil || c.filling {
+	if c.closed || c.next != nil || c.filling {
 		return
 	}
 	c.filling = true
 	c.fills.Add(1)
 	go func() {
 		defer c.fills.Done()
-		g, err := c.create("spare-", newID())
+		g, err := c.create("next-", newID())
 		c.mu.Lock()
 		c.filling = false
 		if err == nil && !c.closed {
-			c.spare, g = g, nil
+			c.next, g = g, nil
 		}
 		c.mu.Unlock()
 		if g != nil {
@@ -211,15 +211,15 @@ func (c *cgroups) prepare() {
 	}()
 }
 
-// close removes the spare cgroup; no exec may start after it.
+// close removes the pre-made cgroup; no exec may start after it.
 func (c *cgroups) close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
 	c.fills.Wait()
 	c.mu.Lock()
-	g := c.spare
-	c.spare = nil
+	g := c.next
+	c.next = nil
 	c.mu.Unlock()
 	if g == nil {
 		return nil
@@ -385,7 +385,7 @@ func (g *execGroup) kill() error {
 
 // finish ends the group of an exec whose main process has been reaped: what is left is killed
 // and the cgroup removed, or, when nothing is left and nothing was ever killed in it, the
-// cgroup becomes the next exec's spare (see recycle).
+// cgroup becomes the next exec's pre-made cgroup (see recycle).
 func (g *execGroup) finish() error {
 	if g.kind == scopeV1 && g.dir != "" && !g.killed {
 		if g.left != nil {
@@ -432,19 +432,19 @@ func (g *execGroup) release(holds func(pid int) bool) (rest func() error, err er
 	return g.destroy, nil
 }
 
-// recycle renames an exec's v1 cgroup to be the next spare instead of removing it (and making
-// the spare anew after the answer): a v1 cgroup's creation and removal are the costliest part
+// recycle renames an exec's v1 cgroup to be the next exec's pre-made cgroup instead of removing it (and making
+// the pre-made cgroup anew after the answer): a v1 cgroup's creation and removal are the costliest part
 // of an exec's cgroup work, much of it done by kernel threads after the fact, while a rename
 // is one cheap call. Only an empty cgroup qualifies (its tasks file lists every live thread:
-// with none, nothing can fork into it again), and only while no spare is there or being made.
+// with none, nothing can fork into it again), and only while no pre-made cgroup is there or being made.
 // The caller makes sure nothing was ever killed in it: a kill freezes, and a failed thaw would
 // hand the next exec a frozen cgroup.
 //
-// On success g's directory (and its open tasks file) belong to the spare: g.dir is "".
+// On success g's directory (and its open tasks file) belong to the pre-made cgroup: g.dir is "".
 func (c *cgroups) recycle(g *execGroup) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.spare != nil || c.filling {
+	if c.closed || c.next != nil || c.filling {
 		return false
 	}
 	// Opened anew, not read through g.tasks: a v1 tasks file's pid list is cached per open
@@ -454,11 +454,11 @@ func (c *cgroups) recycle(g *execGroup) bool {
 		return false
 	}
 	id := newID()
-	spare := c.base + "/spare-" + id
-	if unix.Rename(g.dir, spare) != nil {
+	next := c.base + "/next-" + id
+	if unix.Rename(g.dir, next) != nil {
 		return false
 	}
-	c.spare = &execGroup{id: id, kind: c.kind, dir: spare, fd: -1, tasks: g.tasks, c: c}
+	c.next = &execGroup{id: id, kind: c.kind, dir: next, fd: -1, tasks: g.tasks, c: c}
 	g.dir, g.tasks = "", -1
 	return true
 }

@@ -491,15 +491,15 @@ func TestExecBornInItsCgroup(t *testing.T) {
 			h := newHarness(t)
 			base := setup(h)
 			h.start()
-			// The spare's directory shows a moment before the agent offers it, so an exec in that
-			// moment makes its own cgroup (and the spare waits for the next): count takes.
+			// The pre-made cgroup's directory shows a moment before the agent offers it, so an exec in that
+			// moment makes its own cgroup (and the pre-made cgroup waits for the next): count takes.
 			took, offered := 0, 0
 			for i := range 5 {
-				// v1: from the second exec on, the spare cgroup made after the last one is
+				// v1: from the second exec on, the pre-made cgroup made after the last one is
 				// there to be taken (renamed to the exec's name).
-				var spare string
+				var premade string
 				if kind == "cgroup-v1" && i > 0 {
-					spare = waitSpare(t, base)
+					premade = waitNext(t, base)
 				}
 				s, err := h.cl.ExecStream(context.Background(), sbtypes.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Timeout: time.Minute})
 				if err != nil {
@@ -518,15 +518,15 @@ func TestExecBornInItsCgroup(t *testing.T) {
 				if !cgroupHas(out.String(), kind, want) {
 					t.Errorf("exec %s ran in\n%s\nwant its %s cgroup ending in %s", s.ID, out.String(), kind, want)
 				}
-				if spare != "" {
+				if premade != "" {
 					offered++
-					if spare == "spare-"+s.ID {
+					if premade == "next-"+s.ID {
 						took++
 					}
 				}
 			}
 			if offered > 0 && took == 0 {
-				t.Errorf("no exec of %d took the spare cgroup made for it", offered)
+				t.Errorf("no exec of %d took the pre-made cgroup made for it", offered)
 			}
 			if kind == "cgroup-v2" {
 				// Seen from outside, the running command is in its exec cgroup, which holds it.
@@ -550,7 +550,7 @@ func TestExecBornInItsCgroup(t *testing.T) {
 				s.Close()
 			}
 			defer func() {
-				// Stopped, the agent leaves no cgroup behind, spare included.
+				// Stopped, the agent leaves no cgroup behind, pre-made cgroup included.
 				h.stop()
 				if left, _ := filepath.Glob(filepath.Join(base, "*-*")); len(left) > 0 {
 					t.Errorf("cgroups left after the agent stopped: %v", left)
@@ -573,22 +573,22 @@ func TestExecBornInItsCgroup(t *testing.T) {
 	}
 }
 
-// waitSpare waits for the agent's one spare exec cgroup below base and returns its name.
-func waitSpare(t *testing.T, base string) string {
+// waitNext waits for the agent's one pre-made exec cgroup below base and returns its name.
+func waitNext(t *testing.T, base string) string {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		m, err := filepath.Glob(filepath.Join(base, "spare-*"))
+		m, err := filepath.Glob(filepath.Join(base, "next-*"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(m) > 1 {
-			t.Fatalf("%d spare cgroups, want at most 1: %v", len(m), m)
+			t.Fatalf("%d pre-made cgroups, want at most 1: %v", len(m), m)
 		}
 		if len(m) == 1 {
 			return filepath.Base(m[0])
 		}
 	}
-	t.Fatal("no spare exec cgroup appeared")
+	t.Fatal("no pre-made exec cgroup appeared")
 	return ""
 }
 
@@ -610,9 +610,9 @@ func cgroupHas(text, kind, suffix string) bool {
 }
 
 // TestExecCgroupRecycled (v1): an exec that ends with nothing left in its cgroup hands the
-// cgroup on as the next spare (the same kernel directory, renamed: no rmdir and mkdir per
+// cgroup on as the next exec's pre-made cgroup (the same kernel directory, renamed: no rmdir and mkdir per
 // exec), while the cgroup of an exec that was killed (frozen for the kill) or that left
-// processes behind is removed and the spare made anew.
+// processes behind is removed and the pre-made cgroup made anew.
 func TestExecCgroupRecycled(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := os.Stat("/sys/fs/cgroup/freezer/tasks"); err != nil {
@@ -671,15 +671,15 @@ func TestExecCgroupRecycled(t *testing.T) {
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
 				t.Errorf("exec cgroup %s still there after the exec: %v", dir, err)
 			}
-			spare := filepath.Join(base, waitSpare(t, base))
-			if got := ino(spare) == running; got != tc.recycled {
-				t.Errorf("spare %s is the exec's cgroup: %v, want %v", spare, got, tc.recycled)
+			premade := filepath.Join(base, waitNext(t, base))
+			if got := ino(premade) == running; got != tc.recycled {
+				t.Errorf("premade %s is the exec's cgroup: %v, want %v", premade, got, tc.recycled)
 			}
-			if b, err := os.ReadFile(spare + "/freezer.state"); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
-				t.Errorf("spare freezer.state %q %v, want THAWED", b, err)
+			if b, err := os.ReadFile(premade + "/freezer.state"); err != nil || strings.TrimSpace(string(b)) != "THAWED" {
+				t.Errorf("premade freezer.state %q %v, want THAWED", b, err)
 			}
-			if b, err := os.ReadFile(spare + "/tasks"); err != nil || len(b) != 0 {
-				t.Errorf("spare tasks %q %v, want none", b, err)
+			if b, err := os.ReadFile(premade + "/tasks"); err != nil || len(b) != 0 {
+				t.Errorf("premade tasks %q %v, want none", b, err)
 			}
 		})
 	}

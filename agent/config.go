@@ -57,7 +57,7 @@ type Config struct {
 	// background process running. 0 means no idle timeout. Health does not count.
 	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
 	// IdleFromFirstCall counts idle time from the first authenticated call instead of from the
-	// start (a pool pod waits unclaimed; see pool.go).
+	// start (a pool pod waits unclaimed; see limits.go).
 	IdleFromFirstCall bool `json:"idleFromFirstCall,omitempty"`
 	// Deadline ends the agent (Serve returns ErrLifetime) at this time: the session's
 	// lifetime, where the agent is the sandbox's PID 1 and nothing else holds it (the docker
@@ -68,7 +68,7 @@ type Config struct {
 	// forks up to the limit must not leave the Go runtime unable to start the thread it needs
 	// for a blocking call, which is fatal. Go reuses idle threads before it creates one. 0: none.
 	SpareThreads int `json:"spareThreads,omitempty"`
-	// MaxProcesses sets RLIMIT_NPROC on the agent, inherited by every command (see pool.go). 0: none.
+	// MaxProcesses sets RLIMIT_NPROC on the agent, inherited by every command (see limits.go). 0: none.
 	MaxProcesses int64 `json:"maxProcesses,omitempty"`
 }
 

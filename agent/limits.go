@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What a pooled agent needs (Kubernetes, where the pod is started long before it is claimed and
-// no pids cgroup per sandbox can be written): a process limit set as an rlimit, and an idle clock
-// that starts at the first authenticated call rather than at start.
+// Limits of an agent started long before it is claimed (a Kubernetes pool pod, where no pids
+// cgroup per sandbox can be written): a process limit set as an rlimit, and an idle clock that
+// starts at the first authenticated call rather than at start.
 
 // applyProcessLimit holds code's uid to at most n tasks with RLIMIT_NPROC, set (soft and hard) on
 // the agent process so every command it starts inherits it. The kernel counts the tasks of a real
