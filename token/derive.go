@@ -32,9 +32,9 @@ func DeriveKey(master []byte, sandboxID string) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
-// Warm builds, in the background, what this process's first Ed25519 key or signature needs:
+// PrecomputeEd25519 builds, in the background, what this process's first Ed25519 key or signature needs:
 // the curve's base point table (1.4-3 ms here, once per process). A one-shot process that
 // will mint tokens (airlock run) calls it first thing, so the build overlaps its other work.
-func Warm() {
+func PrecomputeEd25519() {
 	go func() { _ = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)) }()
 }

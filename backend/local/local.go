@@ -204,7 +204,9 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	WarmSigning()
+	// Create derives a key per sandbox and every request to an agent carries a signed token
+	// (token.DeriveKey, Connect): build Ed25519's table in the background now.
+	token.PrecomputeEd25519()
 	b := &Backend{
 		opts:     opts,
 		etc:      newEtcCache(opts.StateDir),
@@ -261,11 +263,6 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	return b, nil
 }
-
-// WarmSigning is token.Warm: the Ed25519 table a process's first key or signature needs, built
-// in the background. Create derives a key per sandbox and every request to an agent carries a
-// signed token (token.DeriveKey, Connect); New calls it, and a process can call it sooner.
-func WarmSigning() { token.Warm() }
 
 // Close stops watching sessions; it does not terminate them (a later New adopts them).
 func (b *Backend) Close() error {

@@ -33,7 +33,7 @@ import (
 const envFull = "AIRLOCK_FULL"
 
 func main() {
-	token.Warm() // the first token's key needs Ed25519's table: built while the flags are read
+	token.PrecomputeEd25519() // the first token's key needs Ed25519's table: built while the flags are read
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -80,7 +80,7 @@ error); 2 for usage errors.`,
 }
 
 func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) error {
-	token.Warm() // built while the flags are checked and the backend opens
+	token.PrecomputeEd25519() // built while the flags are checked and the backend opens
 	req, stdin, err := f.Request(args, cmd.InOrStdin())
 	if err != nil {
 		return err
