@@ -29,7 +29,7 @@ func pooledRun(be *local.Backend, p *local.Pool, rootfs string) error {
 	return nil
 }
 
-// parkedOne waits until a spare is parked in the state dir and no filler runs for it.
+// parkedOne waits until a parked sandbox is parked in the state dir and no filler runs for it.
 func parkedOne(state string) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -45,17 +45,17 @@ func parkedOne(state string) error {
 	}
 }
 
-// terminateParked, at the benchmark's end, waits for fillers and terminates the spares parked
+// terminateParked, at the benchmark's end, waits for fillers and terminates the sandboxes parked
 // in be's state dir (they would otherwise live out their lifetime).
 func terminateParked(b *testing.B, be *local.Backend, state string) {
 	b.Cleanup(func() {
 		for deadline := time.Now().Add(2 * time.Minute); len(testutil.PoolFillers(state)) > 0 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
-		// Parked spares are their fillers' until claimed (List does not show them): claimed and
-		// terminated as airlock gc --spares does, before the state dir's cgroup parent goes.
+		// Parked parked sandboxes are their fillers' until claimed (List does not show them): claimed and
+		// terminated as airlock gc --pool does, before the state dir's cgroup parent goes.
 		if _, err := be.RetireParked(context.Background(), false); err != nil {
-			b.Errorf("terminating the parked spares: %v", err)
+			b.Errorf("terminating the parked sandboxes: %v", err)
 		}
 	})
 }

@@ -27,7 +27,7 @@ import (
 type row struct {
 	name string
 	call func() error
-	// settle, when set, runs untimed after each call: background work the call left (a spare
+	// settle, when set, runs untimed after each call: background work the call left (a parked sandbox
 	// or pool refill) finishes before the next row is timed, so it loads no other row.
 	settle func() error
 }
@@ -167,15 +167,15 @@ func sideBySideRows(b *testing.B) []row {
 		rows = append(rows, row{name: "airlock-cli", call: func() error {
 			return runPython(cli, "run", "--pool", "0", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}})
-		// The CLI taking the spare an earlier run parked (the default): settle waits for the
+		// The CLI taking the parked sandbox an earlier run parked (the default): settle waits for the
 		// filler that run started to park the next one and exit.
 		terminateParked(b, be, state)
-		rows = append(rows, row{name: "airlock-cli-spare", call: func() error {
+		rows = append(rows, row{name: "airlock-cli-parked", call: func() error {
 			return runPython(cli, "run", "--pool", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}, settle: func() error { return parkedOne(state) }})
 		// The same through the full CLI itself: what the lean front saves.
 		full := filepath.Join(binDir, "airlock-full")
-		rows = append(rows, row{name: "airlock-full-spare", call: func() error {
+		rows = append(rows, row{name: "airlock-full-parked", call: func() error {
 			return runPython(full, "run", "--pool", "1", "--state-dir", state, "--image", rootfs, "-c", snippet)
 		}, settle: func() error { return parkedOne(state) }})
 	} else {
@@ -268,7 +268,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	// namespace's init that ran python (measured: less CPU per call than python alone).
 	cpu := make([]time.Duration, len(rows))
 	// Nor where the sandbox was made outside the call (the pool's goroutines, the filler).
-	noCPU := map[string]bool{"docker": true, "bwrap": true, "airlock-library-pool": true, "airlock-cli-spare": true, "airlock-full-spare": true}
+	noCPU := map[string]bool{"docker": true, "bwrap": true, "airlock-library-pool": true, "airlock-cli-parked": true, "airlock-full-parked": true}
 	it := 0
 	for b.Loop() {
 		took := make([]float64, len(rows))
@@ -315,7 +315,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	b.ReportMetric(ratioTo(lib, host), "airlock/host")
 	if d := idx("docker"); d >= 0 {
 		b.ReportMetric(ratioTo(d, lib), "docker/airlock")
-		for _, r := range []string{"airlock-library-pool", "airlock-cli", "airlock-cli-spare", "airlock-full-spare"} {
+		for _, r := range []string{"airlock-library-pool", "airlock-cli", "airlock-cli-parked", "airlock-full-parked"} {
 			if i := idx(r); i >= 0 {
 				b.ReportMetric(ratioTo(d, i), "docker/"+r)
 				fmt.Fprintf(&tab, "\ndocker / %s: %.1f×", r, ratioTo(d, i))

@@ -13,7 +13,7 @@ import (
 // python, the same on the rootfs's files, bare namespaces, airlock, every runtime installed),
 // N concurrent callers make the same number of calls,
 // rows rotated per iteration so each sees the same load. Rows whose work is partly done
-// outside the call (a spare's or a pool's refill) are left out: RunCodeThroughput measures
+// outside the call (a parked sandbox's or a pool's refill) are left out: RunCodeThroughput measures
 // the pool sustained. Reported per row: calls per second, its ratio to host python (the issue
 // asks ≥ 0.8× of a fresh sandbox) and to host python on the rootfs's files (the baseline of
 // the rows that run in the rootfs), and the machine's busy CPU per call (/proc/stat: every

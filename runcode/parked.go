@@ -8,7 +8,7 @@ import (
 )
 
 // PrestartedState encodes what a PrestartFunc returned so that another process can use the
-// waiting interpreters (ResumePrestarted): a local spare is prestarted by the process that
+// waiting interpreters (ResumePrestarted): a local parked sandbox is prestarted by the process that
 // parks it and run by the one that claims it. The caller still closes pre.
 func PrestartedState(pre any) ([]byte, error) {
 	p, ok := pre.(*core.Prestarted)

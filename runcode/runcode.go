@@ -101,7 +101,7 @@ type Options struct {
 	Pool Pool
 }
 
-// Core is the part of opts core.RunIn takes (a run in a spare, internal/runcli).
+// Core is the part of opts core.RunIn takes (a run in a parked sandbox, internal/runcli).
 func (opts Options) Core() core.Options {
 	return core.Options{Stdout: opts.Stdout, Stderr: opts.Stderr, Stdin: opts.Stdin, MaxOutputBytes: opts.MaxOutputBytes, ViewBytes: opts.ViewBytes, Logger: opts.Logger}
 }

@@ -320,7 +320,7 @@ func (b *Backend) claimWaiting(ctx context.Context, name string, decl *spec.Sand
 
 // fits says why a sandbox declared as decl may not be served by a pod of a Sandbox declared as
 // pool ("" when it may): image, limits, egress, runtime, working directory, environment and
-// ports must be the same after defaults (runcode.Fits' rule for spares); ids and labels may
+// ports must be the same after defaults (runcode.Fits' rule for parked sandboxes); ids and labels may
 // differ, and the pool's lifetime must be at least the declared one (the caller terminates
 // the session when done; the pool's idle timeout applies).
 func fits(decl, pool spec.Sandbox) string {

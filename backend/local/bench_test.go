@@ -77,7 +77,7 @@ func BenchmarkCreateByRoot(b *testing.B) {
 }
 
 // BenchmarkTerminateAdopted is the terminate of a sandbox another backend made (as airlock run
-// ends a spare a filler made): only the terminate is timed.
+// ends a parked sandbox a filler made): only the terminate is timed.
 func BenchmarkTerminateAdopted(b *testing.B) {
 	maker := newTestBackend(b)
 	be := newTestBackendAt(b, maker.opts.StateDir)

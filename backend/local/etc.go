@@ -26,7 +26,7 @@ import (
 // sources' identity (device, inode, mode, size, mtime, ctime) with the copy's manifest, so a
 // new sandbox never sees stale files. Symlinks inside a copied directory are not compared one
 // by one: replacing or adding one changes its directory, which is. The manifest and the check
-// are package spares' (a claimer checks a spare's copy without this package).
+// are package parked sandboxes' (a claimer checks a parked sandbox's copy without this package).
 
 // etcCacheDir is the state dir's subdirectory that holds the copies.
 const etcCacheDir = sessions.EtcCacheDir

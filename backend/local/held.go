@@ -9,7 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// A warm sandbox (a pool's ready one, a spare being made or parked) belongs to the process
+// A warm sandbox (a pool's ready one, a parked sandbox being made or parked) belongs to the process
 // that made it until a claim hands it out: only then is it anyone's session. Before that it
 // is a session of the state dir like any other on disk, so without a rule another process on
 // the same state dir (a daemon listing its sessions, a client that learnt the id) could exec
@@ -19,7 +19,7 @@ import (
 
 // heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a warm
 // one another process holds: a pool's (LabelPool) not yet claimed (claimedFile) whose pool is
-// not this process's, or a spare (LabelParked) not yet claimed (sessions.ClaimPrefix) that another
+// not this process's, or a parked sandbox (LabelParked) not yet claimed (sessions.ClaimPrefix) that another
 // process is making or parked.
 func heldElsewhere(dir string, labels map[string]string) bool {
 	var maker string

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// TestWarmSandboxHeldElsewhere: a pool's ready sandbox or a spare, made by another (live)
+// TestWarmSandboxHeldElsewhere: a pool's ready sandbox or a parked sandbox, made by another (live)
 // process and not claimed yet, is found by no lookup of this one (Get, Connect, List; a
 // second backend that adopted it at New alike) — else a daemon's caller could exec in it
 // before the claimer gets it "fresh". Once claimed it is a session like any other; a warm
@@ -34,9 +34,9 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		hidden bool
 	}{
 		{"pool of another process", map[string]string{LabelPool: "k", LabelPoolFiller: other}, claimedFile, true},
-		{"spare of another process", map[string]string{LabelParked: "k", LabelParkedFiller: other}, sessions.ClaimPrefix + other, true},
+		{"parked sandbox of another process", map[string]string{LabelParked: "k", LabelParkedFiller: other}, sessions.ClaimPrefix + other, true},
 		{"pool of this process", map[string]string{LabelPool: "k", LabelPoolFiller: self}, claimedFile, false},
-		{"spare this process makes", map[string]string{LabelParked: "k", LabelParkedFiller: self}, sessions.ClaimPrefix + self, false},
+		{"parked sandbox this process makes", map[string]string{LabelParked: "k", LabelParkedFiller: self}, sessions.ClaimPrefix + self, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBackend(t)

@@ -84,7 +84,7 @@ type Options struct {
 	// Egress configures the gateway of sandboxes whose egress is not deny (egress.go).
 	Egress EgressOptions
 	// OneShot is for a one-shot process that starts, as it ends, a process that opens this
-	// state dir without it (airlock run and its spare filler) and so does the upkeep this one
+	// state dir without it (airlock run and its parked sandbox filler) and so does the upkeep this one
 	// leaves out: New skips its reconcile (adopting the live sandboxes, reaping the broken
 	// ones, orphan cgroups, id ranges and /etc copies) once the state dir has its master
 	// secret, so that neither it nor the creates in flight it waits for are on the one-shot's
@@ -492,7 +492,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
-	// spare) or reconcile.
+	// parked sandbox) or reconcile.
 	go func() { _, _ = SeccompFor(b.cg.version()) }()
 	// What this backend's own set says no to is refused, naming the capability: the set plan
 	// and 'airlock capabilities' read (capabilities.go).
@@ -1054,7 +1054,7 @@ func (b *Backend) known(id string) *session {
 // Kill ends every process of an adopted sandbox and returns once its init is gone, leaving its
 // cgroups and state dir to a later Terminate, by any process: the part of a terminate its
 // caller must wait for, when another process can do the rest off its path (airlock run hands
-// a used spare to the filler it starts). Until then the remains are a broken sandbox, which a
+// a used parked sandbox to the filler it starts). Until then the remains are a broken sandbox, which a
 // reconcile reaps once this process is gone. A sandbox this process cannot kill through its
 // init's pidfd (its own child, gVisor's) is terminated whole.
 func (b *Backend) Kill(ctx context.Context, sessionID string) error {

@@ -20,26 +20,26 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// Spares are sandboxes parked in the state dir for whichever process claims one next: a
+// Parked sandboxes are sandboxes parked in the state dir for whichever process claims one next: a
 // one-shot process (airlock run) takes a sandbox made before it started, and leaves the next
-// one made after it ends, with no daemon (docs/spares.md). A spare is single-use like a pooled
+// one made after it ends, with no daemon (docs/parked sandboxes.md). A parked sandbox is single-use like a pooled
 // sandbox: the claimer terminates it.
 //
-// A spare is in one of three states, each visible on disk to every process:
+// A parked sandbox is in one of three states, each visible on disk to every process:
 //   - being made: labelled LabelParked and LabelParkedFiller, nothing else;
-//   - parked: an index file <state>/spares/<key>/<session> holds its sessions.Entry;
+//   - parked: an index file <state>/parked sandboxes/<key>/<session> holds its sessions.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as sessions.ClaimPrefix+<owner>.
 //
-// The index, the claim and what a claimer checks are package spares', which a one-shot
+// The index, the claim and what a claimer checks are package parked sandboxes', which a one-shot
 // claimer uses without this package (airlock run's lean front).
 //
-// Reconcile reaps a spare being made whose filler is gone and a claimed one whose claimer is
+// Reconcile reaps a parked sandbox being made whose filler is gone and a claimed one whose claimer is
 // gone; a parked one lives until its lifetime ends (it then dies, and is reaped as broken).
 const (
-	// LabelParked is the template key (PoolKey) of a spare's template.
+	// LabelParked is the template key (PoolKey) of a parked sandbox's template.
 	LabelParked = "airlock.spare"
-	// LabelParkedFiller is "<pid>-<start time>" of the process that made the spare.
+	// LabelParkedFiller is "<pid>-<start time>" of the process that made the parked sandbox.
 	LabelParkedFiller = "airlock.spare.filler"
 
 	// MaxParked bounds ParkOptions.Count.
@@ -48,39 +48,39 @@ const (
 
 // ParkOptions configure FillParked.
 type ParkOptions struct {
-	// Count is how many spares of the template to keep parked (1..MaxParked).
+	// Count is how many parked sandboxes of the template to keep parked (1..MaxParked).
 	Count int
-	// MaxAge retires a parked spare older than this (terminated by the next filler); it must
+	// MaxAge retires a parked sandbox older than this (terminated by the next filler); it must
 	// be shorter than the template's lifetime. Claims check the lifetime left themselves.
 	MaxAge time.Duration
-	// Prestart, if set, runs in each new spare after a warm-up exec; what it returns is handed
+	// Prestart, if set, runs in each new parked sandbox after a warm-up exec; what it returns is handed
 	// to the claimer (ClaimParked). It must leave nothing that ties the sandbox to this
 	// process: the filler exits and the claimer connects anew.
 	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) ([]byte, error)
 }
 
-// ParkedDir is where a state dir keeps its spares' index (and a filler's log).
+// ParkedDir is where a state dir keeps its parked sandboxes' index (and a filler's log).
 func ParkedDir(stateDir string) string { return sessions.ParkedDir(stateDir) }
 
 func (b *Backend) parkedIndex(key string) string { return sessions.IndexDir(b.opts.StateDir, key) }
 
-// FillParked parks spares of tmpl until opts.Count are parked. Only one process fills a key at
+// FillParked parks parked sandboxes of tmpl until opts.Count are parked. Only one process fills a key at
 // a time: when another holds the key's lock, FillParked returns at once (that one fills).
 func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOptions) error {
 	tmpl.ApplyDefaults()
 	if tmpl.ID == "" {
-		tmpl.ID = "spare"
+		tmpl.ID = "parked"
 	}
 	life := time.Duration(tmpl.Session.Lifetime()) * time.Second
 	switch {
 	case opts.Count < 1 || opts.Count > MaxParked:
-		return fmt.Errorf("%w: spares count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxParked)
+		return fmt.Errorf("%w: parked sandboxes count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxParked)
 	case opts.MaxAge < time.Second || opts.MaxAge >= life:
-		return fmt.Errorf("%w: spares maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
+		return fmt.Errorf("%w: parked sandboxes maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
 	}
 	for k := range tmpl.Labels {
 		if k == LabelParked || k == LabelParkedFiller || k == LabelPool || k == LabelPoolFiller {
-			return fmt.Errorf("%w: spare template label %q: set by the runtime itself", sandbox.ErrInvalid, k)
+			return fmt.Errorf("%w: parked sandbox template label %q: set by the runtime itself", sandbox.ErrInvalid, k)
 		}
 	}
 	key, err := PoolKey(tmpl)
@@ -144,11 +144,11 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 	}
 }
 
-// parkOne makes one spare, warms it, runs Prestart and parks it.
+// parkOne makes one parked sandbox, warms it, runs Prestart and parks it.
 func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) (err error) {
 	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelParked: key, LabelParkedFiller: self}))
 	if err != nil {
-		return fmt.Errorf("creating a spare: %w", err)
+		return fmt.Errorf("creating a parked sandbox: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -174,7 +174,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 		data, err := opts.Prestart(pctx, sess, a)
 		cancel()
 		if err != nil {
-			b.log.Warn("spares: prestart failed; parking the sandbox without it", "session", sess.ID, "err", err)
+			b.log.Warn("parked sandboxes: prestart failed; parking the sandbox without it", "session", sess.ID, "err", err)
 		} else {
 			e.Prestart = data
 		}
@@ -192,7 +192,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 		_ = os.Remove(tmp)
 		return err
 	}
-	b.log.Debug("spares: parked", "session", sess.ID, "key", key)
+	b.log.Debug("parked sandboxes: parked", "session", sess.ID, "key", key)
 	return nil
 }
 
@@ -201,35 +201,35 @@ func (b *Backend) parkedEntries(key string) ([]sessions.Entry, error) {
 	return sessions.Parked(b.opts.StateDir, key)
 }
 
-// takeParked claims a parked spare's index entry: true when this process won it.
+// takeParked claims a parked sandbox's index entry: true when this process won it.
 func (b *Backend) takeParked(key, id, self string) bool {
 	return sessions.Take(b.opts.StateDir, key, id, self)
 }
 
-// retireParked claims a parked spare and terminates it (filler: too old to hand out).
+// retireParked claims a parked sandbox and terminates it (filler: too old to hand out).
 func (b *Backend) retireParked(ctx context.Context, key, id, self string) {
 	if b.takeParked(key, id, self) {
 		b.discardParked(ctx, id)
 	}
 }
 
-// discardParked terminates a claimed spare that will not be used, logging failures: the next
+// discardParked terminates a claimed parked sandbox that will not be used, logging failures: the next
 // reconcile reaps what is left (its claimer, this process, will be gone).
 func (b *Backend) discardParked(ctx context.Context, id string) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := b.Terminate(tctx, id); err != nil {
-		b.log.Warn("spares: terminating a spare failed", "session", id, "err", err)
+		b.log.Warn("parked sandboxes: terminating a parked sandbox failed", "session", id, "err", err)
 	}
 }
 
-// ParkedCount counts the parked spares of key.
+// ParkedCount counts the parked sandboxes of key.
 func (b *Backend) ParkedCount(key string) int {
 	p, _ := b.parkedEntries(key)
 	return len(p)
 }
 
-// reapableParked reports whether a live sandbox found at reconcile is a spare nobody can ever
+// reapableParked reports whether a live sandbox found at reconcile is a parked sandbox nobody can ever
 // use: claimed by a process that is gone, or never parked by a filler that is gone.
 func (b *Backend) reapableParked(dir string, rec *record) bool {
 	key := rec.Spec.Labels[LabelParked]
@@ -245,17 +245,17 @@ func (b *Backend) reapableParked(dir string, rec *record) bool {
 		if procAlive(claimer) {
 			return false
 		}
-		b.log.Info("reaping a claimed spare whose claimer is gone", "session", rec.ID, "claimer", claimer)
+		b.log.Info("reaping a claimed parked sandbox whose claimer is gone", "session", rec.ID, "claimer", claimer)
 		return true
 	}
 	if procAlive(rec.Spec.Labels[LabelParkedFiller]) {
 		return false // being made
 	}
-	b.log.Info("reaping a spare its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[LabelParkedFiller])
+	b.log.Info("reaping a parked sandbox its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[LabelParkedFiller])
 	return true
 }
 
-// sweepParkedIndex removes index entries whose session dir is gone (a spare that died parked
+// sweepParkedIndex removes index entries whose session dir is gone (a parked sandbox that died parked
 // and was reaped) and temporary files of fillers that are gone.
 func (b *Backend) sweepParkedIndex() error {
 	root := ParkedDir(b.opts.StateDir)
@@ -296,7 +296,7 @@ func (b *Backend) sweepParkedIndex() error {
 	return errors.Join(errs...)
 }
 
-// RetireParked claims and terminates every parked spare in the state dir, whatever its
+// RetireParked claims and terminates every parked sandbox in the state dir, whatever its
 // template, and returns their session ids; with dryRun it only lists them.
 func (b *Backend) RetireParked(ctx context.Context, dryRun bool) ([]string, error) {
 	keys, err := os.ReadDir(ParkedDir(b.opts.StateDir))
@@ -330,7 +330,7 @@ func (b *Backend) RetireParked(ctx context.Context, dryRun bool) ([]string, erro
 				continue // claimed meanwhile
 			}
 			if err := b.Terminate(ctx, e.Session); err != nil {
-				errs = append(errs, fmt.Errorf("terminating spare %s: %w", e.Session, err))
+				errs = append(errs, fmt.Errorf("terminating parked sandbox %s: %w", e.Session, err))
 				continue
 			}
 			ids = append(ids, e.Session)

@@ -18,7 +18,7 @@ import (
 
 func parkedTmpl() spec.Sandbox {
 	life := int64(600)
-	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spare-test"}}
+	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "parked-test"}}
 	d.Session.MaxLifetimeSeconds = &life
 	return d
 }
@@ -49,7 +49,7 @@ func fill(t *testing.T, b *Backend, opts ParkOptions) {
 	}
 }
 
-// fillParked fills spares from empty and returns them, failing unless opts.Count are parked.
+// fillParked fills parked sandboxes from empty and returns them, failing unless opts.Count are parked.
 func fillParked(t *testing.T, b *Backend, opts ParkOptions) []sessions.Entry {
 	t.Helper()
 	fill(t, b, opts)
@@ -73,11 +73,11 @@ func TestParkRefusals(t *testing.T) {
 		opts ParkOptions
 		want string
 	}{
-		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "spares count 0"},
-		{"too many", parkedTmpl(), ParkOptions{Count: MaxParked + 1, MaxAge: time.Minute}, "spares count 9"},
-		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "spares maxAge 0s"},
+		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "parked sandboxes count 0"},
+		{"too many", parkedTmpl(), ParkOptions{Count: MaxParked + 1, MaxAge: time.Minute}, "parked sandboxes count 9"},
+		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "parked sandboxes maxAge 0s"},
 		{"max age past the lifetime", parkedTmpl(), ParkOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
-		{"spare label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
+		{"parked sandbox label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
 		{"filler label", withLabel(LabelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
 		{"pool label", withLabel(LabelPool), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
 	} {
@@ -90,7 +90,7 @@ func TestParkRefusals(t *testing.T) {
 	}
 }
 
-// TestParkAndClaim: a filler parks spares with what its Prestart returned; another
+// TestParkAndClaim: a filler parks parked sandboxes with what its Prestart returned; another
 // backend on the state dir (another process) claims each once, gets that, and runs in it.
 func TestParkAndClaim(t *testing.T) {
 	b := newTestBackend(t)
@@ -119,7 +119,7 @@ func TestParkAndClaim(t *testing.T) {
 			t.Errorf("no claim record: %v", err)
 		}
 		if out, _, _ := run(t, c.Agent, "echo $((6*7))"); out != "42\n" {
-			t.Errorf("claimed spare ran %q", out)
+			t.Errorf("claimed parked sandbox ran %q", out)
 		}
 		if err := c.Kill(t.Context()); err != nil {
 			t.Fatal(err)
@@ -129,15 +129,15 @@ func TestParkAndClaim(t *testing.T) {
 		}
 	}
 	if c := claimParked(t, b, key, time.Minute); c != nil {
-		t.Fatalf("a third claim of two spares got %s", c.ID)
+		t.Fatalf("a third claim of two parked sandboxes got %s", c.ID)
 	}
 
-	// A spare with less lifetime left than the claim needs is not handed out, but discarded:
+	// A parked sandbox with less lifetime left than the claim needs is not handed out, but discarded:
 	// claimed, for the claimer to terminate.
 	parked := fillParked(t, b, ParkOptions{Count: 1, MaxAge: time.Minute})
 	c, discarded, err := sessions.Claim(t.Context(), b.opts.StateDir, key, time.Hour)
 	if c != nil || err != nil || len(discarded) != 1 || discarded[0] != parked[0].Session {
-		t.Fatalf("a spare with 10 minutes left, claimed for an hour: %v %v, discarded %v", c, err, discarded)
+		t.Fatalf("a parked sandbox with 10 minutes left, claimed for an hour: %v %v, discarded %v", c, err, discarded)
 	}
 	if err := b.Terminate(t.Context(), parked[0].Session); err != nil {
 		t.Fatal(err)
@@ -154,9 +154,9 @@ func claimParked(t *testing.T, b *Backend, key string, minLeft time.Duration) *s
 	return c
 }
 
-// TestParkedReconcile: a new backend reaps spares nobody can use (claimed by a process that is
+// TestParkedReconcile: a new backend reaps parked sandboxes nobody can use (claimed by a process that is
 // gone, or never parked by a filler that is gone), keeps parked ones, and drops the index
-// entry of a parked spare that died.
+// entry of a parked sandbox that died.
 func TestParkedReconcile(t *testing.T) {
 	b := newTestBackend(t)
 	key := parkedKey(t)
@@ -193,7 +193,7 @@ func TestParkedReconcile(t *testing.T) {
 	assertGone(t, b2, claimedDead, pids[claimedDead])
 	assertGone(t, b2, neverParked, pids[neverParked])
 	assertGone(t, b2, died, pids[died])
-	waitFor(t, "the dead spare's index entry swept", func() bool {
+	waitFor(t, "the dead parked sandbox's index entry swept", func() bool {
 		_ = b2.sweepParkedIndex() // b's own reaper may remove the session dir after b2's reconcile
 		_, err := os.Lstat(filepath.Join(b.parkedIndex(key), died))
 		return errors.Is(err, os.ErrNotExist)
@@ -213,7 +213,7 @@ func TestParkedReconcile(t *testing.T) {
 	}
 }
 
-// TestParkedRetire: a filler terminates parked spares older than MaxAge and parks new ones.
+// TestParkedRetire: a filler terminates parked sandboxes older than MaxAge and parks new ones.
 func TestParkedRetire(t *testing.T) {
 	b := newTestBackend(t)
 	key := parkedKey(t)
@@ -228,7 +228,7 @@ func TestParkedRetire(t *testing.T) {
 	}
 }
 
-// TestRetireParked: every parked spare goes (a dry run only lists them).
+// TestRetireParked: every parked sandbox goes (a dry run only lists them).
 func TestRetireParked(t *testing.T) {
 	b := newTestBackend(t)
 	key := parkedKey(t)

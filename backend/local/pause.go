@@ -41,7 +41,7 @@ var _ sandbox.Pauser = (*Backend)(nil)
 // pauseTimeout bounds how long a freeze or thaw may take to settle.
 const pauseTimeout = 2 * time.Second
 
-// The freezer and the read of its state are spares' (a claimer checks a spare is not paused).
+// The freezer and the read of its state are parked sandboxes' (a claimer checks a parked sandbox is not paused).
 type freezer = sessions.Freezer
 
 func freezerOf(rec *record) freezer { return sessions.FreezerOf(&rec.RecordCore) }

@@ -390,7 +390,7 @@ func (p *Pool) decl(pooled bool) spec.Sandbox {
 }
 
 // Instance is one sandbox of the template tmpl: its id is tmpl's plus a random suffix, its
-// labels tmpl's plus extra (a pool's, a spare's).
+// labels tmpl's plus extra (a pool's, a parked sandbox's).
 func Instance(tmpl spec.Sandbox, extra map[string]string) spec.Sandbox {
 	d := tmpl
 	prefix := d.ID
@@ -660,5 +660,5 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	return true
 }
 
-// procAlive is sessions.OwnerAlive: a pool's owner and a spare's filler and claimer alike.
+// procAlive is sessions.OwnerAlive: a pool's owner and a parked sandbox's filler and claimer alike.
 var procAlive = sessions.ProcAlive

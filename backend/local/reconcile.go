@@ -33,9 +33,9 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		dir := filepath.Join(b.opts.StateDir, id)
-		// A sandbox whose init is exiting or a zombie is dead (a run's spare it killed, say):
+		// A sandbox whose init is exiting or a zombie is dead (a run's parked sandbox it killed, say):
 		// reaped, not asked for its agent. pool.go: a pooled sandbox nobody claimed, whose
-		// pool's process is gone, is reaped; spare.go: so is a spare nobody can claim or use
+		// pool's process is gone, is reaped; parked sandbox.go: so is a parked sandbox nobody can claim or use
 		// any more.
 		// stale.go: a one-shot sandbox whose creator is gone is reaped too; nobody may use it.
 		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableParked(dir, rec) && !b.reapableOrphan(rec) {
@@ -74,7 +74,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 			b.log.Info("reaped orphan cgroup", "session", id)
 		}
 	}
-	// spare.go: index entries of spares reaped above.
+	// parked sandbox.go: index entries of parked sandboxes reaped above.
 	if err := b.sweepParkedIndex(); err != nil {
 		errs = append(errs, err)
 	}
@@ -201,7 +201,7 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 }
 
 // Reaped returns the sessions New's reconcile removed: broken sandboxes (their init gone, their
-// agent not answering, a spare or pooled one nobody can use) and orphan cgroups.
+// agent not answering, a parked sandbox or pooled one nobody can use) and orphan cgroups.
 func (b *Backend) Reaped() []string { return slices.Clone(b.reaped) }
 
 // ReconcileError is New's error when its reconcile failed: what it reaped before that, too.

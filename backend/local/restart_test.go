@@ -77,7 +77,7 @@ func startHelper(t *testing.T, stateDir string, n int) (*exec.Cmd, []helperSessi
 }
 
 // TestReconcileExitedInit: a sandbox whose init has exited but is not yet reaped (what a run's
-// filler finds right after the run killed its spare) is reaped as broken, not asked for an
+// filler finds right after the run killed its parked sandbox) is reaped as broken, not asked for an
 // agent that is gone and reported as one that "does not answer".
 func TestReconcileExitedInit(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -278,7 +278,7 @@ func TestReconcileOrphanCgroup(t *testing.T) {
 	}
 }
 
-// TestOneShotDefersReconcile: a one-shot New (airlock run with spares: its filler reconciles
+// TestOneShotDefersReconcile: a one-shot New (airlock run with parked sandboxes: its filler reconciles
 // right after it) reaps nothing and adopts nothing up front, yet finds a live sandbox by id;
 // the next plain New reaps what was broken. On a state dir with no master secret yet it makes
 // one, under the lock, and reconciles as usual.

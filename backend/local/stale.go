@@ -30,7 +30,7 @@ func StaleSessions(stateDir string) ([]string, error) {
 }
 
 // creatorOf is the Creator a sandbox declared as decl records: this process when nobody may
-// reattach to it and it is neither a pool's nor a spare's (those have owners of their own).
+// reattach to it and it is neither a pool's nor a parked sandbox's (those have owners of their own).
 func creatorOf(decl spec.Sandbox) string {
 	if decl.Session.CanReconnect() || decl.Labels[LabelPool] != "" || decl.Labels[LabelParked] != "" {
 		return ""

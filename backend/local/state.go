@@ -64,7 +64,7 @@ func readRecord(dir string) (*record, error) {
 	return &r, nil
 }
 
-// Process identity is spares' (a claimer checks a spare's init without this package).
+// Process identity is parked sandboxes' (a claimer checks a parked sandbox's init without this package).
 type procStat = sessions.ProcStat
 
 var (

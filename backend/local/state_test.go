@@ -80,7 +80,7 @@ func TestMountPoints(t *testing.T) {
 	}
 }
 
-// TestRecordJSON: session.json is what it was before the record's core moved to spares
+// TestRecordJSON: session.json is what it was before the record's core moved to parked sandboxes
 // (sandboxes made by an older binary are still found and reaped, and it finds ours): every
 // field round-trips both ways with the flat record it replaced, and sessions.ReadRecord reads
 // the core and the spec fields a claimer needs from it.

@@ -69,7 +69,7 @@ func TestTerminateFrozenExecCgroup(t *testing.T) {
 func TestKill(t *testing.T) {
 	testutil.RequireRoot(t)
 	stateDir := testStateDir(t)
-	made := createInHelper(t, stateDir, 2) // their maker is gone, as a spare's filler is
+	made := createInHelper(t, stateDir, 2) // their maker is gone, as a parked sandbox's filler is
 	b := newTestBackendAt(t, stateDir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -40,7 +40,7 @@ type idAllocator struct {
 	next   atomic.Int64
 	// excluded ranges overlap host ids someone else has (subids.go): never handed out. Read
 	// from the account files under hostRoot ("" for the host's) at the first claim, not in New:
-	// a process that never creates (one claiming a spare, a reconcile) does not pay ~0.1 ms.
+	// a process that never creates (one claiming a parked sandbox, a reconcile) does not pay ~0.1 ms.
 	hostRoot     string
 	excludedOnce sync.Once
 	excludedErr  error

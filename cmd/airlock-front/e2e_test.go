@@ -18,8 +18,8 @@ import (
 
 // TestFrontRunsInParked: installed as airlock next to airlock-full, the front hands the first
 // run (nothing parked) to the full CLI, which creates its sandbox and starts the filler; the
-// next runs it serves itself from the spares, with the full CLI's output and exit statuses,
-// text and JSON, and nothing of any run or spare is left at the end.
+// next runs it serves itself from the parked sandboxes, with the full CLI's output and exit statuses,
+// text and JSON, and nothing of any run or parked sandbox is left at the end.
 func TestFrontRunsInParked(t *testing.T) {
 	testutil.RequireRoot(t)
 	agent, cleanup, err := runcodetest.BuildAgent()
@@ -52,7 +52,7 @@ func TestFrontRunsInParked(t *testing.T) {
 		}
 		defer b.Close()
 		if _, err := b.RetireParked(context.Background(), false); err != nil {
-			t.Errorf("retiring the spares: %v", err)
+			t.Errorf("retiring the parked sandboxes: %v", err)
 		}
 		list, _ := b.List(context.Background())
 		for _, s := range list {
@@ -106,7 +106,7 @@ func TestFrontRunsInParked(t *testing.T) {
 		{args: []string{"-o", "json", "run", "-c", "print('j')"}, stdout: "j\n", json: true},
 		{args: []string{"run", "--lang", "bash", "-c", "echo $((6*7))"}, stdout: "42\n"},
 	} {
-		waitUntil(t, "a parked spare", func() bool { return fillers() && parked() })
+		waitUntil(t, "a parked sandbox", func() bool { return fillers() && parked() })
 		code, out, errs := airlock(tc.args...)
 		if tc.json {
 			var res struct {
@@ -121,7 +121,7 @@ func TestFrontRunsInParked(t *testing.T) {
 			t.Errorf("run %d %q: %d %q %q, want %d %q", i, tc.args, code, out, errs, tc.code, tc.stdout)
 		}
 		if fullRuns() != 1 {
-			t.Fatalf("run %d %q with a spare parked went to the full CLI", i, tc.args)
+			t.Fatalf("run %d %q with a sandbox parked went to the full CLI", i, tc.args)
 		}
 	}
 }

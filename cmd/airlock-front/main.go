@@ -1,4 +1,4 @@
-// Command airlock-front is airlock's lean front, installed as airlock: it runs `airlock run` in a parked spare itself and hands everything else to the full CLI (airlock-full), which it execs with the same arguments.
+// Command airlock-front is airlock's lean front, installed as airlock: it runs `airlock run` in a parked sandbox itself and hands everything else to the full CLI (airlock-full), which it execs with the same arguments.
 package main
 
 import (
@@ -25,8 +25,8 @@ import (
 // The front exists for start-up time (DESIGN.md, "Start-up is on the hot path"): the full
 // CLI's libraries (cgroups, seccomp, images, Kubernetes quantities, YAML, cobra) cost ~2 ms of
 // package inits and page faults before main, on every run. The front links only what a run in
-// a spare needs; whatever it does not serve, it does not interpret either: the full CLI gets
-// the same argv (and the same pid: a spare the front claimed is still this process's).
+// a parked sandbox needs; whatever it does not serve, it does not interpret either: the full CLI gets
+// the same argv (and the same pid: a parked sandbox the front claimed is still this process's).
 
 // envFull names the full CLI's executable (default: airlock-full next to this one, else on
 // PATH).
@@ -94,7 +94,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // parse reads args as the full CLI would when they are an `airlock run` the front serves: on
-// the local runtime (or auto) with spares, no network, the host image or a directory, and the code from -c or a FILE. ok is
+// the local runtime (or auto) with parked sandboxes, no network, the host image or a directory, and the code from -c or a FILE. ok is
 // false for anything else (another command, help, a flag it does not know, a value the full
 // CLI refuses): the full CLI then reads args itself.
 func parse(args []string) (inv invocation, ok bool) {
@@ -133,7 +133,7 @@ func parse(args []string) (inv invocation, ok bool) {
 	if output != "text" && output != "json" {
 		return inv, false
 	}
-	// Spares are the local runtime's: another platform is the full CLI's to open.
+	// Parked sandboxes are the local runtime's: another platform is the full CLI's to open.
 	if !runcli.LocalPlatform(*plat, fs.Changed(runcli.PlatformFlag)) {
 		return inv, false
 	}
@@ -153,8 +153,8 @@ func parse(args []string) (inv invocation, ok bool) {
 	return inv, true
 }
 
-// execFull replaces this process with the full CLI, argv unchanged but for the spares this
-// process claimed and could not use, which the full CLI terminates (--spare-discarded, after
+// execFull replaces this process with the full CLI, argv unchanged but for the parked sandboxes this
+// process claimed and could not use, which the full CLI terminates (--parked-discarded, after
 // "run" at runAt).
 func execFull(full string, args []string, runAt int, discarded []string, stderr io.Writer) int {
 	err := syscall.Exec(full, fullArgv(full, args, runAt, discarded), os.Environ())
@@ -162,7 +162,7 @@ func execFull(full string, args []string, runAt int, discarded []string, stderr 
 	return runcli.ExitRunFailed
 }
 
-// fullArgv is the full CLI's argv: args, with each discarded spare as --spare-discarded right
+// fullArgv is the full CLI's argv: args, with each discarded spare as --parked-discarded right
 // after "run" (args[runAt]), before any "--" could end the flags.
 func fullArgv(full string, args []string, runAt int, discarded []string) []string {
 	argv := append([]string{full}, args...)
@@ -171,7 +171,7 @@ func fullArgv(full string, args []string, runAt int, discarded []string) []strin
 	}
 	extra := make([]string, 0, 2*len(discarded))
 	for _, id := range discarded {
-		extra = append(extra, "--spare-discarded", id)
+		extra = append(extra, "--parked-discarded", id)
 	}
 	return slices.Insert(argv, runAt+2, extra...)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 )
 
-// TestParse: the front serves exactly the runs it can do itself (spares on, no network, the
+// TestParse: the front serves exactly the runs it can do itself (parked sandboxes on, no network, the
 // host image or a directory, code from -c or a FILE) and reads them as the full CLI would;
 // everything else goes to the full CLI unread.
 func TestParse(t *testing.T) {
@@ -133,7 +133,7 @@ func mustGetwd(t *testing.T) string {
 	return wd
 }
 
-// TestFullArgv: the spares the front claimed and could not use go to the full CLI as flags of
+// TestFullArgv: the parked sandboxes the front claimed and could not use go to the full CLI as flags of
 // run, wherever run is and whatever follows it.
 func TestFullArgv(t *testing.T) {
 	for _, tc := range []struct {
@@ -143,8 +143,8 @@ func TestFullArgv(t *testing.T) {
 		want      string
 	}{
 		{[]string{"run", "-c", "1"}, 0, nil, "F run -c 1"},
-		{[]string{"run", "-c", "1"}, 0, []string{"s-1"}, "F run --spare-discarded s-1 -c 1"},
-		{[]string{"-o", "json", "run", "x.py", "--", "a"}, 2, []string{"s-1", "s-2"}, "F -o json run --spare-discarded s-1 --spare-discarded s-2 x.py -- a"},
+		{[]string{"run", "-c", "1"}, 0, []string{"s-1"}, "F run --parked-discarded s-1 -c 1"},
+		{[]string{"-o", "json", "run", "x.py", "--", "a"}, 2, []string{"s-1", "s-2"}, "F -o json run --parked-discarded s-1 --parked-discarded s-2 x.py -- a"},
 		{[]string{"sandbox", "list"}, -1, []string{"s-1"}, "F sandbox list"},
 	} {
 		if got := strings.Join(fullArgv("F", tc.args, tc.runAt, tc.discarded), " "); got != tc.want {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestLightImageAsFull: the lean front reads --image (runcli.LightImage) as this CLI does
-// (cli.ParseImage) wherever it reads it at all, and names it among the spares' aliases as
+// (cli.ParseImage) wherever it reads it at all, and names it among the parked sandboxes' aliases as
 // this CLI's filler does; everything else it leaves to this CLI.
 func TestLightImageAsFull(t *testing.T) {
 	for _, s := range []string{"host", "/srv/rootfs", "./rootfs", "../r", ".", "..", "rootfs", "/a/b.tar", "./x.tgz",
@@ -50,7 +50,7 @@ func TestFrontConstants(t *testing.T) {
 	}{
 		{"MaxParked", runcli.MaxParked, local.MaxParked},
 		{"ClaimMargin", runcli.ClaimMargin, runcode.ClaimMargin},
-		{"the spare's memory", core.DefaultMemory, string(host.Limits.Memory)},
+		{"the parked sandbox's memory", core.DefaultMemory, string(host.Limits.Memory)},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: runcli has %v, want %v", c.name, c.got, c.want)

@@ -118,7 +118,7 @@ type gcOutput struct {
 	Parked []string `json:"parked,omitempty"`
 }
 
-// retireParked terminates (or lists) the parked spares of every state dir.
+// retireParked terminates (or lists) the parked sandboxes of every state dir.
 func retireParked(cmd *cobra.Command, stateDirs []string, dryRun bool) ([]string, error) {
 	var ids []string
 	var errs []error

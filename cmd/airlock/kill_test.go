@@ -89,9 +89,9 @@ func TestColdRunKilledIsReaped(t *testing.T) {
 	})
 }
 
-// TestParkedRunKilledKeepsItsDeadline: airlock run in a parked spare, SIGKILLed mid-run, still
+// TestParkedRunKilledKeepsItsDeadline: airlock run in a parked sandbox, SIGKILLed mid-run, still
 // has its code killed at its --timeout: the deadline is the agent's, inside the sandbox, not
-// the CLI's (issue 25: the code ran on until the spare's lifetime, 11 minutes).
+// the CLI's (issue 25: the code ran on until the parked sandbox's lifetime, 11 minutes).
 func TestParkedRunKilledKeepsItsDeadline(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
@@ -106,7 +106,7 @@ func TestParkedRunKilledKeepsItsDeadline(t *testing.T) {
 			run := env.startRun(t, "--timeout", "3s", "-c",
 				"import subprocess, time\nsubprocess.Popen(['sleep', '"+marker+"'])\nprint('up', flush=True)\ntime.sleep(600)")
 			if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); !os.IsNotExist(err) {
-				t.Fatalf("the run did not take the parked spare %s: %v", id, err)
+				t.Fatalf("the run did not take the parked sandbox %s: %v", id, err)
 			}
 			if err := run.Process.Signal(sig); err != nil {
 				t.Fatal(err)

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AIRLOCK_CLI_TEST_EXEC") == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// airlock run parks spares by default, by starting this executable as a filler: only the
+	// airlock run parks parked sandboxes by default, by starting this executable as a filler: only the
 	// tests calling useParked want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
 	// filler is the CLI).
 	os.Setenv(runcli.EnvPool, "0")

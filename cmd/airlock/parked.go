@@ -23,13 +23,13 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// Spares for airlock run (docs/spares.md): a run claims a sandbox parked in the state dir by
+// Parked sandboxes for airlock run (docs/parked sandboxes.md): a run claims a sandbox parked in the state dir by
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// parkedMaxAge retires a parked spare this old; it lives at most this plus the longest run.
+	// parkedMaxAge retires a parked sandbox this old; it lives at most this plus the longest run.
 	parkedMaxAge = 5 * time.Minute
-	// fillLog is the filler's log in the state dir's spares directory (it has no terminal).
+	// fillLog is the filler's log in the state dir's parked sandboxes directory (it has no terminal).
 	fillLog     = "fill.log"
 	fillLogSize = 1 << 20
 	// fillTimeout bounds a filler's whole life.
@@ -40,15 +40,15 @@ func init() {
 	commands = append(commands, cli.Command{Names: []string{"__pool-fill"}, New: newPoolFillCmd})
 }
 
-// parkedTemplate is the sandbox a spare for runs with image img is: what runcode.Run would
+// parkedTemplate is the sandbox a parked sandbox for runs with image img is: what runcode.Run would
 // declare for them, living long enough for the longest run after parkedMaxAge parked.
 func parkedTemplate(img spec.Image) spec.Sandbox {
 	t := runcode.PoolTemplate(runcode.Options{Image: img}, parkedMaxAge)
-	t.ID = "spare"
+	t.ID = "parked"
 	return t
 }
 
-// imageKey names img among the spares' aliases (runcli.AliasPath): the host image and
+// imageKey names img among the parked sandboxes' aliases (runcli.AliasPath): the host image and
 // directories as the lean front names them (runcli.ImageKey), any other image by its JSON.
 func imageKey(img spec.Image) string {
 	switch img.Kind() {
@@ -59,7 +59,7 @@ func imageKey(img spec.Image) string {
 	return "json:" + string(b)
 }
 
-// newFiller is how this run starts the filler of img's spares: this executable.
+// newFiller is how this run starts the filler of img's parked sandboxes: this executable.
 func newFiller(b *cli.BackendFlags, img spec.Image, count int) (runcli.Filler, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -102,14 +102,14 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	f := &poolFillFlags{}
 	cmd := &cobra.Command{
 		Use:    "__pool-fill --image-json JSON [--count N] [--terminate SESSION]...",
-		Short:  "Park spare sandboxes for airlock run (started by airlock run itself)",
+		Short:  "Park sandboxes in the state dir for airlock run's pool (started by airlock run itself)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE:   func(cmd *cobra.Command, _ []string) error { return runPoolFill(cmd, f) },
 	}
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
-	cmd.Flags().IntVar(&f.count, "count", 1, "spares to keep parked")
-	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used spare airlock run killed, to terminate first; repeatable")
+	cmd.Flags().IntVar(&f.count, "count", 1, "parked sandboxes to keep parked")
+	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used parked sandbox airlock run killed, to terminate first; repeatable")
 	cmd.Flags().BoolVar(&f.raise, "raise-after-gate", false, "the starting run lowered this filler's priority: raise it to nice 0 once the gate opens")
 	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
 	f.backend.Add(cmd)
@@ -136,19 +136,19 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	defer cancel()
 	if f.gateFD >= 0 {
 		if err := awaitGate(ctx, f.gateFD); err != nil {
-			log.Error("spares: waiting for the run failed", "err", err)
+			log.Error("parked sandboxes: waiting for the run failed", "err", err)
 			return err
 		}
 		if f.raise {
 			if err := syscall.Setpriority(syscall.PRIO_PGRP, 0, 0); err != nil {
-				log.Error("spares: raising the filler's priority back failed", "err", err)
+				log.Error("parked sandboxes: raising the filler's priority back failed", "err", err)
 				return err
 			}
 		}
 	}
 	b, err := platform.Local(ctx, platform.LocalConfig{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent}, log)
 	if err != nil {
-		log.Error("spares: starting the local runtime failed", "err", err)
+		log.Error("parked sandboxes: starting the local runtime failed", "err", err)
 		return err
 	}
 	defer b.Close()
@@ -157,14 +157,14 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	// already: then they are absent, which Terminate accepts).
 	for _, id := range f.terminate {
 		if err := b.Terminate(ctx, id); err != nil {
-			log.Error("spares: terminating a used spare failed", "session", id, "err", err)
+			log.Error("parked sandboxes: terminating a used parked sandbox failed", "session", id, "err", err)
 		}
 	}
-	// A run in a spare (runcli.RunParked) does not check its declaration against the
+	// A run in a parked sandbox (runcli.RunParked) does not check its declaration against the
 	// capabilities: it fits the template (the same image, limits and egress, a lifetime no
-	// longer), which is checked here, before any spare of it is parked.
+	// longer), which is checked here, before any parked sandbox of it is parked.
 	if err := runcode.Check(ctx, b, tmpl, false); err != nil {
-		log.Error("spares: the runs' sandbox is refused here; parking none", "err", err)
+		log.Error("parked sandboxes: the runs' sandbox is refused here; parking none", "err", err)
 		return err
 	}
 	key, err := local.PoolKey(tmpl)
@@ -172,7 +172,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 		return err
 	}
 	if err := runcli.WriteAlias(f.backend.StateDir, imageKey(img), key); err != nil {
-		log.Error("spares: linking the image's spares failed", "err", err)
+		log.Error("parked sandboxes: linking the image's parked sandboxes failed", "err", err)
 		return err
 	}
 	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.ParkedOutputCap, Logger: log})
@@ -188,7 +188,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 			return runcode.PrestartedState(pre) // the client is closed by the caller
 		}}
 	if err := b.FillParked(ctx, tmpl, opts); err != nil {
-		log.Error("spares: filling failed", "err", err)
+		log.Error("parked sandboxes: filling failed", "err", err)
 		return err
 	}
 	return nil

@@ -23,8 +23,8 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// useParked turns spares on for the test's runs (their filler is this test binary run as the
-// CLI) and, when it ends, waits for the fillers to exit and terminates the spares they parked.
+// useParked turns parked sandboxes on for the test's runs (their filler is this test binary run as the
+// CLI) and, when it ends, waits for the fillers to exit and terminates the parked sandboxes they parked.
 func (e runtimeEnv) useParked(t *testing.T) {
 	t.Helper()
 	t.Setenv(runcli.EnvPool, "1")
@@ -33,10 +33,10 @@ func (e runtimeEnv) useParked(t *testing.T) {
 		waitFor(t, "the fillers to exit", func() bool { return len(testutil.PoolFillers(e.stateDir)) == 0 })
 		b := e.open(t)
 		defer b.Close()
-		// Parked spares are their fillers' until claimed (List does not show them to this
+		// Parked parked sandboxes are their fillers' until claimed (List does not show them to this
 		// process): claimed and terminated as airlock gc --pool does.
 		if _, err := b.RetireParked(context.Background(), false); err != nil {
-			t.Errorf("retiring the spares: %v", err)
+			t.Errorf("retiring the parked sandboxes: %v", err)
 		}
 	})
 }
@@ -50,7 +50,7 @@ func (e runtimeEnv) spareIndex(t *testing.T) string {
 	return filepath.Join(local.ParkedDir(e.stateDir), key)
 }
 
-// waitParked waits for a parked host-image spare and returns its session id, starting a filler
+// waitParked waits for a parked host-image parked sandbox and returns its session id, starting a filler
 // when none is parked or running.
 func (e runtimeEnv) waitParked(t *testing.T) string {
 	t.Helper()
@@ -96,7 +96,7 @@ func TestRunParkedLeaveStdoutAlone(t *testing.T) {
 	env := newRuntimeEnv(t)
 	env.useParked(t)
 	checked := 0
-	for i := 0; i < 5 && checked == 0; i++ { // later runs claim the spares earlier ones parked
+	for i := 0; i < 5 && checked == 0; i++ { // later runs claim the parked sandboxes earlier ones parked
 		if i > 0 {
 			env.waitParked(t)
 		}
@@ -127,7 +127,7 @@ func TestRunParkedLeaveStdoutAlone(t *testing.T) {
 	}
 }
 
-// TestGCPool: gc --pool lists the parked spares (--dry-run, which keeps them) and
+// TestGCPool: gc --pool lists the parked sandboxes (--dry-run, which keeps them) and
 // terminates them; the termination itself is backend/local's TestRetireParked.
 func TestGCPool(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -136,11 +136,11 @@ func TestGCPool(t *testing.T) {
 	id := env.waitParked(t)
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
 	code, out, errs := cliIn(t, "", "gc", "--pool", "--dry-run", "--min-age", "1h", "--state-dir", env.stateDir)
-	if code != 0 || !strings.Contains(out, "would terminate spare "+id+"\n") || !strings.Contains(out, "would terminate 1 spares\n") {
+	if code != 0 || !strings.Contains(out, "would terminate parked sandbox "+id+"\n") || !strings.Contains(out, "would terminate 1 parked sandboxes\n") {
 		t.Fatalf("gc --pool --dry-run: %d %q %q", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); err != nil {
-		t.Fatalf("the dry run took the spare: %v", err)
+		t.Fatalf("the dry run took the parked sandbox: %v", err)
 	}
 	b := env.open(t)
 	defer b.Close()
@@ -150,7 +150,7 @@ func TestGCPool(t *testing.T) {
 	}
 }
 
-// filler is the filler of the environment's host-image spares: this test binary as the CLI.
+// filler is the filler of the environment's host-image parked sandboxes: this test binary as the CLI.
 func (e runtimeEnv) filler(t *testing.T) runcli.Filler {
 	t.Helper()
 	f, err := newFiller(&cli.BackendFlags{StateDir: e.stateDir, CgroupParent: e.parent}, spec.Image{Host: true}, 1)
@@ -160,9 +160,9 @@ func (e runtimeEnv) filler(t *testing.T) runcli.Filler {
 	return f
 }
 
-// TestRunParkedInProcess: runcli.RunParked (airlock run's path with spares, in both binaries)
-// runs the code in the parked spare and returns only once every process of it is gone,
-// handing its remains to the filler it starts with the spare's id; with nothing parked it runs
+// TestRunParkedInProcess: runcli.RunParked (airlock run's path with parked sandboxes, in both binaries)
+// runs the code in the parked sandbox and returns only once every process of it is gone,
+// handing its remains to the filler it starts with the parked sandbox's id; with nothing parked it runs
 // nothing and says so.
 func TestRunParkedInProcess(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -189,10 +189,10 @@ func TestRunParkedInProcess(t *testing.T) {
 		Opts: core.Options{}, Filler: f, Log: slog.New(slog.DiscardHandler)}
 	out, err := runcli.RunParked(t.Context(), r)
 	if err != nil || !out.Ran || out.Result.Stdout != "42\n" || out.Result.ExitCode != 0 {
-		t.Fatalf("run in the spare: %+v %v", out, err)
+		t.Fatalf("run in the parked sandbox: %+v %v", out, err)
 	}
 	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID)); err == nil && !strings.Contains(string(st), ") Z ") {
-		t.Errorf("the spare's init %d is alive after the run: %s", initPID, st)
+		t.Errorf("the parked sandbox's init %d is alive after the run: %s", initPID, st)
 	}
 	waitFor(t, "the filler script", func() bool { _, err := os.Stat(argsFile); return err == nil })
 	if args, _ := os.ReadFile(argsFile); !strings.Contains(string(args), "--terminate "+parked+" ") {
@@ -211,7 +211,7 @@ func TestRunParkedInProcess(t *testing.T) {
 	}
 }
 
-// TestRunParkedKilledAtExit: a run that took a spare exits only once every process of it is
+// TestRunParkedKilledAtExit: a run that took a parked sandbox exits only once every process of it is
 // gone (a detached child of the code too), and the filler it starts removes the rest. End to
 // end, the init check would also pass were the filler quick enough to kill it first:
 // TestRunParkedInProcess is the one that pins the run's own kill.
@@ -228,36 +228,36 @@ print("started")`
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, os.Args[0], append([]string{"run", "-c", code}, env.flags()...)...).Output()
-	// First, before the filler it started can end them: the spare's init is PID 1 of its pid
+	// First, before the filler it started can end them: the parked sandbox's init is PID 1 of its pid
 	// namespace, so with it gone so is every process that was in the sandbox.
 	initStat, initErr := os.ReadFile(fmt.Sprintf("/proc/%d/stat", initPID))
 	if err != nil || string(out) != "started\n" {
 		t.Fatalf("run: %q %v", out, err)
 	}
 	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); !os.IsNotExist(err) {
-		t.Fatalf("the run did not take the parked spare %s: %v", id, err)
+		t.Fatalf("the run did not take the parked sandbox %s: %v", id, err)
 	}
 	if initErr == nil && !strings.Contains(string(initStat), ") Z ") {
-		t.Errorf("the spare's init %d outlived airlock run: %s", initPID, initStat)
+		t.Errorf("the parked sandbox's init %d outlived airlock run: %s", initPID, initStat)
 	}
 	if pids := processesWithArg(marker); len(pids) > 0 {
 		t.Errorf("the code's detached child outlived airlock run: pids %v", pids)
 	}
 
-	waitFor(t, "the used spare's state dir to be removed", func() bool {
+	waitFor(t, "the used parked sandbox's state dir to be removed", func() bool {
 		_, err := os.Stat(filepath.Join(env.stateDir, id))
 		return os.IsNotExist(err)
 	})
 	for _, ctrl := range []string{"pids", "memory", "freezer", ""} { // v1 hierarchies, v2's root
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctrl, env.parent, id)); !os.IsNotExist(err) {
-			t.Errorf("the used spare's cgroup %s is left: %v", filepath.Join(ctrl, env.parent, id), err)
+			t.Errorf("the used parked sandbox's cgroup %s is left: %v", filepath.Join(ctrl, env.parent, id), err)
 		}
 	}
 	waitFor(t, "the filler to exit", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 0 })
 	log, _ := os.ReadFile(filepath.Join(local.ParkedDir(env.stateDir), fillLog))
 	for _, l := range strings.Split(string(log), "\n") {
 		if strings.Contains(l, id) && strings.Contains(l, "failed") {
-			t.Errorf("the filler failed on the used spare: %s", l)
+			t.Errorf("the filler failed on the used parked sandbox: %s", l)
 		}
 	}
 }
@@ -293,7 +293,7 @@ func processesWithArg(arg string) []string {
 }
 
 // TestFillerWaitsForItsGate: a filler started gated (as airlock run starts it, while it kills
-// its spare) does nothing with the state dir until its gate closes: not even the local runtime's
+// its parked sandbox) does nothing with the state dir until its gate closes: not even the local runtime's
 // start, which makes the state dir's master key.
 func TestFillerWaitsForItsGate(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -332,16 +332,16 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := env.waitParked(t) // parked once the gate is closed
-	// The spare it made runs at the run's own nice (0 unless the suite is niced): its init,
+	// The parked sandbox it made runs at the run's own nice (0 unless the suite is niced): its init,
 	// agent and pre-started python (the code's process to be), every thread.
 	procs := append([]int{env.initPID(t, id)}, descendants(env.initPID(t, id))...)
 	if len(procs) < 2 {
-		t.Fatalf("the spare's processes: %v, want init and the pre-started python at least", procs)
+		t.Fatalf("the parked sandbox's processes: %v, want init and the pre-started python at least", procs)
 	}
 	for _, pid := range procs {
 		for tid, nice := range threadNices(t, pid) {
 			if nice != fillerNice {
-				t.Errorf("spare process %d thread %d at nice %d, want %d", pid, tid, nice, fillerNice)
+				t.Errorf("parked sandbox process %d thread %d at nice %d, want %d", pid, tid, nice, fillerNice)
 			}
 		}
 	}
@@ -402,8 +402,8 @@ func descendants(pid int) []int {
 	return out
 }
 
-// TestRunTerminatesDiscardedParked: a spare the lean front claimed and could not use comes to
-// this CLI, the same process, as --spare-discarded; the filler of its run terminates it. Left
+// TestRunTerminatesDiscardedParked: a parked sandbox the lean front claimed and could not use comes to
+// this CLI, the same process, as --parked-discarded; the filler of its run terminates it. Left
 // alone it would live on, claimed by a process that is still alive, until its lifetime ends.
 func TestRunTerminatesDiscardedParked(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -416,13 +416,13 @@ func TestRunTerminatesDiscardedParked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !sessions.Take(env.stateDir, filepath.Base(env.spareIndex(t)), id, owner) {
-		t.Fatalf("could not claim the parked spare %s", id)
+		t.Fatalf("could not claim the parked sandbox %s", id)
 	}
-	args := append([]string{"--spare-discarded", id, "-c", "print(6*7)"}, env.flags()...)
+	args := append([]string{"--parked-discarded", id, "-c", "print(6*7)"}, env.flags()...)
 	if code, out, errs := runCommand(t, "text", args, ""); code != 0 || out != "42\n" {
 		t.Fatalf("run: %d %q %q", code, out, errs)
 	}
-	waitFor(t, "the discarded spare's state dir to be removed", func() bool {
+	waitFor(t, "the discarded parked sandbox's state dir to be removed", func() bool {
 		_, err := os.Stat(filepath.Join(env.stateDir, id))
 		return os.IsNotExist(err)
 	})

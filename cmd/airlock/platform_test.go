@@ -198,7 +198,7 @@ func TestPlatformDocker(t *testing.T) {
 			if code != exitRunFailed || !strings.Contains(errs, `image "host"`) || !strings.Contains(errs, "(needs imageHost)") {
 				t.Errorf("run --image host: exit %d, %q", code, errs)
 			}
-			// Spares are the local runtime's: asked for on docker, they are refused.
+			// Parked sandboxes are the local runtime's: asked for on docker, they are refused.
 			code, _, errs = runBin(t, env, bin, append([]string{"run", "--state-dir", sd, "--image", tarball, "--pool", "1", "-c", "1"}, tc.args...)...)
 			if code != 2 || !strings.Contains(errs, "--pool: parked sandboxes are the local runtime's; the platform is docker") {
 				t.Errorf("run --pool 1: exit %d, %q", code, errs)

@@ -32,7 +32,7 @@ const (
 type runFlags struct {
 	runcli.Flags
 	backend cli.BackendFlags
-	// discarded are spares the lean front claimed and could not use before it handed the run
+	// discarded are parked sandboxes the lean front claimed and could not use before it handed the run
 	// to this binary: this process owns them (same pid), and its filler terminates them.
 	discarded []string
 }
@@ -73,8 +73,8 @@ error); 2 for usage errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
 	}
 	f.Flags.Add(cmd.Flags())
-	cmd.Flags().StringArrayVar(&f.discarded, "spare-discarded", nil, "a spare the lean front claimed and could not use, for this run's filler to terminate")
-	_ = cmd.Flags().MarkHidden("spare-discarded")
+	cmd.Flags().StringArrayVar(&f.discarded, "parked-discarded", nil, "a parked sandbox the lean front claimed and could not use, for this run's filler to terminate")
+	_ = cmd.Flags().MarkHidden("parked-discarded")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -100,10 +100,10 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if g.Output == cli.OutputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
-	// spare.go: with spares, the run takes a parked sandbox when one fits (runcli.RunParked, the
+	// parked sandbox.go: with parked sandboxes, the run takes a parked sandbox when one fits (runcli.RunParked, the
 	// lean front's own path), and a run that had to create its sandbox starts a filler that
 	// parks the next. The filler does the state dir's upkeep (local.Options.OneShot):
-	// reconcile, capability probe. Spares are the local runtime's: a run the settings send
+	// reconcile, capability probe. Parked sandboxes are the local runtime's: a run the settings send
 	// elsewhere has none.
 	onLocal, other, err := f.backend.Local()
 	if err != nil {
@@ -137,7 +137,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	}
 	defer b.Close()
 	if ch.Platform != capability.Local {
-		// Auto passed the local runtime over: no spares, and the default image is not this
+		// Auto passed the local runtime over: no parked sandboxes, and the default image is not this
 		// platform's.
 		if cmd.Flags().Changed(runcli.PoolFlag) && f.Pool > 0 {
 			return cli.UsageError("--pool: parked sandboxes are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
@@ -154,7 +154,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if useParked {
 		// After the run (its sandbox gone): the filler's start would compete with it.
 		if _, ferr := filler.Start(discarded, false); ferr != nil {
-			log.Warn("spares: starting the filler failed", "err", ferr)
+			log.Warn("parked sandboxes: starting the filler failed", "err", ferr)
 			err = errors.Join(err, terminateAll(b.(*local.Backend), discarded))
 		}
 	}

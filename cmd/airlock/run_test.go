@@ -170,7 +170,7 @@ func TestRunCommand(t *testing.T) {
 			stderrHas string
 		}{name: "network on refused here", args: []string{"--network", "-c", connect}, code: exitRunFailed, stderrHas: "publicOnlyEgress"})
 	}
-	// Cold, then through spares (spare.go): each run that fits takes the spare a filler parked
+	// Cold, then through parked sandboxes (parked sandbox.go): each run that fits takes the parked sandbox a filler parked
 	// (python in it pre-started) and must give what the cold run gave.
 	for _, spares := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {
@@ -188,10 +188,10 @@ func TestRunCommand(t *testing.T) {
 						t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
 					}
 					if spares {
-						// Usage errors run nothing; --network does not fit a spare.
+						// Usage errors run nothing; --network does not fit a parked sandbox.
 						fits := tt.code != cli.ExitUsage && !slices.Contains(tt.args, "--network")
 						if _, err := os.Stat(filepath.Join(env.spareIndex(t), parked)); fits != errors.Is(err, os.ErrNotExist) {
-							t.Errorf("spare %s: taken %v, want %v", parked, !fits, fits)
+							t.Errorf("parked sandbox %s: taken %v, want %v", parked, !fits, fits)
 						}
 					}
 				})

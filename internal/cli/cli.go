@@ -168,7 +168,7 @@ type BackendFlags struct {
 	StateDir     string
 	CgroupParent string
 	// OneShot is local.Options': set by a command that starts, as it ends, a process that does
-	// the state dir's upkeep (airlock run with spares), not a flag.
+	// the state dir's upkeep (airlock run with parked sandboxes), not a flag.
 	OneShot bool
 	flags   *pflag.FlagSet
 }
@@ -231,7 +231,7 @@ func (b *BackendFlags) Config(progress io.Writer, log *slog.Logger) (platform.Co
 }
 
 // Local reports whether the settings can only mean the local runtime, or auto: commands whose
-// local-only shortcuts (spares) apply then; else it names the platform and where it came from.
+// local-only shortcuts (parked sandboxes) apply then; else it names the platform and where it came from.
 func (b *BackendFlags) Local() (ok bool, other string, err error) {
 	c, err := PlatformSettings(b.flags, b.Platform)
 	if err != nil {

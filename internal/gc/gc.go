@@ -21,7 +21,7 @@ import (
 // CgroupRoot is where cgroup hierarchies are mounted.
 const CgroupRoot = "/sys/fs/cgroup"
 
-// Options say what to look at and what to spare.
+// Options say what to look at and what to parked sandbox.
 type Options struct {
 	// StateDirs are the local runtime's state dirs: their stale session records are reaped by
 	// the backend's own reconcile, and every session they hold keeps its cgroups. A dir that
@@ -35,7 +35,7 @@ type Options struct {
 	// KeepTops leaves the matched airlock-* cgroups themselves in place, only their children
 	// go: a rootless user's airlock-user-<uid> is root's, delegated (docs/rootless.md).
 	KeepTops bool
-	// MinAge spares a cgroup tree changed more recently than this (a sandbox being created
+	// MinAge parked sandboxes a cgroup tree changed more recently than this (a sandbox being created
 	// has an empty cgroup for an instant).
 	MinAge time.Duration
 	// DryRun reports what would go and changes nothing.

@@ -151,7 +151,7 @@ func TestGC(t *testing.T) {
 		t.Fatalf("the dry run removed the stale record: %v", err)
 	}
 
-	// Too young: MinAge spares everything that changed recently.
+	// Too young: MinAge parked sandboxes everything that changed recently.
 	rep, err = Run(ctx, Options{Match: ours, MinAge: time.Hour, Reconcile: noReconcile(t)})
 	if err != nil || len(rep.Cgroups) != 0 {
 		t.Fatalf("min age: removed %v, %v", rep.Cgroups, err)

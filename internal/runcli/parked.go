@@ -19,22 +19,22 @@ import (
 	"github.com/airlock-sandbox/airlock/runcode/core"
 )
 
-// Spares for airlock run (docs/spares.md): a run claims a sandbox parked in the state dir by
+// Parked sandboxes for airlock run (docs/parked sandboxes.md): a run claims a sandbox parked in the state dir by
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// ClaimMargin is how much lifetime a claimed spare must have beyond the run's timeout
+	// ClaimMargin is how much lifetime a claimed parked sandbox must have beyond the run's timeout
 	// (runcode.ClaimMargin; pinned by a test of the full CLI).
 	ClaimMargin = 5 * time.Second
 	// gatedNice is the nice value of a gated filler until its gate opens (StartFiller).
 	gatedNice = 19
-	// killTimeout bounds the kill of a used spare.
+	// killTimeout bounds the kill of a used parked sandbox.
 	killTimeout = 30 * time.Second
-	// aliasPrefix names an image's alias among the spares' index dirs.
+	// aliasPrefix names an image's alias among the parked sandboxes' index dirs.
 	aliasPrefix = "image-"
 )
 
-// AliasPath is where the filler of an image's spares links their index, so that a run finds
+// AliasPath is where the filler of an image's parked sandboxes links their index, so that a run finds
 // them by its --image alone: the index is named by the template's pool key, which only the full
 // runtime computes. imageKey is ImageKey's.
 func AliasPath(stateDir, imageKey string) string {
@@ -60,7 +60,7 @@ func WriteAlias(stateDir, imageKey, key string) error {
 	return nil
 }
 
-// Filler is how to start the filler: the full CLI's executable, which parks spares for Image
+// Filler is how to start the filler: the full CLI's executable, which parks parked sandboxes for Image
 // in StateDir.
 type Filler struct {
 	Exe          string
@@ -130,36 +130,36 @@ func OwnNice() int {
 	return 20 - p
 }
 
-// ParkedRun is one run in a parked spare.
+// ParkedRun is one run in a parked sandbox.
 type ParkedRun struct {
 	StateDir string
-	// ImageKey is the run's image (ImageKey); its filler links the spares' index to it.
+	// ImageKey is the run's image (ImageKey); its filler links the parked sandboxes' index to it.
 	ImageKey string
 	// Req is the normalized request; Opts its I/O.
 	Req  core.Request
 	Opts core.Options
-	// Filler starts the filler once the spare is used (Exe empty: none is started, and the
-	// used spare's remains are left to the next reconcile).
+	// Filler starts the filler once the parked sandbox is used (Exe empty: none is started, and the
+	// used parked sandbox's remains are left to the next reconcile).
 	Filler Filler
 	Log    *slog.Logger
 }
 
 // Outcome is what RunParked did.
 type Outcome struct {
-	// Ran: the code ran in a spare (Result, or the error that ended the run). Otherwise no
-	// spare could be used and nothing of the run happened: the caller creates a sandbox.
+	// Ran: the code ran in a parked sandbox (Result, or the error that ended the run). Otherwise no
+	// parked sandbox could be used and nothing of the run happened: the caller creates a sandbox.
 	Ran    bool
 	Result core.Result
-	// Discarded are spares claimed but found unusable: this process owns them, and the
+	// Discarded are parked sandboxes claimed but found unusable: this process owns them, and the
 	// full runtime terminates them (the caller's filler).
 	Discarded []string
 }
 
-// RunParked runs r.Req in a parked spare of r.ImageKey's when one is usable: claim, hand the
-// code to the waiting interpreter (or run it cold in the spare), and once the result is known
+// RunParked runs r.Req in a parked sandbox of r.ImageKey's when one is usable: claim, hand the
+// code to the waiting interpreter (or run it cold in the parked sandbox), and once the result is known
 // kill the sandbox, every process of it (nothing of the code outlives the run), while the
-// filler starts and waits at its gate to remove the remains and park the next spare. The error
-// is the run's (the code ran, or may have, in the spare) or the kill's.
+// filler starts and waits at its gate to remove the remains and park the next parked sandbox. The error
+// is the run's (the code ran, or may have, in the parked sandbox) or the kill's.
 func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	idx, err := os.Readlink(AliasPath(r.StateDir, r.ImageKey))
 	if err != nil {
@@ -168,8 +168,8 @@ func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	c, discarded, err := sessions.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+ClaimMargin)
 	out := Outcome{Discarded: discarded}
 	if err != nil {
-		// The spares are a speed-up: a run never fails for want of one.
-		r.Log.Warn("spares: claiming a spare failed; creating the sandbox", "err", err)
+		// The parked sandboxes are a speed-up: a run never fails for want of one.
+		r.Log.Warn("parked sandboxes: claiming a parked sandbox failed; creating the sandbox", "err", err)
 		return out, nil
 	}
 	if c == nil {
@@ -179,7 +179,7 @@ func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	var pre *core.Prestarted
 	if len(c.Prestart) > 0 {
 		if pre, err = core.ResumePrestarted(c.Agent, c.Prestart); err != nil {
-			r.Log.Warn("spares: the spare's pre-started interpreters are unusable; running cold in it", "session", c.ID, "err", err)
+			r.Log.Warn("parked sandboxes: the parked sandbox's pre-started interpreters are unusable; running cold in it", "session", c.ID, "err", err)
 		}
 	}
 	workdir := c.Record.Spec.Workdir
@@ -189,7 +189,7 @@ func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	return out, errors.Join(err, finish(c, r, discarded))
 }
 
-// finish kills the used spare and starts the filler while the kill runs, held at its gate
+// finish kills the used parked sandbox and starts the filler while the kill runs, held at its gate
 // until the kill is confirmed: it never sees the run's sandbox alive.
 func finish(c *sessions.Claimed, r ParkedRun, discarded []string) error {
 	killed := make(chan error, 1)
@@ -202,7 +202,7 @@ func finish(c *sessions.Claimed, r ParkedRun, discarded []string) error {
 	if r.Filler.Exe != "" {
 		var err error
 		if gate, err = r.Filler.Start(append([]string{c.ID}, discarded...), true); err != nil {
-			r.Log.Warn("spares: starting the filler failed; the used spare's remains are left to the next reconcile", "err", err)
+			r.Log.Warn("parked sandboxes: starting the filler failed; the used parked sandbox's remains are left to the next reconcile", "err", err)
 		}
 	}
 	err := <-killed

@@ -277,7 +277,7 @@ func languageFromExt(p string) string {
 // Image is an --image value the front runs without the image package: the host image or a
 // directory.
 type Image struct {
-	// Key names the image among the spares' aliases ("host", "dir:/abs/path"), as ImageKey.
+	// Key names the image among the parked sandboxes' aliases ("host", "dir:/abs/path"), as ImageKey.
 	Key string
 	// JSON is the image as spec.Image marshals it, for the filler's --image-json.
 	JSON string
@@ -314,7 +314,7 @@ func LightImage(s string) (img Image, ok bool) {
 	return Image{Key: ImageKey(v.Host, v.Dir), JSON: string(b)}, true
 }
 
-// ImageKey names an image among the spares' aliases: "host" or "dir:" and its absolute path.
+// ImageKey names an image among the parked sandboxes' aliases: "host" or "dir:" and its absolute path.
 func ImageKey(host bool, dir string) string {
 	if host {
 		return ImageHost

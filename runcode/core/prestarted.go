@@ -94,7 +94,7 @@ type waitingRef struct {
 }
 
 // State encodes pre without its client so that another process can use the waiting
-// interpreters (ResumePrestarted): a local spare is prestarted by the process that parks it
+// interpreters (ResumePrestarted): a local parked sandbox is prestarted by the process that parks it
 // and run by the one that claims it.
 func (pre *Prestarted) State() ([]byte, error) {
 	st := prestartedState{MaxOutput: pre.maxOutput, Procs: make(map[Language]waitingRef, len(pre.procs))}
@@ -264,7 +264,7 @@ func runPrestarted(ctx context.Context, pa processAgent, w *waiting, req Request
 	// program's first line. The agent keeps a process's output from its start (at least 1 MiB),
 	// so nothing printed before the attach is lost.
 	if err := pa.WriteStdinDeadline(bg, w.id, strings.NewReader(first.String()), closeFirst, timeout); err != nil {
-		// ErrInvalid: an agent older than the deadline it is handed (a spare parked before an
+		// ErrInvalid: an agent older than the deadline it is handed (a sandbox parked before an
 		// upgrade) refuses the request before reading it: the code never got there either, and
 		// the cold run's exec has its deadline kept by any agent.
 		if errors.Is(err, sbtypes.ErrConflict) || errors.Is(err, sbtypes.ErrNotFound) || errors.Is(err, sbtypes.ErrInvalid) {

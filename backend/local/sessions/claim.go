@@ -18,15 +18,15 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
-// HealthTimeout bounds a claim's wait for a spare's agent: a parked one answers in well under
+// HealthTimeout bounds a claim's wait for a parked sandbox's agent: a parked one answers in well under
 // a millisecond, so one that does not within this is dead to the claimer.
 const HealthTimeout = 2 * time.Second
 
-// Claimed is a spare this process claimed and found usable: its init pinned by a pidfd, its
+// Claimed is a parked sandbox this process claimed and found usable: its init pinned by a pidfd, its
 // agent answering. It serves one run; Kill ends it, and the full runtime (a filler, a
 // reconcile) removes what is left.
 type Claimed struct {
-	// ID is the spare's session id.
+	// ID is the parked sandbox's session id.
 	ID string
 	// Record is its session.json as it was at the claim.
 	Record *Record
@@ -40,9 +40,9 @@ type Claimed struct {
 	killed bool
 }
 
-// Claim takes a parked spare of key (newest first) that this process can use at once, with at
-// least minLeft of its lifetime left. No spare parked (or every one taken by other claimers):
-// nil, nil, nil. The spares it took but cannot use (record unreadable or for another session,
+// Claim takes a parked sandbox of key (newest first) that this process can use at once, with at
+// least minLeft of its lifetime left. No sandbox parked (or every one taken by other claimers):
+// nil, nil, nil. The parked sandboxes it took but cannot use (record unreadable or for another session,
 // a gVisor one, init gone, too little lifetime left, a stale /etc copy, paused, an agent that
 // does not answer for it) are returned in discarded: they are this process's claims, for the
 // caller to terminate through the full runtime (or, were it to exit first, for the next
@@ -70,13 +70,13 @@ func Claim(ctx context.Context, stateDir, key string, minLeft time.Duration) (c 
 		}
 		discarded = append(discarded, e.Session)
 		if ctx.Err() != nil {
-			return nil, discarded, fmt.Errorf("%w: claiming a spare: %v", sbtypes.ErrDeadlineExceeded, context.Cause(ctx))
+			return nil, discarded, fmt.Errorf("%w: claiming a parked sandbox: %v", sbtypes.ErrDeadlineExceeded, context.Cause(ctx))
 		}
 	}
 	return nil, discarded, nil
 }
 
-// open checks a spare just taken and connects to it.
+// open checks a parked sandbox just taken and connects to it.
 func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft time.Duration) (_ *Claimed, err error) {
 	dir := filepath.Join(stateDir, e.Session)
 	rec, err := ReadRecord(dir)
@@ -87,7 +87,7 @@ func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft 
 	case rec.ID != e.Session:
 		return nil, fmt.Errorf("record of session %s names session %q", e.Session, rec.ID)
 	case rec.Runtime != "":
-		return nil, fmt.Errorf("runtime %q: only a native spare is claimed without the runtime", rec.Runtime)
+		return nil, fmt.Errorf("runtime %q: only a native parked sandbox is claimed without the runtime", rec.Runtime)
 	case !rec.ExpiresAt.IsZero() && left < minLeft:
 		return nil, fmt.Errorf("%v of lifetime left, %v needed", left.Round(time.Second), minLeft)
 	}
@@ -131,11 +131,11 @@ func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft 
 	return &Claimed{ID: rec.ID, Record: rec, Prestart: e.Prestart, Agent: agent, pidfd: pidfd}, nil
 }
 
-// Kill ends every process of the spare and returns once its init is gone: PID 1 of the
+// Kill ends every process of the parked sandbox and returns once its init is gone: PID 1 of the
 // sandbox's pid namespace, so the kernel has killed and reaped every other process there by
 // then (the code's detached children too). Its cgroups and state dir stay for the full
 // runtime to remove (backend/local's Terminate, by any process). When ctx ends first the
-// error wraps sbtypes.ErrOutcomeUnknown. Kill releases the spare (Close) either way.
+// error wraps sbtypes.ErrOutcomeUnknown. Kill releases the parked sandbox (Close) either way.
 func (c *Claimed) Kill(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,7 +156,7 @@ func (c *Claimed) Kill(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the spare without killing it (its init's pidfd, the agent client): the
+// Close releases the parked sandbox without killing it (its init's pidfd, the agent client): the
 // caller terminates it through the full runtime.
 func (c *Claimed) Close() error {
 	c.mu.Lock()

@@ -12,10 +12,10 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
-// TestOpenRefuses: each check a claim makes of a spare it took, on a fabricated spare whose
+// TestOpenRefuses: each check a claim makes of a parked sandbox it took, on a fabricated parked sandbox whose
 // init is this test process and whose agent does not exist, so that a check that is missing
 // shows as the agent's error instead of its own (the root tests in claim_test.go park real
-// spares, which fail several checks at once: a paused agent does not answer either). The
+// parked sandboxes, which fail several checks at once: a paused agent does not answer either). The
 // /etc check runs beside the agent's and yields to its error: TestClaimDiscards has it.
 func TestOpenRefuses(t *testing.T) {
 	testutil.RequireRoot(t) // a frozen cgroup
@@ -29,8 +29,8 @@ func TestOpenRefuses(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	// An empty cgroup, frozen: what a paused spare's freezer shows.
-	rel := "airlock-spares-test-" + strings.TrimPrefix(filepath.Base(state), "Test")
+	// An empty cgroup, frozen: what a paused parked sandbox's freezer shows.
+	rel := "airlock-parked-test-" + strings.TrimPrefix(filepath.Base(state), "Test")
 	version, frozen := 1, "FROZEN"
 	if _, err := os.Stat(filepath.Join(CgroupRoot, "freezer")); err != nil {
 		version, frozen = 2, "1"

@@ -24,7 +24,7 @@ import (
 
 func parkedTmpl() spec.Sandbox {
 	life := int64(600)
-	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "spares-test"}}
+	d := spec.Sandbox{ID: "sp", Image: spec.Image{Host: true}, Labels: map[string]string{"purpose": "parked-test"}}
 	d.Session.MaxLifetimeSeconds = &life
 	return d
 }
@@ -68,7 +68,7 @@ func newBackend(t *testing.T) testBackend {
 	return testBackend{b, dir}
 }
 
-// park fills n spares of parkedTmpl and returns their key.
+// park fills n parked sandboxes of parkedTmpl and returns their key.
 func park(t *testing.T, b testBackend, n int) string {
 	t.Helper()
 	if err := b.FillParked(t.Context(), parkedTmpl(), local.ParkOptions{Count: n, MaxAge: time.Minute}); err != nil {
@@ -111,7 +111,7 @@ func cgroupProcs(t *testing.T, rel string) []int {
 	return pids
 }
 
-// TestClaimRunKill: a claimed spare runs code through its agent; Kill returns once its init
+// TestClaimRunKill: a claimed parked sandbox runs code through its agent; Kill returns once its init
 // is gone and no process of it is left in any of its cgroups (a detached child included).
 func TestClaimRunKill(t *testing.T) {
 	b := newBackend(t)
@@ -153,7 +153,7 @@ func TestClaimRunKill(t *testing.T) {
 	}
 }
 
-// TestClaimNone: nothing parked (no index at all, or an empty one) is no spare and no error.
+// TestClaimNone: nothing parked (no index at all, or an empty one) is no parked sandbox and no error.
 func TestClaimNone(t *testing.T) {
 	dir := t.TempDir()
 	for _, setup := range []func(){func() {}, func() {
@@ -168,7 +168,7 @@ func TestClaimNone(t *testing.T) {
 	}
 }
 
-// TestClaimConcurrent: claimers racing for one spare: exactly one gets it, and no other
+// TestClaimConcurrent: claimers racing for one parked sandbox: exactly one gets it, and no other
 // takes (or discards) it.
 func TestClaimConcurrent(t *testing.T) {
 	b := newBackend(t)
@@ -202,14 +202,14 @@ func TestClaimConcurrent(t *testing.T) {
 		t.Errorf("claims failed: %v", errs)
 	}
 	if len(won) != 1 {
-		t.Fatalf("%d claimers won the one spare", len(won))
+		t.Fatalf("%d claimers won the one parked sandbox", len(won))
 	}
 	if err := won[0].Kill(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestClaimDiscards: a spare the claimer cannot use is taken (its claim file names this
+// TestClaimDiscards: a parked sandbox the claimer cannot use is taken (its claim file names this
 // process), returned in discarded for the caller to terminate, and the next one is tried.
 func TestClaimDiscards(t *testing.T) {
 	tests := []struct {
@@ -228,7 +228,7 @@ func TestClaimDiscards(t *testing.T) {
 			// change it (the test may not touch the host's /etc).
 			rec, err := sessions.ReadRecord(filepath.Join(b.dir, id))
 			if err != nil || rec.EtcDir == "" {
-				t.Fatalf("record %+v %v: a host-image spare has an /etc copy", rec, err)
+				t.Fatalf("record %+v %v: a host-image parked sandbox has an /etc copy", rec, err)
 			}
 			path := sessions.EtcManifestPath(filepath.Join(b.dir, sessions.EtcCacheDir), rec.Spec.Workdir)
 			raw, err := os.ReadFile(path)
@@ -280,7 +280,7 @@ func TestClaimDiscards(t *testing.T) {
 				t.Fatal(err)
 			}
 			if owner, _ := sessions.Claimer(filepath.Join(b.dir, id)); owner != self {
-				t.Errorf("discarded spare claimed by %q, want this process (%s)", owner, self)
+				t.Errorf("discarded parked sandbox claimed by %q, want this process (%s)", owner, self)
 			}
 			if n := b.ParkedCount(key); n != 0 {
 				t.Errorf("%d still parked", n)

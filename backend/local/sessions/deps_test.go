@@ -7,7 +7,7 @@ import (
 )
 
 // TestLightDependencies keeps this package off the runtime and its heavy libraries: airlock
-// run's lean front claims a spare through it, and every package init it links is paid by every
+// run's lean front claims a parked sandbox through it, and every package init it links is paid by every
 // run (backend/local's cost a one-shot run ~2 ms).
 func TestLightDependencies(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()

@@ -133,9 +133,9 @@ func AppendSourceID(b []byte, p string) []byte {
 	return b
 }
 
-// EtcCurrent refuses a host-image sandbox made ahead (a spare) whose /etc copy is no longer
+// EtcCurrent refuses a host-image sandbox made ahead (a parked sandbox) whose /etc copy is no longer
 // the host's: a sandbox created now would get a new copy, and one handed out must not show
-// older files than that. Unlike backend/local's check it never builds a copy: a stale spare is
+// older files than that. Unlike backend/local's check it never builds a copy: a stale parked sandbox is
 // discarded, and the next filler builds the new copy as it makes the next one.
 func EtcCurrent(stateDir string, rec *Record) error {
 	if rec.EtcDir == "" {

@@ -29,7 +29,7 @@ func TestSourceIDFormat(t *testing.T) {
 	}
 }
 
-// TestEtcCurrent: a spare's /etc copy is current while its manifest names it and every source
+// TestEtcCurrent: a parked sandbox's /etc copy is current while its manifest names it and every source
 // is unchanged; a changed source, a newer copy, a changed host name list or no manifest make it
 // stale; a sandbox without a copy (not a host image) is always current.
 func TestEtcCurrent(t *testing.T) {

@@ -16,23 +16,23 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
-// A spare is in one of three states, each visible on disk to every process (docs/spares.md):
+// A parked sandbox is in one of three states, each visible on disk to every process (docs/parked sandboxes.md):
 //   - being made: labelled with its key and filler (backend/local), nothing else;
-//   - parked: an index file <state>/spares/<key>/<session> holds its Entry;
+//   - parked: an index file <state>/parked sandboxes/<key>/<session> holds its Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as ClaimPrefix+<owner>.
 //
 // This package is what a claimer needs without the runtime (airlock run's lean front links
 // it, not backend/local, whose package inits cost a one-shot run ~2 ms); backend/local builds
-// its spares on it.
+// its parked sandboxes on it.
 const (
 	// DirName is the state dir's subdirectory that holds the index (and a filler's log).
 	DirName = "spares"
-	// ClaimPrefix names a claimed spare's claim file in its session dir; the claimer follows.
+	// ClaimPrefix names a claimed parked sandbox's claim file in its session dir; the claimer follows.
 	ClaimPrefix = "spare-claimed."
 )
 
-// Entry is a parked spare's index file.
+// Entry is a parked sandbox's index file.
 type Entry struct {
 	Session string    `json:"session"`
 	Parked  time.Time `json:"parked"`
@@ -40,10 +40,10 @@ type Entry struct {
 	Prestart json.RawMessage `json:"prestart,omitempty"`
 }
 
-// ParkedDir is where a state dir keeps its spares' index (and a filler's log).
+// ParkedDir is where a state dir keeps its parked sandboxes' index (and a filler's log).
 func ParkedDir(stateDir string) string { return filepath.Join(stateDir, DirName) }
 
-// IndexDir is the index of key's parked spares.
+// IndexDir is the index of key's parked sandboxes.
 func IndexDir(stateDir, key string) string { return filepath.Join(stateDir, DirName, key) }
 
 // Parked reads key's index, newest first; entries it cannot read are skipped.
@@ -75,7 +75,7 @@ func Parked(stateDir, key string) ([]Entry, error) {
 	return out, nil
 }
 
-// Take claims a parked spare's index entry for owner (SelfOwner): true when this process won
+// Take claims a parked sandbox's index entry for owner (SelfOwner): true when this process won
 // it. rename(2) is atomic: of any number of racing claimers exactly one wins.
 func Take(stateDir, key, id, owner string) bool {
 	err := os.Rename(filepath.Join(IndexDir(stateDir, key), id), filepath.Join(stateDir, id, ClaimPrefix+owner))
