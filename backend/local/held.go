@@ -28,12 +28,12 @@ func heldElsewhere(dir string, labels map[string]string) bool {
 		if _, err := os.Stat(filepath.Join(dir, claimedFile)); err == nil {
 			return false
 		}
-		maker = labels[LabelPoolFiller]
+		maker = labels[labelPoolFiller]
 	case labels[LabelParked] != "":
 		if _, claimed := sessions.Claimer(dir); claimed {
 			return false
 		}
-		maker = labels[LabelParkedFiller]
+		maker = labels[labelParkedFiller]
 	default:
 		return false
 	}

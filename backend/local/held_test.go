@@ -33,10 +33,10 @@ func TestWarmSandboxHeldElsewhere(t *testing.T) {
 		claim  string // the file a claim leaves in the session dir
 		hidden bool
 	}{
-		{"pool of another process", map[string]string{LabelPool: "k", LabelPoolFiller: other}, claimedFile, true},
-		{"parked sandbox of another process", map[string]string{LabelParked: "k", LabelParkedFiller: other}, sessions.ClaimPrefix + other, true},
-		{"pool of this process", map[string]string{LabelPool: "k", LabelPoolFiller: self}, claimedFile, false},
-		{"parked sandbox this process makes", map[string]string{LabelParked: "k", LabelParkedFiller: self}, sessions.ClaimPrefix + self, false},
+		{"pool of another process", map[string]string{LabelPool: "k", labelPoolFiller: other}, claimedFile, true},
+		{"parked sandbox of another process", map[string]string{LabelParked: "k", labelParkedFiller: other}, sessions.ClaimPrefix + other, true},
+		{"pool of this process", map[string]string{LabelPool: "k", labelPoolFiller: self}, claimedFile, false},
+		{"parked sandbox this process makes", map[string]string{LabelParked: "k", labelParkedFiller: self}, sessions.ClaimPrefix + self, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBackend(t)

@@ -39,8 +39,8 @@ import (
 // Defaults.
 const (
 	DefaultStateDir      = statedir.DefaultDir
-	DefaultImageCacheDir = "/var/lib/airlock/images"
-	DefaultUIDBase       = 100000
+	defaultImageCacheDir = "/var/lib/airlock/images"
+	defaultUIDBase       = 100000
 	// idRange is how many ids the sandbox's user namespace maps (0..65535).
 	idRange = 65536
 	// defaultCgroupParent is the cgroup the default state dir's sandboxes live under.
@@ -75,7 +75,7 @@ type Options struct {
 	// a range of its own after that (uidrange.go).
 	UIDBase int
 	// UIDRanges is how many such ranges follow UIDBase's own, so how many native sandboxes
-	// may live at once in this state dir (default DefaultUIDRanges).
+	// may live at once in this state dir (default defaultUIDRanges).
 	UIDRanges int
 	// ImageProgress, if set, is called while an OCI image is unpacked.
 	ImageProgress func(done, total int64)
@@ -170,7 +170,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	opts.StateDir = filepath.Clean(sd)
 	if opts.ImageCacheDir == "" {
-		opts.ImageCacheDir = DefaultImageCacheDir
+		opts.ImageCacheDir = defaultImageCacheDir
 		if !asRoot {
 			cache, err := os.UserCacheDir()
 			if err != nil {
@@ -180,10 +180,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		}
 	}
 	if opts.UIDBase == 0 {
-		opts.UIDBase = DefaultUIDBase
+		opts.UIDBase = defaultUIDBase
 	}
 	if opts.UIDRanges == 0 {
-		opts.UIDRanges = DefaultUIDRanges
+		opts.UIDRanges = defaultUIDRanges
 	}
 	if last := int64(opts.UIDBase) + int64(opts.UIDRanges+1)*idRange - 1; opts.UIDBase < 1 || opts.UIDRanges < 1 || last > 1<<32-2 {
 		return nil, fmt.Errorf("%w: uidBase %d, uidRanges %d: the host ids %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDRanges, opts.UIDBase, last, uint32(1<<32-2))
@@ -493,7 +493,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// parked sandbox) or reconcile.
-	go func() { _, _ = SeccompFor(b.cg.version()) }()
+	go func() { _, _ = seccompFor(b.cg.version()) }()
 	// What this backend's own set says no to is refused, naming the capability: the set plan
 	// and 'airlock capabilities' read (capabilities.go).
 	if err := plan.CheckSandbox(decl, b.caps()); err != nil {
@@ -503,7 +503,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if err != nil {
 		return nil, err
 	}
-	prog, err := SeccompFor(b.cg.version())
+	prog, err := seccompFor(b.cg.version())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -538,7 +538,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 
 // start creates the state dir and cgroup, starts init and waits until the agent answers.
 // On error the caller destroys what was made (s may be nil or partial).
-func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *SeccompProgram) (*session, error) {
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccompProgram) (*session, error) {
 	// The /etc copy is checked against its sources while the cgroups are made and init
 	// starts; only the config needs it.
 	etcc := make(chan etcResult, 1)

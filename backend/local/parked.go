@@ -26,7 +26,7 @@ import (
 // sandbox: the claimer terminates it.
 //
 // A parked sandbox is in one of three states, each visible on disk to every process:
-//   - being made: labelled LabelParked and LabelParkedFiller, nothing else;
+//   - being made: labelled LabelParked and labelParkedFiller, nothing else;
 //   - parked: an index file <state>/parked sandboxes/<key>/<session> holds its sessions.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as sessions.ClaimPrefix+<owner>.
@@ -39,8 +39,8 @@ import (
 const (
 	// LabelParked is the template key (PoolKey) of a parked sandbox's template.
 	LabelParked = "airlock.spare"
-	// LabelParkedFiller is "<pid>-<start time>" of the process that made the parked sandbox.
-	LabelParkedFiller = "airlock.spare.filler"
+	// labelParkedFiller is "<pid>-<start time>" of the process that made the parked sandbox.
+	labelParkedFiller = "airlock.spare.filler"
 
 	// MaxParked bounds ParkOptions.Count.
 	MaxParked = 8
@@ -79,7 +79,7 @@ func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOp
 		return fmt.Errorf("%w: parked sandboxes maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
 	}
 	for k := range tmpl.Labels {
-		if k == LabelParked || k == LabelParkedFiller || k == LabelPool || k == LabelPoolFiller {
+		if k == LabelParked || k == labelParkedFiller || k == LabelPool || k == labelPoolFiller {
 			return fmt.Errorf("%w: parked sandbox template label %q: set by the runtime itself", sandbox.ErrInvalid, k)
 		}
 	}
@@ -146,7 +146,7 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 
 // parkOne makes one parked sandbox, warms it, runs Prestart and parks it.
 func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) (err error) {
-	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelParked: key, LabelParkedFiller: self}))
+	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelParked: key, labelParkedFiller: self}))
 	if err != nil {
 		return fmt.Errorf("creating a parked sandbox: %w", err)
 	}
@@ -248,10 +248,10 @@ func (b *Backend) reapableParked(dir string, rec *record) bool {
 		b.log.Info("reaping a claimed parked sandbox whose claimer is gone", "session", rec.ID, "claimer", claimer)
 		return true
 	}
-	if procAlive(rec.Spec.Labels[LabelParkedFiller]) {
+	if procAlive(rec.Spec.Labels[labelParkedFiller]) {
 		return false // being made
 	}
-	b.log.Info("reaping a parked sandbox its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[LabelParkedFiller])
+	b.log.Info("reaping a parked sandbox its filler never parked", "session", rec.ID, "filler", rec.Spec.Labels[labelParkedFiller])
 	return true
 }
 

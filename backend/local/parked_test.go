@@ -78,7 +78,7 @@ func TestParkRefusals(t *testing.T) {
 		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "parked sandboxes maxAge 0s"},
 		{"max age past the lifetime", parkedTmpl(), ParkOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
 		{"parked sandbox label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
-		{"filler label", withLabel(LabelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
+		{"filler label", withLabel(labelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
 		{"pool label", withLabel(LabelPool), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,7 +180,7 @@ func TestParkedReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.Spec.Labels[LabelParkedFiller] = deadOwner(t)
+	rec.Spec.Labels[labelParkedFiller] = deadOwner(t)
 	if err := writeRecord(dir(neverParked), rec); err != nil {
 		t.Fatal(err)
 	}

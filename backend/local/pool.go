@@ -27,8 +27,8 @@ import (
 const (
 	// LabelPool names the pool (a hash of its template) a sandbox was made for.
 	LabelPool = "airlock.pool"
-	// LabelPoolFiller is the process holding the pool: "<pid>-<start time in clock ticks>".
-	LabelPoolFiller = "airlock.pool.owner"
+	// labelPoolFiller is the process holding the pool: "<pid>-<start time in clock ticks>".
+	labelPoolFiller = "airlock.pool.owner"
 	claimedFile     = "claimed"
 )
 
@@ -189,7 +189,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		return nil, fmt.Errorf("%w: pool template: %v", sandbox.ErrInvalid, errors.Join(fieldErrors(errs)...))
 	}
 	for k := range tmpl.Labels {
-		if k == LabelPool || k == LabelPoolFiller {
+		if k == LabelPool || k == labelPoolFiller {
 			return nil, bad("template label", k, "is set by the pool itself")
 		}
 	}
@@ -386,7 +386,7 @@ func (p *Pool) decl(pooled bool) spec.Sandbox {
 	if !pooled {
 		return Instance(p.tmpl, nil)
 	}
-	return Instance(p.tmpl, map[string]string{LabelPool: p.key, LabelPoolFiller: p.filler})
+	return Instance(p.tmpl, map[string]string{LabelPool: p.key, labelPoolFiller: p.filler})
 }
 
 // Instance is one sandbox of the template tmpl: its id is tmpl's plus a random suffix, its
@@ -653,10 +653,10 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	if _, err := os.Stat(filepath.Join(dir, claimedFile)); err == nil {
 		return false
 	}
-	if procAlive(rec.Spec.Labels[LabelPoolFiller]) {
+	if procAlive(rec.Spec.Labels[labelPoolFiller]) {
 		return false
 	}
-	b.log.Info("reaping an unclaimed pool sandbox whose pool's process is gone", "session", rec.ID, "pool", key, "owner", rec.Spec.Labels[LabelPoolFiller])
+	b.log.Info("reaping an unclaimed pool sandbox whose pool's process is gone", "session", rec.ID, "pool", key, "owner", rec.Spec.Labels[labelPoolFiller])
 	return true
 }
 

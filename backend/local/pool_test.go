@@ -78,7 +78,7 @@ func TestPoolKey(t *testing.T) {
 	if ka == kc {
 		t.Errorf("a different memory limit kept the key %s", ka)
 	}
-	if errs := (&spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Labels: map[string]string{LabelPool: ka, LabelPoolFiller: "123-456"}}).Validate(""); len(errs) > 0 {
+	if errs := (&spec.Sandbox{ID: "x", Image: spec.Image{Host: true}, Labels: map[string]string{LabelPool: ka, labelPoolFiller: "123-456"}}).Validate(""); len(errs) > 0 {
 		t.Errorf("the pool's labels are not valid labels: %v", errs)
 	}
 }

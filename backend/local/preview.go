@@ -39,8 +39,8 @@ import (
 
 // Preview token lifetimes.
 const (
-	DefaultPreviewTTL = time.Hour
-	MaxPreviewTTL     = 24 * time.Hour
+	defaultPreviewTTL = time.Hour
+	maxPreviewTTL     = 24 * time.Hour
 )
 
 // PreviewInfo is an exposed port.
@@ -60,7 +60,7 @@ type previewKey struct {
 }
 
 // Preview exposes a declared port of the session on host loopback and returns its URL and a
-// preview token valid for ttl (0: DefaultPreviewTTL; capped at the session's expiry).
+// preview token valid for ttl (0: defaultPreviewTTL; capped at the session's expiry).
 func (b *Backend) Preview(ctx context.Context, sessionID string, port int, ttl time.Duration) (PreviewInfo, error) {
 	s, err := b.lookup(ctx, sessionID)
 	if err != nil {
@@ -74,9 +74,9 @@ func (b *Backend) Preview(ctx context.Context, sessionID string, port int, ttl t
 	}
 	switch {
 	case ttl == 0:
-		ttl = DefaultPreviewTTL
-	case ttl < time.Second || ttl > MaxPreviewTTL:
-		return PreviewInfo{}, fmt.Errorf("%w: preview ttl %s: must be 1s..%s", sandbox.ErrInvalid, ttl, MaxPreviewTTL)
+		ttl = defaultPreviewTTL
+	case ttl < time.Second || ttl > maxPreviewTTL:
+		return PreviewInfo{}, fmt.Errorf("%w: preview ttl %s: must be 1s..%s", sandbox.ErrInvalid, ttl, maxPreviewTTL)
 	}
 	now := time.Now()
 	exp := now.Add(ttl)

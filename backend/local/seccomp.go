@@ -20,8 +20,8 @@ import (
 // It is compiled here, on the host, once per process; the init stage only loads the bytes, so
 // the profile library stays out of the agent binary.
 
-// SeccompProgram is the compiled filter and what the conversion left out.
-type SeccompProgram struct {
+// seccompProgram is the compiled filter and what the conversion left out.
+type seccompProgram struct {
 	// BPF is the struct sock_filter array in native byte order.
 	BPF []byte
 	// Instructions is len(BPF)/8.
@@ -32,16 +32,16 @@ type SeccompProgram struct {
 }
 
 var (
-	seccompCache   = sync.OnceValues(func() (*SeccompProgram, error) { return compileDefaultSeccomp(false) })
-	seccompV2Cache = sync.OnceValues(func() (*SeccompProgram, error) { return compileDefaultSeccomp(true) })
+	seccompCache   = sync.OnceValues(func() (*seccompProgram, error) { return compileDefaultSeccomp(false) })
+	seccompV2Cache = sync.OnceValues(func() (*seccompProgram, error) { return compileDefaultSeccomp(true) })
 )
 
-// DefaultSeccomp returns the compiled default filter (cached for the process).
-func DefaultSeccomp() (*SeccompProgram, error) { return seccompCache() }
+// defaultSeccomp returns the compiled default filter (cached for the process).
+func defaultSeccomp() (*seccompProgram, error) { return seccompCache() }
 
-// SeccompFor is the filter for sandboxes on a cgroup version's hosts: DefaultSeccomp, plus
+// seccompFor is the filter for sandboxes on a cgroup version's hosts: defaultSeccomp, plus
 // clone3 on v2 (allowClone3).
-func SeccompFor(cgroupVersion int) (*SeccompProgram, error) {
+func seccompFor(cgroupVersion int) (*seccompProgram, error) {
 	if cgroupVersion == 2 {
 		return seccompV2Cache()
 	}
@@ -60,7 +60,7 @@ func SeccompFor(cgroupVersion int) (*SeccompProgram, error) {
 // runs as a non-root uid without capabilities (nsinit.CodeUID) and holds no handle on a
 // cgroup directory (CLONE_INTO_CGROUP checks its own write access): then clone3 grants
 // nothing clone does not. The v1 filter stays Docker's.
-func compileDefaultSeccomp(allowClone3 bool) (*SeccompProgram, error) {
+func compileDefaultSeccomp(allowClone3 bool) (*seccompProgram, error) {
 	// No capabilities: the includes/excludes keyed on caps resolve as for an unprivileged
 	// container; arches and minimum kernels resolve against this host.
 	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
@@ -95,7 +95,7 @@ var extraDenied = []string{"ptrace", "process_vm_readv", "process_vm_writev"}
 // argument equal to a later allowed syscall's number would be allowed. Here every syscall with
 // conditions gets one block that always ends in a return, so the accumulator never leaks past
 // it (TestSeccompConditionFallthrough, TestSeccompMatchesProfile).
-func compileSeccomp(prof *specs.LinuxSeccomp) (*SeccompProgram, error) {
+func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
@@ -188,7 +188,7 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*SeccompProgram, error) {
 		out = append(out, r.Jt, r.Jf)
 		out = binary.NativeEndian.AppendUint32(out, r.K)
 	}
-	return &SeccompProgram{BPF: out, Instructions: len(raw), Unknown: unknown}, nil
+	return &seccompProgram{BPF: out, Instructions: len(raw), Unknown: unknown}, nil
 }
 
 // seccompInterval is the decision for the syscall numbers from start up to the next

@@ -67,7 +67,7 @@ func TestDefaultSeccompDecisions(t *testing.T) {
 	if runtime.GOARCH != "amd64" || binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		t.Skip("the syscall numbers below are amd64's")
 	}
-	prog, err := DefaultSeccomp()
+	prog, err := defaultSeccomp()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestSeccompMatchesProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	prof.Syscalls = append([]specs.LinuxSyscall{{Names: extraDenied, Action: specs.ActErrno}}, prof.Syscalls...)
-	prog, err := DefaultSeccomp()
+	prog, err := defaultSeccomp()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,11 +361,11 @@ func TestSeccompV2OnlyAddsClone3(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("amd64 numbers")
 	}
-	v1, err := SeccompFor(1)
+	v1, err := seccompFor(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2, err := SeccompFor(2)
+	v2, err := seccompFor(2)
 	if err != nil {
 		t.Fatal(err)
 	}

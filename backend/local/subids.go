@@ -17,7 +17,7 @@ import (
 // code ran as another tenant's id could read and write that tenant's files and signal its
 // processes. useradd hands out subordinate ids (/etc/subuid, /etc/subgid: rootless podman and
 // docker map their containers there) from 100000 upwards in blocks of 65536 — exactly
-// DefaultUIDBase's neighbourhood — and /etc/passwd and /etc/group may name ids that high too.
+// defaultUIDBase's neighbourhood — and /etc/passwd and /etc/group may name ids that high too.
 // Ranges that overlap any of them are never handed out (idAllocator.excluded).
 
 // idSpan is the host ids [first, first+count); owner is the user an /etc/subuid line gives

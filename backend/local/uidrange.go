@@ -29,8 +29,8 @@ import (
 // idRangesDir is the state dir's subdirectory of range claims.
 const idRangesDir = "uids"
 
-// DefaultUIDRanges is how many sandboxes may live at once per state dir by default.
-const DefaultUIDRanges = 4096
+// defaultUIDRanges is how many sandboxes may live at once per state dir by default.
+const defaultUIDRanges = 4096
 
 // idAllocator hands out id ranges from one state dir.
 type idAllocator struct {
