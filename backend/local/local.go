@@ -1051,13 +1051,13 @@ func (b *Backend) known(id string) *session {
 	return b.sessions[id]
 }
 
-// Kill ends every process of an adopted sandbox and returns once its init is gone, leaving its
+// kill ends every process of an adopted sandbox and returns once its init is gone, leaving its
 // cgroups and state dir to a later Terminate, by any process: the part of a terminate its
 // caller must wait for, when another process can do the rest off its path (airlock run hands
 // a used parked sandbox to the filler it starts). Until then the remains are a broken sandbox, which a
 // reconcile reaps once this process is gone. A sandbox this process cannot kill through its
 // init's pidfd (its own child, gVisor's) is terminated whole.
-func (b *Backend) Kill(ctx context.Context, sessionID string) error {
+func (b *Backend) kill(ctx context.Context, sessionID string) error {
 	if err := checkSessionID(sessionID); err != nil {
 		return err
 	}

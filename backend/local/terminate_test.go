@@ -95,7 +95,7 @@ func TestKill(t *testing.T) {
 		if len(procs) < 2 {
 			t.Fatalf("sandbox %d: %v in its cgroup, want init and sleep", i, procs)
 		}
-		if err := b.Kill(ctx, h.ID); err != nil {
+		if err := b.kill(ctx, h.ID); err != nil {
 			t.Fatalf("kill sandbox %d (paused: %v): %v", i, i == 1, err)
 		}
 		for _, p := range procs {
@@ -124,14 +124,14 @@ func TestKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := next.sessionInitPID(own.ID)
-	if err := next.Kill(ctx, own.ID); err != nil {
+	if err := next.kill(ctx, own.ID); err != nil {
 		t.Fatalf("kill a sandbox of its own: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, own.ID)); !os.IsNotExist(err) {
 		t.Errorf("a sandbox of its own is terminated whole by Kill; its state dir: %v", err)
 	}
 	assertGone(t, next, own.ID, pid)
-	if err := next.Kill(ctx, "s-0123456789abcdef"); err != nil {
+	if err := next.kill(ctx, "s-0123456789abcdef"); err != nil {
 		t.Errorf("kill an absent session: %v", err)
 	}
 }
