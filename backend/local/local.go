@@ -967,7 +967,7 @@ func knownLive(s *session) (*session, error) {
 	if s.exited() {
 		return nil, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, s.rec.ID)
 	}
-	if heldElsewhere(s.dir, s.rec.Spec.Labels) { // warm.go
+	if heldElsewhere(s.dir, s.rec.Spec.Labels) { // pool_held.go
 		return nil, errHeldElsewhere(s.rec.ID)
 	}
 	return s, nil
@@ -999,7 +999,7 @@ func (b *Backend) Get(ctx context.Context, sessionID string) (*sandbox.Session, 
 }
 
 // List returns every live session in the state dir, but warm ones other processes hold
-// (warm.go).
+// (pool_held.go).
 func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
 	entries, err := os.ReadDir(b.opts.StateDir)
 	if err != nil {

@@ -22,12 +22,12 @@ import (
 
 // Parked sandboxes are sandboxes parked in the state dir for whichever process claims one next: a
 // one-shot process (airlock run) takes a sandbox made before it started, and leaves the next
-// one made after it ends, with no daemon (docs/parked sandboxes.md). A parked sandbox is single-use like a pooled
+// one made after it ends, with no daemon (docs/pool.md#parked-sandboxes-airlock-run). A parked sandbox is single-use like a pooled
 // sandbox: the claimer terminates it.
 //
 // A parked sandbox is in one of three states, each visible on disk to every process:
 //   - being made: labelled LabelParked and labelParkedFiller, nothing else;
-//   - parked: an index file <state>/parked sandboxes/<key>/<session> holds its sessions.Entry;
+//   - parked: an index file <state>/spares/<key>/<session> holds its sessions.Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as sessions.ClaimPrefix+<owner>.
 //

@@ -35,12 +35,12 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		dir := filepath.Join(b.opts.StateDir, id)
 		// A sandbox whose init is exiting or a zombie is dead (a run's parked sandbox it killed, say):
 		// reaped, not asked for its agent. pool.go: a pooled sandbox nobody claimed, whose
-		// pool's process is gone, is reaped; parked sandbox.go: so is a parked sandbox nobody can claim or use
+		// pool's process is gone, is reaped; pool_parked.go: so is a parked sandbox nobody can claim or use
 		// any more.
 		// stale.go: a one-shot sandbox whose creator is gone is reaped too; nobody may use it.
 		if rec, err := readRecord(dir); err == nil && running(rec.InitPID, rec.InitStart) && !b.reapablePooled(dir, rec) && !b.reapableParked(dir, rec) && !b.reapableOrphan(rec) {
 			if heldElsewhere(dir, rec.Spec.Labels) {
-				// warm.go: another process's until claimed, and no lookup of this one finds
+				// pool_held.go: another process's until claimed, and no lookup of this one finds
 				// it; its claimer adopts it (and proves its agent) when it takes it.
 				continue
 			}
@@ -74,7 +74,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 			b.log.Info("reaped orphan cgroup", "session", id)
 		}
 	}
-	// parked sandbox.go: index entries of parked sandboxes reaped above.
+	// pool_parked.go: index entries of parked sandboxes reaped above.
 	if err := b.sweepParkedIndex(); err != nil {
 		errs = append(errs, err)
 	}

@@ -100,7 +100,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if g.Output == cli.OutputText {
 		opts.Stdout, opts.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	}
-	// parked sandbox.go: with parked sandboxes, the run takes a parked sandbox when one fits (runcli.RunParked, the
+	// pool_parked.go: with parked sandboxes, the run takes a parked sandbox when one fits (runcli.RunParked, the
 	// lean front's own path), and a run that had to create its sandbox starts a filler that
 	// parks the next. The filler does the state dir's upkeep (local.Options.OneShot):
 	// reconcile, capability probe. Parked sandboxes are the local runtime's: a run the settings send

@@ -170,7 +170,7 @@ func TestRunCommand(t *testing.T) {
 			stderrHas string
 		}{name: "network on refused here", args: []string{"--network", "-c", connect}, code: exitRunFailed, stderrHas: "publicOnlyEgress"})
 	}
-	// Cold, then through parked sandboxes (parked sandbox.go): each run that fits takes the parked sandbox a filler parked
+	// Cold, then through parked sandboxes (pool_parked.go): each run that fits takes the parked sandbox a filler parked
 	// (python in it pre-started) and must give what the cold run gave.
 	for _, spares := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {

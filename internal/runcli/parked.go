@@ -19,7 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/runcode/core"
 )
 
-// Parked sandboxes for airlock run (docs/parked sandboxes.md): a run claims a sandbox parked in the state dir by
+// Parked sandboxes for airlock run (docs/pool.md#parked-sandboxes-airlock-run): a run claims a sandbox parked in the state dir by
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (

@@ -7,7 +7,7 @@ import (
 )
 
 // PoolFillers lists the pids of the running `airlock __pool-fill` processes (the filler a
-// run starts, docs/parked sandboxes.md) working on stateDir.
+// run starts, docs/pool.md#parked-sandboxes-airlock-run) working on stateDir.
 func PoolFillers(stateDir string) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")

@@ -16,9 +16,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
 
-// A parked sandbox is in one of three states, each visible on disk to every process (docs/parked sandboxes.md):
+// A parked sandbox is in one of three states, each visible on disk to every process (docs/pool.md#parked-sandboxes-airlock-run):
 //   - being made: labelled with its key and filler (backend/local), nothing else;
-//   - parked: an index file <state>/parked sandboxes/<key>/<session> holds its Entry;
+//   - parked: an index file <state>/spares/<key>/<session> holds its Entry;
 //   - claimed: that file was renamed (atomically: one claimer wins) into the session's own
 //     dir as ClaimPrefix+<owner>.
 //
