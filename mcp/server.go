@@ -49,7 +49,7 @@ type Options struct {
 	// wait for a slot. 0 means DefaultMaxConcurrentRuns.
 	MaxConcurrentRuns int
 	Logger            *slog.Logger
-	// Pool, when set, is a warm pool run_code claims its sandboxes from (see runcode.Options);
+	// Pool, when set, is a process pool run_code claims its sandboxes from (see runcode.Options);
 	// its owner closes it after the server.
 	Pool runcode.Pool
 	// MaxMessageBytes bounds one inbound message on stdio; 0 means DefaultMaxMessageBytes.

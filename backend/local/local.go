@@ -139,18 +139,18 @@ type session struct {
 	killed    bool   // by Kill: its remains are another process's to remove, not the watcher's
 	stopTimer func() // stops the lifetime timer of a gVisor session
 
-	// warm is the client Create's health check used, its connection to the agent still
+	// cachedClient is the client Create's health check used, its connection to the agent still
 	// open: the first Connect takes it, so the first exec skips a dial and the agent's
 	// accept. Whoever takes it closes it; destroy and Backend.Close close one left untaken.
-	warm atomic.Pointer[client.Client]
+	cachedClient atomic.Pointer[client.Client]
 }
 
-// takeWarm returns the session's open client once, nil after that.
-func (s *session) takeWarm() *client.Client { return s.warm.Swap(nil) }
+// takeCachedClient returns the session's open client once, nil after that.
+func (s *session) takeCachedClient() *client.Client { return s.cachedClient.Swap(nil) }
 
-// dropWarm closes a client nobody took (its idle connection and the transport's goroutines).
-func (s *session) dropWarm() {
-	if c := s.takeWarm(); c != nil {
+// dropCachedClient closes a client nobody took (its idle connection and the transport's goroutines).
+func (s *session) dropCachedClient() {
+	if c := s.takeCachedClient(); c != nil {
 		c.Close()
 	}
 }
@@ -278,7 +278,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	// gVisor lifetime timers are this process's; a later New re-arms them.
 	for _, s := range sessions {
-		s.dropWarm() // the sandbox lives on; this process's connection to it does not
+		s.dropCachedClient() // the sandbox lives on; this process's connection to it does not
 		s.mu.Lock()
 		if s.stopTimer != nil {
 			s.stopTimer()
@@ -682,7 +682,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 			return s, err
 		}
 	}
-	s.warm.Store(c)
+	s.cachedClient.Store(c)
 	b.mu.Lock()
 	b.sessions[id] = s
 	b.mu.Unlock()
@@ -998,7 +998,7 @@ func (b *Backend) Get(ctx context.Context, sessionID string) (*sandbox.Session, 
 	return s.public(), nil
 }
 
-// List returns every live session in the state dir, but warm ones other processes hold
+// List returns every live session in the state dir, but pool sandboxes other processes hold
 // (pool_held.go).
 func (b *Backend) List(ctx context.Context) ([]*sandbox.Session, error) {
 	entries, err := os.ReadDir(b.opts.StateDir)
@@ -1026,7 +1026,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 	if err != nil {
 		return nil, err
 	}
-	if c := s.takeWarm(); c != nil {
+	if c := s.takeCachedClient(); c != nil {
 		return &pausableAgent{Client: c, fz: freezerOf(&s.rec), id: s.rec.ID}, nil
 	}
 	return b.pausableClient(s), nil // pause.go: refuses calls while paused
@@ -1070,7 +1070,7 @@ func (b *Backend) kill(ctx context.Context, sessionID string) error {
 	if s.gone || s.killed {
 		return nil
 	}
-	s.dropWarm()
+	s.dropCachedClient()
 	// PID 1 of the sandbox's pid namespace: the kernel kills every other process there and
 	// has reaped them all by the time init exits and its pidfd turns readable.
 	// The kill a one-shot claimer makes without this package (sessions.Claimed.Kill) too.
@@ -1109,7 +1109,7 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 	dir := filepath.Join(b.opts.StateDir, id)
 	var rec *record
 	if s != nil {
-		s.dropWarm()
+		s.dropCachedClient()
 		rec = &s.rec
 		if s.stopTimer != nil {
 			s.stopTimer()

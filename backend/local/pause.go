@@ -205,7 +205,7 @@ func (b *Backend) adoptedPaused(s *session) {
 
 // checkAgent is adopt's proof of life: the agent answers for the right sandbox. A paused
 // sandbox's agent cannot answer; its init is alive (the caller holds its pidfd) and that is
-// enough: it answers once resumed. The client that asked is kept as the session's warm one
+// enough: it answers once resumed. The client that asked is kept as the session's cached client
 // (its connection open): a lookup adopts on the way to a Connect, which takes it.
 func (b *Backend) checkAgent(ctx context.Context, s *session) error {
 	if s.paused() {
@@ -220,7 +220,7 @@ func (b *Backend) checkAgent(ctx context.Context, s *session) error {
 		c.Close()
 		return err
 	}
-	s.warm.Store(c)
+	s.cachedClient.Store(c)
 	return nil
 }
 

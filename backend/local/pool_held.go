@@ -9,7 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// A warm sandbox (a pool's ready one, a parked sandbox being made or parked) belongs to the process
+// A pool's sandbox (a process pool's ready one, a parked sandbox being made or parked) belongs to the process
 // that made it until a claim hands it out: only then is it anyone's session. Before that it
 // is a session of the state dir like any other on disk, so without a rule another process on
 // the same state dir (a daemon listing its sessions, a client that learnt the id) could exec
@@ -17,7 +17,7 @@ import (
 // any other process do not find it: List leaves it out, Get, Connect and the rest answer
 // not found. Terminate still ends it (gc, a reconcile), which hands it to no one.
 
-// heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a warm
+// heldElsewhere reports whether the sandbox in session dir dir, labelled labels, is a pool's sandbox
 // one another process holds: a pool's (LabelPool) not yet claimed (claimedFile) whose pool is
 // not this process's, or a parked sandbox (LabelParked) not yet claimed (sessions.ClaimPrefix) that another
 // process is making or parked.
@@ -41,7 +41,7 @@ func heldElsewhere(dir string, labels map[string]string) bool {
 	return err != nil || maker != self
 }
 
-// errHeldElsewhere is lookup's answer for a warm sandbox another process holds.
+// errHeldElsewhere is lookup's answer for a pool's sandbox another process holds.
 func errHeldElsewhere(id string) error {
-	return fmt.Errorf("%w: session %s is a warm sandbox another process holds until it is claimed", sandbox.ErrNotFound, id)
+	return fmt.Errorf("%w: session %s is a pool's sandbox sandbox another process holds until it is claimed", sandbox.ErrNotFound, id)
 }

@@ -45,7 +45,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 				continue
 			}
 			if s, err := b.adopt(ctx, dir, rec); err == nil {
-				s.dropWarm() // no Connect is on its way: no connection held open for one
+				s.dropCachedClient() // no Connect is on its way: no connection held open for one
 				b.log.Info("adopted sandbox", "session", id, "sandbox", rec.SandboxID, "pid", rec.InitPID)
 				continue
 			} else {
@@ -133,7 +133,7 @@ func (b *Backend) adopt(ctx context.Context, dir string, rec *record) (*session,
 	b.mu.Lock()
 	if prev := b.sessions[rec.ID]; prev != nil {
 		b.mu.Unlock()
-		s.dropWarm()
+		s.dropCachedClient()
 		unix.Close(pidfd)
 		return prev, nil
 	}

@@ -216,7 +216,7 @@ func TestPlatformDocker(t *testing.T) {
 
 			// The warm pool is the local runtime's: an explicit --pool is refused.
 			code, _, errs = runBin(t, env, bin, append(mcpArgs, "--pool", "2")...)
-			if code != 2 || !strings.Contains(errs, "--pool: the warm pool is the local runtime's; the platform is docker") {
+			if code != 2 || !strings.Contains(errs, "--pool: the process pool is the local runtime's; the platform is docker") {
 				t.Errorf("mcp --pool 2: exit %d, %q", code, errs)
 			}
 

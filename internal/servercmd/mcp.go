@@ -61,7 +61,7 @@ in another language first end the waiting interpreters (pre-starting python and 
 makes every call pay for ending the other one: node's exit is slow).`,
 		Example: `  airlock mcp
   airlock mcp --http 127.0.0.1:8765
-  airlock mcp --pool 4            # run_code claims warm sandboxes instead of creating them
+  airlock mcp --pool 4            # run_code claims pooled sandboxes instead of creating them
   airlock mcp --pool 4 --pool-prestart node   # ... with node waiting instead of python
   airlock mcp --platform docker --image python:3.12-slim
 
@@ -75,7 +75,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.StringVar(&f.image, "image", "host", `root filesystem of every sandbox: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fl.IntVar(&f.maxSessions, "max-sessions", mcp.DefaultMaxSessions, "most sandbox_create sessions alive at once")
 	fl.IntVar(&f.maxRuns, "max-runs", mcp.DefaultMaxConcurrentRuns, "most run_code calls running at once (more wait)")
-	fl.IntVar(&f.pool, "pool", 1, "local runtime: keep this many run_code sandboxes created and ready (a warm pool; 0: create one per call)")
+	fl.IntVar(&f.pool, "pool", 1, "local runtime: keep this many run_code sandboxes created and ready (the process pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
@@ -146,13 +146,13 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {
 		return err
 	}
-	// The warm pool is the local runtime's (local.Pool): elsewhere an explicit --pool is
+	// The process pool is the local runtime's (local.Pool): elsewhere an explicit --pool is
 	// refused and its default is none.
 	lb, isLocal := b.(*local.Backend)
 	if !isLocal {
 		for _, fl := range []string{"pool", "pool-max", "pool-idle", "pool-prestart"} {
 			if cmd.Flags().Changed(fl) {
-				return cli.UsageError("--%s: the warm pool is the local runtime's; the platform is %s (%s)", fl, ch.Platform, ch.Why)
+				return cli.UsageError("--%s: the process pool is the local runtime's; the platform is %s (%s)", fl, ch.Platform, ch.Why)
 			}
 		}
 		f.pool = 0
@@ -175,7 +175,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 			defer cancel()
 			if err := pool.Close(cctx); err != nil {
-				log.Error("closing the warm pool", "err", err)
+				log.Error("closing the process pool", "err", err)
 			}
 		}()
 		opts.Pool = pool
