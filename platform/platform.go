@@ -215,8 +215,8 @@ func openLocal(ctx context.Context, c Config) (Backend, string, error) {
 	return lb, "", nil
 }
 
-// Local starts the local runtime itself, for what exists only there (spares, the warm pool's
-// owner, gc's reconcile), explaining what to do when this host cannot run it.
+// Local starts the local runtime itself, for what exists only there (the parked pool's filler, the process
+// pool, gc's reconcile), explaining what to do when this host cannot run it.
 func Local(ctx context.Context, c LocalConfig, log *slog.Logger) (*local.Backend, error) {
 	extra, err := EgressPublic()
 	if err != nil {
