@@ -17,9 +17,20 @@ import (
 )
 
 // BenchmarkExecTrue is one exec round trip of `true` over the agent's unix socket: request,
-// fork/exec, exit, kill-scope cleanup, terminal frame.
-func BenchmarkExecTrue(b *testing.B) {
-	h := newHarness(b).start()
+// fork/exec, exit, kill-scope cleanup, terminal frame. Without a cgroup, the scope is the
+// subreaper: the reaper's start is part of the round trip.
+func BenchmarkExecTrue(b *testing.B) { benchExecTrue(b, newHarness(b)) }
+
+// BenchmarkExecTrueProcessGroup is BenchmarkExecTrue with the process group as the scope (no
+// reaper): the difference is the reaper's cost.
+func BenchmarkExecTrueProcessGroup(b *testing.B) {
+	h := newHarness(b)
+	h.env = []string{envNoReaper + "=1"}
+	benchExecTrue(b, h)
+}
+
+func benchExecTrue(b *testing.B, h *harness) {
+	h.start()
 	ctx := context.Background()
 	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
 	m := h.meter(b)

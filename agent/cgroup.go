@@ -26,6 +26,9 @@ const (
 	scopeV1   = "cgroup-v1"
 	scopeV2   = "cgroup-v2"
 	scopePgrp = "process-group" // honest: a setsid'd descendant escapes it
+	// Without a cgroup: each command runs below a reaper of its own that kills every
+	// descendant (reaper.go).
+	scopeReaper = "subreaper"
 )
 
 // killTimeout bounds how long a kill may take to empty an exec cgroup before it is an error.
@@ -107,6 +110,9 @@ func newCgroups(cfg *Config) (*cgroups, error) {
 		}
 		return &cgroups{kind: scopeV1, base: cfg.CgroupV1Freezer, memoryV1: cfg.CgroupV1Memory}, nil
 	}
+	if reaperAvailable() {
+		return &cgroups{kind: scopeReaper}, nil
+	}
 	return &cgroups{kind: scopePgrp}, nil
 }
 
@@ -143,7 +149,8 @@ type execGroup struct {
 	// kept through its renames and recycling, for the spawner thread to enter it with one
 	// write (-1: none, for other kinds).
 	tasks int
-	pgid  int // process-group: set once the leader is spawned
+	pgid  int       // process-group: set once the leader is spawned
+	rp    *reapLink // subreaper: the exec's reaper
 	c     *cgroups
 	// left is closed once the spawner thread, which enters a v1 exec cgroup to fork into it,
 	// is out again (nil: it never entered). Set by the spawner before its reply.
@@ -229,7 +236,15 @@ func (c *cgroups) close() error {
 
 func (c *cgroups) create(prefix, id string) (*execGroup, error) {
 	g := &execGroup{id: id, kind: c.kind, fd: -1, tasks: -1, c: c}
-	if c.kind == scopePgrp {
+	switch c.kind {
+	case scopePgrp:
+		return g, nil
+	case scopeReaper:
+		rp, err := newReapLink()
+		if err != nil {
+			return nil, err
+		}
+		g.rp = rp
 		return g, nil
 	}
 	g.dir = c.base + "/" + prefix + id
@@ -365,6 +380,8 @@ func (c *cgroups) closeFiles() {
 func (g *execGroup) kill() error {
 	g.killed = true
 	switch g.kind {
+	case scopeReaper:
+		return g.rp.kill()
 	case scopePgrp:
 		if g.pgid > 0 {
 			if err := unix.Kill(-g.pgid, unix.SIGKILL); err != nil && err != unix.ESRCH {
@@ -387,6 +404,10 @@ func (g *execGroup) kill() error {
 // and the cgroup removed, or, when nothing is left and nothing was ever killed in it, the
 // cgroup becomes the next exec's spare (see recycle).
 func (g *execGroup) finish() error {
+	if g.kind == scopeReaper {
+		// The reaper has exited, and it exits only once everything is gone (or says not).
+		return g.rp.close()
+	}
 	if g.kind == scopeV1 && g.dir != "" && !g.killed {
 		if g.left != nil {
 			<-g.left
@@ -465,6 +486,10 @@ func (c *cgroups) recycle(g *execGroup) bool {
 
 // destroy kills what is left and removes the cgroup.
 func (g *execGroup) destroy() error {
+	if g.kind == scopeReaper {
+		// A reaper still running kills everything at the end of its control socket.
+		return errors.Join(g.kill(), g.rp.close())
+	}
 	if g.kind == scopeV1 && g.dir != "" {
 		if g.left != nil {
 			<-g.left

@@ -251,6 +251,14 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 		PidFD:     &pidfd,
 	}
 	g := req.group
+	argv0, argv := req.argv0, req.argv
+	if g != nil && g.kind == scopeReaper {
+		// The reaper is started instead, in a session of its own, as the agent's user and
+		// with its control socket at reaperCtlFD; it starts the command as this would have.
+		argv0, argv = reaperExe, reaperArgv(req.argv0, req.argv, req.tty, s.cred)
+		fds = append(fds, g.rp.child.Fd())
+		sys.Setctty, sys.Credential, sys.Pdeathsig = false, nil, 0
+	}
 	if g != nil && g.kind == scopeV2 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = g.fd
@@ -274,7 +282,7 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 			s.closeOOMScore()
 		}
 	}
-	pid, err := syscall.ForkExec(req.argv0, req.argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
+	pid, err := syscall.ForkExec(argv0, argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
 	if s.oomFD >= 0 {
 		if _, err := unix.Pwrite(s.oomFD, s.oomBase, 0); err != nil {
 			s.closeOOMScore()
@@ -287,6 +295,9 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 	}
 	s.mu.Unlock()
 	runtime.KeepAlive(req.files)
+	if g != nil && g.rp != nil {
+		runtime.KeepAlive(g.rp.child)
+	}
 	if err != nil {
 		return spawnReply{err: err}
 	}
