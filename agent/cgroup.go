@@ -19,16 +19,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // Kill scopes as reported by health: what an exec's kill reaches.
 const (
-	scopeV1   = "cgroup-v1"
-	scopeV2   = "cgroup-v2"
-	scopePgrp = "process-group" // honest: a setsid'd descendant escapes it
+	scopeV1   = sbtypes.KillScopeCgroupV1
+	scopeV2   = sbtypes.KillScopeCgroupV2
+	scopePgrp = sbtypes.KillScopePgrp // honest: a setsid'd descendant escapes it
 	// Without a cgroup: each command runs below a reaper of its own that kills every
 	// descendant (reaper.go).
-	scopeReaper = "subreaper"
+	scopeReaper = sbtypes.KillScopeSubreaper
 )
 
 // killTimeout bounds how long a kill may take to empty an exec cgroup before it is an error.
