@@ -241,12 +241,7 @@ func (c *cgroups) create(prefix, id string) (*execGroup, error) {
 	case scopePgrp:
 		return g, nil
 	case scopeReaper:
-		rp, err := newReapLink()
-		if err != nil {
-			return nil, err
-		}
-		g.rp = rp
-		return g, nil
+		return g, nil // its reaper is the spawner's to give (runReaper)
 	}
 	g.dir = c.base + "/" + prefix + id
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
@@ -382,6 +377,9 @@ func (g *execGroup) kill() error {
 	g.killed = true
 	switch g.kind {
 	case scopeReaper:
+		if g.rp == nil {
+			return nil // nothing started
+		}
 		return g.rp.kill()
 	case scopePgrp:
 		if g.pgid > 0 {
@@ -406,6 +404,9 @@ func (g *execGroup) kill() error {
 // cgroup becomes the next exec's spare (see recycle).
 func (g *execGroup) finish() error {
 	if g.kind == scopeReaper {
+		if g.rp == nil {
+			return nil
+		}
 		// The reaper has exited, and it exits only once everything is gone (or says not).
 		return g.rp.close()
 	}
@@ -488,6 +489,9 @@ func (c *cgroups) recycle(g *execGroup) bool {
 // destroy kills what is left and removes the cgroup.
 func (g *execGroup) destroy() error {
 	if g.kind == scopeReaper {
+		if g.rp == nil {
+			return nil
+		}
 		// A reaper still running kills everything at the end of its control socket.
 		return errors.Join(g.kill(), g.rp.close())
 	}

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -27,27 +30,41 @@ import (
 // descendant it can find in /proc, reaps them, and only then reports the command's wait status
 // and exits: the agent's wait for the reaper is the confirmation that nothing is left.
 //
-// The reaper runs as the agent's user, not the code's: code that runs as another user cannot
-// signal or trace it. It keeps none of the command's stdio: its fds 0-2 are /dev/null once the
-// command has them.
+// A reaper is started ahead of its command (the agent keeps one ready, see spareReaper), so that
+// an exec does not wait for a process start of this binary: it gets the command over its
+// control socket. It runs as the agent's user, not the code's: code that runs as another user
+// cannot signal or trace it. It keeps none of the command's stdio.
 //
-// The control socket (fd reaperCtlFD in the reaper) carries lines:
-//
-//	reaper to agent: "p PID" the command runs; "e ERRNO" it could not be started (then exit);
-//	                 "x STATUS SWEPT" its raw wait status, and 1 if every descendant is gone
-//	agent to reaper: "s SIGNAL" send the command SIGNAL; "k" kill the command and everything
-//	                 it started; end of file: the same as "k"
+// The control socket (fd reaperCtlFD in the reaper) carries, agent to reaper, first the command:
+// a 4-byte big-endian length with the command's stdin, stdout and stderr attached (SCM_RIGHTS),
+// then that many bytes of reaperSpec as JSON; after it, lines: "s SIGNAL" send the command
+// SIGNAL; "k" kill the command and everything it started; end of file: the same as "k" (before
+// a command: exit). Reaper to agent, lines: "p PID" the command runs; "e ERRNO" it could not be
+// started (then exit); "x STATUS SWEPT" its raw wait status, and 1 if every descendant is gone.
 const (
 	reaperArg0  = "airlock-exec-reaper"
 	reaperCtlFD = 3
+	maxSpec     = 64 << 20 // far above what ARG_MAX lets a command have
 )
 
 func init() {
 	// Before anything else of the binary runs: a reaper is the agent's helper, not the agent.
 	if len(os.Args) > 0 && os.Args[0] == reaperArg0 {
 		// unix.Exit, not os.Exit: no exit hooks (a race-enabled build would sleep in them).
-		unix.Exit(reaperMain(os.Args[1:]))
+		unix.Exit(reaperMain())
 	}
+}
+
+// reaperSpec is the command a reaper starts, as the spawner would have started it.
+type reaperSpec struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	TTY  bool     `json:"tty,omitempty"` // fd 0 becomes the controlling terminal
+	// UID and GID are the code's; absent, the command keeps the reaper's.
+	UID *uint32 `json:"uid,omitempty"`
+	GID uint32  `json:"gid,omitempty"`
 }
 
 // reaperDropped are the signals a reaper catches and drops: every one whose default would end
@@ -55,20 +72,6 @@ func init() {
 var reaperDropped = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1,
 	unix.SIGUSR2, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGIO,
 	unix.SIGPWR, unix.SIGSTKFLT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU}
-
-// reaperArgv is the reaper's command line for one command: "tty" or "-", the code's "uid:gid"
-// or "-" (keep the reaper's), the executable, then the command's argv.
-func reaperArgv(path string, argv []string, tty bool, cred *syscall.Credential) []string {
-	out := make([]string, 0, len(argv)+4)
-	out = append(out, reaperArg0, "-", "-", path)
-	if tty {
-		out[1] = "tty"
-	}
-	if cred != nil {
-		out[2] = strconv.FormatUint(uint64(cred.Uid), 10) + ":" + strconv.FormatUint(uint64(cred.Gid), 10)
-	}
-	return append(out, argv...)
-}
 
 // reaper is the state of one reaper process.
 type reaper struct {
@@ -81,25 +84,11 @@ type reaper struct {
 	done   bool // the command has been reaped
 }
 
-func reaperMain(args []string) int {
+func reaperMain() int {
 	// The command's Pdeathsig fires when the thread that forked it exits: keep that thread.
 	runtime.LockOSThread()
 	unix.CloseOnExec(reaperCtlFD)
 	r := &reaper{ctl: os.NewFile(reaperCtlFD, "reaper-control"), self: os.Getpid()}
-	if len(args) < 4 {
-		return r.refuse(unix.EINVAL)
-	}
-	tty := args[0] == "tty"
-	var cred *syscall.Credential
-	if args[1] != "-" {
-		u, g, ok := strings.Cut(args[1], ":")
-		uid, err1 := strconv.ParseUint(u, 10, 32)
-		gid, err2 := strconv.ParseUint(g, 10, 32)
-		if !ok || err1 != nil || err2 != nil {
-			return r.refuse(unix.EINVAL)
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
-	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return r.refuse(err)
 	}
@@ -116,14 +105,30 @@ func reaperMain(args []string) int {
 		for range drop {
 		}
 	}()
-	pid, err := syscall.ForkExec(args[2], args[3:], &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
+	spec, stdio, err := readSpec(r.ctl)
+	if err == io.EOF {
+		return 0 // the agent dropped this reaper before giving it a command
+	}
+	if err != nil {
+		return r.refuse(unix.EINVAL)
+	}
+	var cred *syscall.Credential
+	if spec.UID != nil {
+		cred = &syscall.Credential{Uid: *spec.UID, Gid: spec.GID, Groups: []uint32{}}
+	}
+	pid, err := syscall.ForkExec(spec.Path, spec.Argv, &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2])},
 		Sys: &syscall.SysProcAttr{
-			Setsid: true, Setctty: tty, Ctty: 0, Credential: cred,
+			Setsid: true, Setctty: spec.TTY, Ctty: 0, Credential: cred,
 			Pdeathsig: syscall.SIGKILL, // the reaper killed from outside takes the command along
 		},
 	})
+	// The command's stdio is its own: held here, its output would not end when it does.
+	for _, fd := range stdio {
+		unix.Close(fd)
+	}
 	if err != nil {
 		return r.refuse(err)
 	}
@@ -131,17 +136,6 @@ func reaperMain(args []string) int {
 	if _, err := fmt.Fprintf(r.ctl, "p %d\n", pid); err != nil {
 		// The agent is gone before it knew of the command: nothing of it may outlive this.
 		r.killAll()
-	}
-	// The command's stdio is its own: held here, its output would not end when it does.
-	if null, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
-		for fd := range 3 {
-			_ = unix.Dup3(null, fd, 0)
-		}
-		unix.Close(null)
-	} else {
-		for fd := range 3 {
-			unix.Close(fd)
-		}
 	}
 	go r.control()
 	r.waitCommand()
@@ -152,6 +146,59 @@ func reaperMain(args []string) int {
 	}
 	_, _ = fmt.Fprintf(r.ctl, "x %d %d\n", uint32(r.status), flag)
 	return 0
+}
+
+// readSpec reads the command and its three stdio fds from the control socket.
+func readSpec(ctl *os.File) (*reaperSpec, []int, error) {
+	fd := int(ctl.Fd())
+	var hdr [4]byte
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := unix.Recvmsg(fd, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
+	for err == unix.EINTR {
+		n, oobn, _, _, err = unix.Recvmsg(fd, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var fds []int
+	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, c := range cmsgs {
+			if rights, err := unix.ParseUnixRights(&c); err == nil {
+				fds = append(fds, rights...)
+			}
+		}
+	}
+	closeAll := func() {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+	}
+	if n == 0 {
+		closeAll()
+		return nil, nil, io.EOF
+	}
+	if n < len(hdr) {
+		if _, err := io.ReadFull(ctl, hdr[n:]); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+	}
+	size := binary.BigEndian.Uint32(hdr[:])
+	if len(fds) != 3 || size > maxSpec {
+		closeAll()
+		return nil, nil, fmt.Errorf("exec reaper: bad command header (%d fds, %d bytes)", len(fds), size)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(ctl, buf); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	var spec reaperSpec
+	if err := json.Unmarshal(buf, &spec); err != nil || spec.Path == "" || len(spec.Argv) == 0 {
+		closeAll()
+		return nil, nil, fmt.Errorf("exec reaper: bad command: %v", err)
+	}
+	return &spec, fds, nil
 }
 
 // refuse reports that the command could not be started.

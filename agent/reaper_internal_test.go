@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStatPPID(t *testing.T) {
@@ -57,17 +62,52 @@ func TestParseReaperLine(t *testing.T) {
 	}
 }
 
-func TestReaperArgv(t *testing.T) {
-	for _, tc := range []struct {
-		tty  bool
-		cred *syscall.Credential
-		want []string
-	}{
-		{false, nil, []string{reaperArg0, "-", "-", "/bin/sh", "sh", "-c", "x"}},
-		{true, &syscall.Credential{Uid: 65534, Gid: 100}, []string{reaperArg0, "tty", "65534:100", "/bin/sh", "sh", "-c", "x"}},
-	} {
-		if got := reaperArgv("/bin/sh", []string{"sh", "-c", "x"}, tc.tty, tc.cred); !slices.Equal(got, tc.want) {
-			t.Errorf("%v %+v: %q, want %q", tc.tty, tc.cred, got, tc.want)
+// TestReaperHandSpec: the command and its three stdio fds the agent hands a reaper arrive
+// whole, the fds the same files (a write through one is read from the original pipe).
+func TestReaperHandSpec(t *testing.T) {
+	l, err := newReapLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	uid := uint32(65534)
+	env := make([]string, 5000) // more than one socket buffer
+	for i := range env {
+		env[i] = fmt.Sprintf("K%d=%s", i, strings.Repeat("v", 100))
+	}
+	want := &reaperSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", "x"}, Env: env, Dir: "/tmp", TTY: true, UID: &uid, GID: 100}
+	var rs, ws [3]*os.File
+	for i := range 3 {
+		if rs[i], ws[i], err = os.Pipe(); err != nil {
+			t.Fatal(err)
+		}
+		defer rs[i].Close()
+		defer ws[i].Close()
+	}
+	handed := make(chan error, 1)
+	go func() { handed <- l.hand(want, ws[:]) }()
+	got, fds, err := readSpec(l.child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handed; err != nil {
+		t.Fatal(err)
+	}
+	if got.Path != want.Path || !slices.Equal(got.Argv, want.Argv) || !slices.Equal(got.Env, want.Env) ||
+		got.Dir != want.Dir || got.TTY != want.TTY || got.UID == nil || *got.UID != uid || got.GID != want.GID {
+		t.Errorf("spec %+v, want %+v", got, want)
+	}
+	if len(fds) != 3 {
+		t.Fatalf("%d fds, want 3", len(fds))
+	}
+	for i, fd := range fds {
+		if _, err := unix.Write(fd, []byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		b := make([]byte, 1)
+		if _, err := rs[i].Read(b); err != nil || b[0] != byte('a'+i) {
+			t.Errorf("fd %d: read %q %v", i, b, err)
 		}
 	}
 }

@@ -2,10 +2,13 @@ package agent
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -92,8 +95,6 @@ func (l *reapLink) readLine() (string, error) {
 // started with (returned as it is, for the caller to classify as a fork's).
 func (l *reapLink) started(pid int, pidf *os.File) error {
 	l.pid, l.pidf = pid, pidf
-	l.child.Close()
-	l.child = nil
 	line, err := l.readLine()
 	if err != nil {
 		l.pid = 0 // gone: never signalled
@@ -262,4 +263,169 @@ func (g *execGroup) exitStatus(ws syscall.WaitStatus) syscall.WaitStatus {
 		return g.rp.exitStatus(ws)
 	}
 	return ws
+}
+
+// hand gives the reaper its command: the header with the command's stdio attached, then the
+// spec.
+func (l *reapLink) hand(spec *reaperSpec, stdio []*os.File) error {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if len(body) > maxSpec {
+		return fmt.Errorf("%w: the command's argv and env are %d bytes, more than %d", sbtypes.ErrTooLarge, len(body), maxSpec)
+	}
+	fds := make([]int, len(stdio))
+	for i, f := range stdio {
+		fds[i] = int(f.Fd())
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
+	rc, err := l.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	// Four bytes and three fds: the socket's buffer is empty, so this never blocks.
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), hdr[:], unix.UnixRights(fds...), nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	runtime.KeepAlive(stdio)
+	if serr != nil {
+		return fmt.Errorf("exec reaper (pid %d): hand the command: %w", l.pid, serr)
+	}
+	if _, err := l.ctl.Write(body); err != nil {
+		return fmt.Errorf("exec reaper (pid %d): hand the command: %w", l.pid, err)
+	}
+	return nil
+}
+
+// spareReaper is a reaper started ahead of its command.
+type spareReaper struct {
+	pid    int
+	pidfd  int // -1: the kernel gave none
+	exited <-chan syscall.WaitStatus
+	link   *reapLink
+}
+
+// startReaper starts a reaper from the spawner thread (it inherits that thread's filters, as a
+// command would), waiting for its command.
+func (s *spawner) startReaper() (*spareReaper, error) {
+	l, err := newReapLink()
+	if err != nil {
+		return nil, err
+	}
+	// As run does for a command: the reaper passes on whatever it inherits.
+	if err := CloseOnExecFrom(3); err != nil {
+		l.close()
+		return nil, fmt.Errorf("%w: %v", errFDs, err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	rep := s.fork(&spawnRequest{argv0: reaperExe, argv: []string{reaperArg0}, dir: "/",
+		files: []*os.File{null, null, null, l.child}, reaper: true})
+	null.Close()
+	l.child.Close()
+	l.child = nil
+	if rep.err != nil {
+		l.close()
+		return nil, fmt.Errorf("start exec reaper %s: %w", reaperExe, rep.err)
+	}
+	l.pid = rep.pid
+	return &spareReaper{pid: rep.pid, pidfd: rep.pidfd, exited: rep.exited, link: l}, nil
+}
+
+// drop ends a reaper that never got a command: at the end of its socket it exits.
+func (r *spareReaper) drop() {
+	r.link.close()
+	<-r.exited
+	if r.pidfd >= 0 {
+		unix.Close(r.pidfd)
+	}
+}
+
+// runReaper hands req's command to the spare reaper (or, when none is ready, to one started
+// now; the next is started after the answer, see server.prepareNext). The reply is the reaper's: it is the exec's main process.
+func (s *spawner) runReaper(req *spawnRequest) spawnReply {
+	s.spareMu.Lock()
+	if s.spare == nil && s.filling {
+		// One on its way is ready sooner than one started now, which would compete with it.
+		s.filled.Wait()
+	}
+	r := s.spare
+	s.spare = nil
+	s.spareMu.Unlock()
+	if r == nil {
+		var err error
+		if r, err = s.startReaper(); err != nil {
+			return spawnReply{err: err}
+		}
+	}
+	spec := &reaperSpec{Path: req.argv0, Argv: req.argv, Env: req.env, Dir: req.dir, TTY: req.tty}
+	if s.cred != nil {
+		uid := s.cred.Uid
+		spec.UID, spec.GID = &uid, s.cred.Gid
+	}
+	if err := r.link.hand(spec, req.files); err != nil {
+		r.drop()
+		return spawnReply{err: err}
+	}
+	req.group.rp = r.link
+	return spawnReply{pid: r.pid, pidfd: r.pidfd, exited: r.exited}
+}
+
+// refill starts the next spare reaper in the background, unless one is there or on its way.
+func (s *spawner) refill() {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	if s.spare != nil || s.filling || s.dropping {
+		return
+	}
+	s.filling = true
+	s.fills.Add(1)
+	go func() {
+		defer s.fills.Done()
+		r, err := s.startReaper()
+		s.spareMu.Lock()
+		s.filling = false
+		if err == nil && !s.dropping {
+			s.spare, r = r, nil
+		}
+		s.filled.Broadcast()
+		s.spareMu.Unlock()
+		if r != nil {
+			r.drop()
+		}
+	}()
+}
+
+// dropSpare ends the spare reaper, if any; none is started after it. Call it before close.
+func (s *spawner) dropSpare() {
+	s.spareMu.Lock()
+	s.dropping = true
+	s.spareMu.Unlock()
+	s.fills.Wait()
+	s.spareMu.Lock()
+	r := s.spare
+	s.spare = nil
+	s.spareMu.Unlock()
+	if r != nil {
+		r.drop()
+	}
+}
+
+// prepareNext readies the next exec's kill scope once an exec has been answered: a v1 cgroup,
+// or a reaper. After, not at the take: a reaper's start is a process start of this binary,
+// which would compete with the exec for the processor.
+func (s *server) prepareNext() {
+	s.cg.prepare()
+	if s.cg.kind == scopeReaper {
+		s.spawn.refill()
+	}
 }
