@@ -396,4 +396,3 @@ func TestBuildFailedReasons(t *testing.T) {
 		t.Errorf("error %q, builds %+v", err, fe.Builds)
 	}
 }
-

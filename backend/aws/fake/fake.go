@@ -137,7 +137,7 @@ type authToken struct {
 func New(region string, start Starter) *Server {
 	s := &Server{Region: region, Account: "123456789012", start: start, signer: v4.NewSigner(),
 		s3signer: v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }),
-		vms: map[string]*vm{}, tokens: map[string]string{}, auth: map[string]*authToken{}, faults: map[string][]Fault{}, calls: map[string]int{},
+		vms:      map[string]*vm{}, tokens: map[string]string{}, auth: map[string]*authToken{}, faults: map[string][]Fault{}, calls: map[string]int{},
 		objects: map[string][]byte{}, uploads: map[string]*multipart{}, images: map[string]*image{}, imageTokens: map[string]imageCall{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serveAPI))
 	s.s3srv = httptest.NewServer(http.HandlerFunc(s.serveS3))
