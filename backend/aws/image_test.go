@@ -1,14 +1,19 @@
 package aws_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"crypto/rand"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	awsb "github.com/airlock-sandbox/airlock/backend/aws"
 	"github.com/airlock-sandbox/airlock/backend/aws/fake"
@@ -394,5 +399,82 @@ func TestBuildFailedReasons(t *testing.T) {
 	}
 	if len(fe.Builds) != 2 || fe.Version != "1.0" || !strings.Contains(err.Error(), "(ARM_64 GRAVITON4): pull docker.io/library/nope:1: manifest unknown") {
 		t.Errorf("error %q, builds %+v", err, fe.Builds)
+	}
+}
+
+// zipOf is a zip of name → (mode, data).
+func zipOf(t *testing.T, files map[string]awsb.BundleFile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for n, f := range files {
+		h := &zip.FileHeader{Name: n, Method: zip.Deflate}
+		h.SetMode(f.Mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(f.Data)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestFakeBuildReadsBundle: the fake's build ends as the bundle decides (what the ready hook
+// would prove), with a reason naming what is wrong.
+func TestFakeBuildReadsBundle(t *testing.T) {
+	f := pushWorld(t)
+	f.BuildSteps = 0
+	api := apiClient(t, f, testRegion, fake.Credentials())
+	s3c := s3.New(s3.Options{Region: testRegion, Credentials: fake.Credentials(), BaseEndpoint: awssdk.String(f.S3URL()), UsePathStyle: true})
+	df := awsb.BundleFile{Mode: 0o644, Data: []byte(awsb.Dockerfile(pushRef))}
+	ag := awsb.BundleFile{Mode: 0o755, Data: arm64Agent}
+	for i, tc := range []struct {
+		name   string
+		files  map[string]awsb.BundleFile
+		reason string // "" builds
+	}{
+		{"good", map[string]awsb.BundleFile{"Dockerfile": df, "airlock-agent": ag}, ""},
+		{"no Dockerfile", map[string]awsb.BundleFile{"airlock-agent": ag}, "no Dockerfile at its root"},
+		{"no FROM", map[string]awsb.BundleFile{"Dockerfile": {Mode: 0o644, Data: []byte("COPY airlock-agent /x\n")}, "airlock-agent": ag}, "no FROM"},
+		{"COPY source missing", map[string]awsb.BundleFile{"Dockerfile": df}, "COPY airlock-agent: not in the build context"},
+		{"agent not executable", map[string]awsb.BundleFile{"Dockerfile": df, "airlock-agent": {Mode: 0o644, Data: arm64Agent}}, "permission denied"},
+		{"amd64 agent", map[string]awsb.BundleFile{"Dockerfile": df, "airlock-agent": {Mode: 0o755, Data: elfBinary(elf.EM_X86_64, false, nil)}}, "exec format error"},
+		{"another entrypoint", map[string]awsb.BundleFile{"Dockerfile": {Mode: 0o644, Data: []byte("FROM python:3\nENTRYPOINT [\"python3\"]\n")}}, "the entrypoint is not /usr/local/bin/airlock-agent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("b/%d.zip", i)
+			if _, err := s3c.PutObject(t.Context(), &s3.PutObjectInput{Bucket: awssdk.String(pushBucket), Key: awssdk.String(key), Body: bytes.NewReader(zipOf(t, tc.files))}); err != nil {
+				t.Fatal(err)
+			}
+			a, err := api.CreateImage(t.Context(), awsb.CreateImageRequest{Name: fmt.Sprintf("img-%d", i), ImageBuildInput: awsb.ImageBuildInput{
+				BaseImageArn: awsb.ManagedBaseImage(testRegion), BuildRoleArn: pushRole, CodeArtifact: awsb.CodeArtifact{URI: "s3://" + pushBucket + "/" + key}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := api.GetImageVersion(t.Context(), a.ImageArn, a.ImageVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			builds, err := api.ListImageBuilds(t.Context(), a.ImageArn, a.ImageVersion)
+			if err != nil || len(builds) != 2 {
+				t.Fatalf("builds %v, %v", builds, err)
+			}
+			if tc.reason == "" {
+				if v.State != awsb.VersionSuccessful || v.Status != awsb.VersionActive {
+					t.Errorf("version %+v", v)
+				}
+				return
+			}
+			if v.State != awsb.VersionFailed || !strings.Contains(builds[0].StateReason, tc.reason) {
+				t.Errorf("version %+v, build %+v; want FAILED naming %q", v, builds[0], tc.reason)
+			}
+		})
+	}
+	// An image never built is not one RunMicrovm takes.
+	if _, err := api.Run(t.Context(), awsb.RunRequest{ImageIdentifier: "arn:aws:lambda:" + testRegion + ":123456789012:microvm-image:img-1"}); !errors.Is(err, sandbox.ErrNotFound) && !awsb.IsNotFound(err) {
+		t.Errorf("run of a failed image: %v", err)
 	}
 }
