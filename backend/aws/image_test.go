@@ -3,6 +3,7 @@ package aws_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"debug/elf"
 	"encoding/binary"
@@ -165,7 +166,9 @@ const (
 
 // pushWorld is a fake with a bucket and no guests (nothing here runs a MicroVM).
 func pushWorld(t *testing.T) *fake.Server {
-	f := fake.New(testRegion, nil)
+	f := fake.New(testRegion, func(context.Context, fake.RunInfo) (fake.Guest, error) {
+		return nil, errors.New("no guests in this test")
+	})
 	f.Buckets = []string{pushBucket}
 	f.BuildSteps = 3
 	t.Cleanup(f.Close)
@@ -221,12 +224,35 @@ func TestPushFake(t *testing.T) {
 	if f.BuiltFrom(res.Image) != pushRef {
 		t.Errorf("the fake's image was built from %q", f.BuiltFrom(res.Image))
 	}
+	api := apiClient(t, f, testRegion, fake.Credentials())
+	imageIs := func(state, active, failed string) {
+		t.Helper()
+		m, err := api.GetImage(t.Context(), res.Image)
+		if err != nil || m.State != state || m.LatestActiveImageVersion != active || m.LatestFailedImageVersion != failed {
+			t.Errorf("GetMicrovmImage: %+v, %v; want %s, active %q, failed %q", m, err, state, active, failed)
+		}
+	}
+	imageIs(awsb.ImageCreated, "1.0", "")
 
 	o := pushOptions(f, &log)
 	o.Name, o.Image = "", res.Image
 	res2, err := awsb.Push(t.Context(), o)
 	if err != nil || res2.Image != res.Image || res2.ImageVersion != "2.0" {
 		t.Errorf("second push: %+v, %v", res2, err)
+	}
+	imageIs(awsb.ImageUpdated, "2.0", "")
+	f.FailBuild("no")
+	if _, err := awsb.Push(t.Context(), o); err == nil {
+		t.Error("a failed build pushed")
+	}
+	imageIs(awsb.ImageUpdateFailed, "2.0", "3.0")
+	// A MicroVM runs an ACTIVE version only.
+	for v, ok := range map[string]bool{"": true, "1.0": true, "2.0": true, "3.0": false} {
+		_, err := api.Run(t.Context(), awsb.RunRequest{ImageIdentifier: res.Image, ImageVersion: v, MaximumDurationInSeconds: 60,
+			RunHookPayload: `{"sandboxId":"s","sessionId":"microvm","keyRing":"k"}`})
+		if ok != (err == nil || !errors.Is(err, sandbox.ErrInvalid)) {
+			t.Errorf("run of version %q: %v", v, err)
+		}
 	}
 	// The same inputs are the same object.
 	if res2.CodeArtifact != res.CodeArtifact {
@@ -253,6 +279,9 @@ func TestPushMultipart(t *testing.T) {
 	}
 	if n := f.Calls("UploadPart"); n != 3 || f.Calls("PutObject") != 0 || f.Calls("CompleteMultipartUpload") != 1 {
 		t.Errorf("UploadPart %d, PutObject %d, Complete %d; want 3 parts", n, f.Calls("PutObject"), f.Calls("CompleteMultipartUpload"))
+	}
+	if !strings.Contains(log.String(), fmt.Sprintf("uploading: %d of %d bytes", res.BundleBytes, res.BundleBytes)) {
+		t.Errorf("progress does not show the upload's end:\n%s", log.String())
 	}
 	obj, _ := f.Object(pushBucket, strings.TrimPrefix(res.CodeArtifact, "s3://"+pushBucket+"/"))
 	files, err := awsb.ReadBundle(obj, 64<<20)

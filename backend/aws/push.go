@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -328,6 +329,26 @@ func waitBuild(ctx context.Context, api *Client, arn, version string, every time
 	}
 }
 
+// uploadProgress reports an upload's bytes at each quarter; parts report from their own
+// goroutines.
+type uploadProgress struct {
+	report  func(string)
+	mu      sync.Mutex
+	quarter int64
+}
+
+func (u *uploadProgress) OnObjectBytesTransferred(_ context.Context, e *transfermanager.ObjectBytesTransferredEvent) {
+	if e.TotalBytes <= 0 {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if q := e.BytesTransferred * 4 / e.TotalBytes; q > u.quarter {
+		u.quarter = q
+		u.report(fmt.Sprintf("uploading: %d of %d bytes", e.BytesTransferred, e.TotalBytes))
+	}
+}
+
 // upload puts the bundle at o.Bucket/o.Key with the transfer manager (multipart when it is
 // large), signed with o.Credentials for service s3.
 func upload(ctx context.Context, o PushOptions, bundle []byte, progress func(string)) error {
@@ -341,6 +362,7 @@ func upload(ctx context.Context, o PushOptions, bundle []byte, progress func(str
 	}
 	tm := transfermanager.New(s3.New(so), func(t *transfermanager.Options) {
 		t.PartSizeBytes, t.MultipartUploadThreshold = o.PartSize, o.MultipartThreshold
+		t.ObjectProgressListeners.Register(&uploadProgress{report: progress})
 	})
 	_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: awssdk.String(o.Bucket), Key: awssdk.String(o.Key),
 		Body: bytes.NewReader(bundle), ContentType: awssdk.String("application/zip")})

@@ -505,6 +505,10 @@ func (s *Server) run(body []byte) (any, *Fault) {
 		f := errf(404, awsb.TypeNotFound, "image %s not found", req.ImageIdentifier)
 		return nil, &f
 	}
+	version, f := s.runVersionLocked(req.ImageIdentifier, req.ImageVersion)
+	if f != nil {
+		return nil, f
+	}
 	if n := len(req.ClientToken); n > 128 {
 		return nil, bad("clientToken: length %d, at most 128", n)
 	}
@@ -560,7 +564,7 @@ func (s *Server) run(body []byte) (any, *Fault) {
 	if life == 0 {
 		life = 28800
 	}
-	v := &vm{m: awsb.Microvm{MicrovmID: id, State: awsb.StatePending, ImageArn: req.ImageIdentifier, ImageVersion: "1.0",
+	v := &vm{m: awsb.Microvm{MicrovmID: id, State: awsb.StatePending, ImageArn: req.ImageIdentifier, ImageVersion: version,
 		IdlePolicy: req.IdlePolicy, MaximumDurationInSeconds: life, StartedAt: float64(time.Now().UnixNano()) / 1e9,
 		EgressNetworkConnectors: req.EgressNetworkConnectors},
 		restoreLeft: s.RestoreFailures, pendingLeft: s.StartDelayGets, termLeft: s.TerminatingGets, done: make(chan struct{})}

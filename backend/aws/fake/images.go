@@ -59,6 +59,32 @@ func (s *Server) FailBuild(reasons ...string) {
 	s.buildFaults = append(s.buildFaults, reasons...)
 }
 
+// runVersionLocked is the version RunMicrovm starts for an image and a requested version ("":
+// the latest active): for an image the fake built, a version whose build succeeded (the fake's
+// own wording for one that did not); for an image it was given, "1.0".
+func (s *Server) runVersionLocked(arn, want string) (string, *Fault) {
+	img := s.images[s.imageName(arn)]
+	if img == nil {
+		return or(want, "1.0"), nil
+	}
+	if want == "" {
+		return img.active, nil
+	}
+	for _, v := range img.versions {
+		if v.v == want && v.state == awsb.VersionSuccessful {
+			return want, nil
+		}
+	}
+	return "", bad("image %s version %s is not an ACTIVE version", arn, want)
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
 // ImageNames lists the images the fake holds.
 func (s *Server) ImageNames() []string {
 	s.mu.Lock()
