@@ -246,7 +246,8 @@ func Push(ctx context.Context, o PushOptions) (*PushResult, error) {
 	}
 	var a *ImageAnswer
 	if o.Name != "" {
-		a, err = api.CreateImage(ctx, CreateImageRequest{Name: o.Name, ImageBuildInput: in, Tags: map[string]string{"airlock:image-ref": ref}})
+		// No tags: tagging on create is authorized separately, and the description names the ref.
+		a, err = api.CreateImage(ctx, CreateImageRequest{Name: o.Name, ImageBuildInput: in})
 	} else {
 		a, err = api.UpdateImage(ctx, o.Image, in)
 	}
