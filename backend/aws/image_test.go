@@ -5,15 +5,21 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"debug/elf"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	awsb "github.com/airlock-sandbox/airlock/backend/aws"
@@ -505,5 +511,52 @@ func TestFakeBuildReadsBundle(t *testing.T) {
 	// An image never built is not one RunMicrovm takes.
 	if _, err := api.Run(t.Context(), awsb.RunRequest{ImageIdentifier: "arn:aws:lambda:" + testRegion + ":123456789012:microvm-image:img-1"}); !errors.Is(err, sandbox.ErrNotFound) && !awsb.IsNotFound(err) {
 		t.Errorf("run of a failed image: %v", err)
+	}
+}
+
+// TestFakeS3Signature: the fake's S3 takes a request only when it is signed for s3 in its
+// region and its x-amz-content-sha256 is the body's hash, as S3 does.
+func TestFakeS3Signature(t *testing.T) {
+	f := pushWorld(t)
+	hash := func(b string) string { s := sha256.Sum256([]byte(b)); return hex.EncodeToString(s[:]) }
+	for _, tc := range []struct {
+		name            string
+		header, signed  string // x-amz-content-sha256 sent, and the hash signed
+		service, region string
+		status          int
+		code            string
+	}{
+		{"good", hash("abc"), hash("abc"), "s3", testRegion, 200, ""},
+		{"hash of another body", hash("abd"), hash("abd"), "s3", testRegion, 400, "XAmzContentSHA256Mismatch"},
+		{"signed over another hash", hash("abc"), hash("abd"), "s3", testRegion, 403, "SignatureDoesNotMatch"},
+		{"unsigned payload", "UNSIGNED-PAYLOAD", "UNSIGNED-PAYLOAD", "s3", testRegion, 501, "NotImplemented"},
+		{"no hash", "", hash("abc"), "s3", testRegion, 400, "InvalidRequest"},
+		{"signed for lambda", hash("abc"), hash("abc"), "lambda", testRegion, 403, "InvalidSignatureException"},
+		{"signed for another region", hash("abc"), hash("abc"), "s3", "us-east-1", 400, "AuthorizationHeaderMalformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tc.name, " ", "-")
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, f.S3URL()+"/"+pushBucket+"/"+key, strings.NewReader("abc"))
+			if tc.header != "" {
+				req.Header.Set("X-Amz-Content-Sha256", tc.header)
+			}
+			creds, _ := fake.Credentials().Retrieve(t.Context())
+			signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+			if err := signer.SignHTTP(t.Context(), creds, req, tc.signed, tc.service, tc.region, time.Now().UTC()); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), "<Code>"+tc.code+"</Code>") && tc.code != "" {
+				t.Errorf("HTTP %d %s; want %d %s", resp.StatusCode, body, tc.status, tc.code)
+			}
+			if _, stored := f.Object(pushBucket, key); stored != (tc.status == 200) {
+				t.Errorf("object stored: %v", stored)
+			}
+		})
 	}
 }
