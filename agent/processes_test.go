@@ -266,7 +266,7 @@ func TestPTY(t *testing.T) {
 
 // TestProcessDeadlineWithItsWork: a process handed its work on stdin with deadlineMs gets that
 // deadline from the agent, which keeps it after the client that set it is gone (issue 25: a
-// spare's interpreter given code ran on until the spare's lifetime when the CLI was killed).
+// parked sandbox's interpreter given code ran on until the sandbox's lifetime when the CLI was killed).
 func TestProcessDeadlineWithItsWork(t *testing.T) {
 	h := newHarness(t).start()
 	ctx := context.Background()

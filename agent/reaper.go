@@ -30,7 +30,7 @@ import (
 // descendant it can find in /proc, reaps them, and only then reports the command's wait status
 // and exits: the agent's wait for the reaper is the confirmation that nothing is left.
 //
-// A reaper is started ahead of its command (the agent keeps one ready, see spareReaper), so that
+// A reaper is started ahead of its command (the agent keeps one ready, see nextReaper), so that
 // an exec does not wait for a process start of this binary: it gets the command over its
 // control socket. It runs as the agent's user, not the code's: code that runs as another user
 // cannot signal or trace it. It keeps none of the command's stdio.

@@ -303,8 +303,8 @@ func (l *reapLink) hand(spec *reaperSpec, stdio []*os.File) error {
 	return nil
 }
 
-// spareReaper is a reaper started ahead of its command.
-type spareReaper struct {
+// nextReaper is a reaper started ahead of its command.
+type nextReaper struct {
 	pid    int
 	pidfd  int // -1: the kernel gave none
 	exited <-chan syscall.WaitStatus
@@ -313,7 +313,7 @@ type spareReaper struct {
 
 // startReaper starts a reaper from the spawner thread (it inherits that thread's filters, as a
 // command would), waiting for its command.
-func (s *spawner) startReaper() (*spareReaper, error) {
+func (s *spawner) startReaper() (*nextReaper, error) {
 	l, err := newReapLink()
 	if err != nil {
 		return nil, err
@@ -338,11 +338,11 @@ func (s *spawner) startReaper() (*spareReaper, error) {
 		return nil, fmt.Errorf("start exec reaper %s: %w", reaperExe, rep.err)
 	}
 	l.pid = rep.pid
-	return &spareReaper{pid: rep.pid, pidfd: rep.pidfd, exited: rep.exited, link: l}, nil
+	return &nextReaper{pid: rep.pid, pidfd: rep.pidfd, exited: rep.exited, link: l}, nil
 }
 
 // drop ends a reaper that never got a command: at the end of its socket it exits.
-func (r *spareReaper) drop() {
+func (r *nextReaper) drop() {
 	r.link.close()
 	<-r.exited
 	if r.pidfd >= 0 {
@@ -350,17 +350,17 @@ func (r *spareReaper) drop() {
 	}
 }
 
-// runReaper hands req's command to the spare reaper (or, when none is ready, to one started
+// runReaper hands req's command to the next reaper (or, when none is ready, to one started
 // now; the next is started after the answer, see server.prepareNext). The reply is the reaper's: it is the exec's main process.
 func (s *spawner) runReaper(req *spawnRequest) spawnReply {
-	s.spareMu.Lock()
-	if s.spare == nil && s.filling {
+	s.nextMu.Lock()
+	if s.next == nil && s.filling {
 		// One on its way is ready sooner than one started now, which would compete with it.
 		s.filled.Wait()
 	}
-	r := s.spare
-	s.spare = nil
-	s.spareMu.Unlock()
+	r := s.next
+	s.next = nil
+	s.nextMu.Unlock()
 	if r == nil {
 		var err error
 		if r, err = s.startReaper(); err != nil {
@@ -380,11 +380,11 @@ func (s *spawner) runReaper(req *spawnRequest) spawnReply {
 	return spawnReply{pid: r.pid, pidfd: r.pidfd, exited: r.exited}
 }
 
-// refill starts the next spare reaper in the background, unless one is there or on its way.
+// refill starts the next reaper in the background, unless one is there or on its way.
 func (s *spawner) refill() {
-	s.spareMu.Lock()
-	defer s.spareMu.Unlock()
-	if s.spare != nil || s.filling || s.dropping {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	if s.next != nil || s.filling || s.dropping {
 		return
 	}
 	s.filling = true
@@ -392,29 +392,29 @@ func (s *spawner) refill() {
 	go func() {
 		defer s.fills.Done()
 		r, err := s.startReaper()
-		s.spareMu.Lock()
+		s.nextMu.Lock()
 		s.filling = false
 		if err == nil && !s.dropping {
-			s.spare, r = r, nil
+			s.next, r = r, nil
 		}
 		s.filled.Broadcast()
-		s.spareMu.Unlock()
+		s.nextMu.Unlock()
 		if r != nil {
 			r.drop()
 		}
 	}()
 }
 
-// dropSpare ends the spare reaper, if any; none is started after it. Call it before close.
-func (s *spawner) dropSpare() {
-	s.spareMu.Lock()
+// dropNext ends the next reaper, if any; none is started after it. Call it before close.
+func (s *spawner) dropNext() {
+	s.nextMu.Lock()
 	s.dropping = true
-	s.spareMu.Unlock()
+	s.nextMu.Unlock()
 	s.fills.Wait()
-	s.spareMu.Lock()
-	r := s.spare
-	s.spare = nil
-	s.spareMu.Unlock()
+	s.nextMu.Lock()
+	r := s.next
+	s.next = nil
+	s.nextMu.Unlock()
 	if r != nil {
 		r.drop()
 	}

@@ -169,9 +169,9 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	}
 	s.procs.wait()
 	if err := cg.close(); err != nil {
-		s.log.Error("remove the spare exec cgroup", "err", err)
+		s.log.Error("remove the pre-made exec cgroup", "err", err)
 	}
-	sp.dropSpare()
+	sp.dropNext()
 	sp.close()
 	<-watching
 	if errors.Is(serveErr, http.ErrServerClosed) {

@@ -63,10 +63,10 @@ type spawner struct {
 	reapAll bool // PID 1: reap every child, dispatch the tracked ones
 
 	// The next exec's reaper, started ahead (subreaper scope: reapscope.go).
-	spareMu  sync.Mutex
-	spare    *spareReaper
+	nextMu   sync.Mutex
+	next     *nextReaper
 	filling  bool
-	filled   *sync.Cond // on spareMu: a fill has ended
+	filled   *sync.Cond // on nextMu: a fill has ended
 	dropping bool
 	fills    sync.WaitGroup
 
@@ -92,7 +92,7 @@ func newSpawner(cfg *Config) *spawner {
 		sigs:    make(chan os.Signal, 1),
 		reapAll: os.Getpid() == 1,
 	}
-	s.filled = sync.NewCond(&s.spareMu)
+	s.filled = sync.NewCond(&s.nextMu)
 	// "Do not change" when that is what is asked: root code under AllowRootCode, or (tests
 	// run unprivileged) the agent's own ids, which a non-root agent could not set again anyway.
 	same := cfg.CodeUID == uint32(os.Geteuid()) && cfg.CodeGID == uint32(os.Getegid())

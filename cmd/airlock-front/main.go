@@ -162,7 +162,7 @@ func execFull(full string, args []string, runAt int, discarded []string, stderr 
 	return runcli.ExitRunFailed
 }
 
-// fullArgv is the full CLI's argv: args, with each discarded spare as --parked-discarded right
+// fullArgv is the full CLI's argv: args, with each discarded parked sandbox as --parked-discarded right
 // after "run" (args[runAt]), before any "--" could end the flags.
 func fullArgv(full string, args []string, runAt int, discarded []string) []string {
 	argv := append([]string{full}, args...)

@@ -105,7 +105,7 @@ func TestParkedRunKilledKeepsItsDeadline(t *testing.T) {
 			}
 			run := env.startRun(t, "--timeout", "3s", "-c",
 				"import subprocess, time\nsubprocess.Popen(['sleep', '"+marker+"'])\nprint('up', flush=True)\ntime.sleep(600)")
-			if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(env.parkedIndex(t), id)); !os.IsNotExist(err) {
 				t.Fatalf("the run did not take the parked sandbox %s: %v", id, err)
 			}
 			if err := run.Process.Signal(sig); err != nil {

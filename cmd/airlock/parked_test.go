@@ -41,7 +41,7 @@ func (e runtimeEnv) useParked(t *testing.T) {
 	})
 }
 
-func (e runtimeEnv) spareIndex(t *testing.T) string {
+func (e runtimeEnv) parkedIndex(t *testing.T) string {
 	t.Helper()
 	key, err := local.PoolKey(parkedTemplate(spec.Image{Host: true}))
 	if err != nil {
@@ -57,7 +57,7 @@ func (e runtimeEnv) waitParked(t *testing.T) string {
 	var id string
 	deadline := time.Now().Add(60 * time.Second)
 	for started := false; ; {
-		ents, _ := os.ReadDir(e.spareIndex(t))
+		ents, _ := os.ReadDir(e.parkedIndex(t))
 		if len(ents) > 0 {
 			id = ents[0].Name()
 			break
@@ -70,7 +70,7 @@ func (e runtimeEnv) waitParked(t *testing.T) string {
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(local.ParkedDir(e.stateDir), fillLog))
-			t.Fatalf("no spare parked within 60s; filler log:\n%s", log)
+			t.Fatalf("no sandbox parked within 60s; filler log:\n%s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -139,7 +139,7 @@ func TestGCPool(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "would terminate parked sandbox "+id+"\n") || !strings.Contains(out, "would terminate 1 parked sandboxes\n") {
 		t.Fatalf("gc --pool --dry-run: %d %q %q", code, out, errs)
 	}
-	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); err != nil {
+	if _, err := os.Stat(filepath.Join(env.parkedIndex(t), id)); err != nil {
 		t.Fatalf("the dry run took the parked sandbox: %v", err)
 	}
 	b := env.open(t)
@@ -234,7 +234,7 @@ print("started")`
 	if err != nil || string(out) != "started\n" {
 		t.Fatalf("run: %q %v", out, err)
 	}
-	if _, err := os.Stat(filepath.Join(env.spareIndex(t), id)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(env.parkedIndex(t), id)); !os.IsNotExist(err) {
 		t.Fatalf("the run did not take the parked sandbox %s: %v", id, err)
 	}
 	if initErr == nil && !strings.Contains(string(initStat), ") Z ") {
@@ -415,7 +415,7 @@ func TestRunTerminatesDiscardedParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sessions.Take(env.stateDir, filepath.Base(env.spareIndex(t)), id, owner) {
+	if !sessions.Take(env.stateDir, filepath.Base(env.parkedIndex(t)), id, owner) {
 		t.Fatalf("could not claim the parked sandbox %s", id)
 	}
 	args := append([]string{"--parked-discarded", id, "-c", "print(6*7)"}, env.flags()...)

@@ -49,9 +49,9 @@ off the local runtime give --image, since the host image is the local runtime's.
 --network (public internet only: loopback and private addresses stay unreachable); it is
 destroyed when the code ends.
 
-Spares: a run also starts a background filler that parks one fresh sandbox (python already
+Pool: a run also starts a background filler that parks one fresh sandbox (python already
 started in it) for the next run with the same image and limits, which takes it instead of
-creating one; each sandbox still serves one run only. A spare nobody claims is retired after
+creating one; each sandbox still serves one run only. A parked sandbox nobody claims is retired after
 5 minutes by the next filler and ends by itself at its lifetime (11 minutes). --pool 0 (or
 AIRLOCK_POOL=0) turns this off; the filler logs to <state-dir>/spares/fill.log.
 
