@@ -660,5 +660,5 @@ func (b *Backend) reapablePooled(dir string, rec *record) bool {
 	return true
 }
 
-// procAlive is sessions.OwnerAlive: a pool's owner and a parked sandbox's filler and claimer alike.
+// procAlive is sessions.ProcAlive: a pool's filler and a parked sandbox's filler and claimer alike.
 var procAlive = sessions.ProcAlive

@@ -83,7 +83,7 @@ func TestPoolKey(t *testing.T) {
 	}
 }
 
-func TestOwnerAlive(t *testing.T) {
+func TestProcAlive(t *testing.T) {
 	start, err := startTime(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +105,9 @@ func TestOwnerAlive(t *testing.T) {
 	}
 }
 
-// TestOwnerAliveZombie: an owner that has exited but is not yet reaped owns nothing more (a
+// TestProcAliveZombie: an owner that has exited but is not yet reaped owns nothing more (a
 // run's filler reconciles as soon as the run's files are closed, before its parent reaps it).
-func TestOwnerAliveZombie(t *testing.T) {
+func TestProcAliveZombie(t *testing.T) {
 	cmd := exec.Command("/bin/true")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

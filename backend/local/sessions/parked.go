@@ -75,7 +75,7 @@ func Parked(stateDir, key string) ([]Entry, error) {
 	return out, nil
 }
 
-// Take claims a parked sandbox's index entry for owner (SelfOwner): true when this process won
+// Take claims a parked sandbox's index entry for owner (SelfProc): true when this process won
 // it. rename(2) is atomic: of any number of racing claimers exactly one wins.
 func Take(stateDir, key, id, owner string) bool {
 	err := os.Rename(filepath.Join(IndexDir(stateDir, key), id), filepath.Join(stateDir, id, ClaimPrefix+owner))
@@ -96,7 +96,7 @@ func Claimer(dir string) (string, bool) {
 	return "", false
 }
 
-// SelfProc is this process as "<pid>-<start time>" (OwnerAlive's format), read once.
+// SelfProc is this process as "<pid>-<start time>" (ProcAlive's format), read once.
 var SelfProc = sync.OnceValues(func() (string, error) {
 	start, err := StartTime(os.Getpid())
 	if err != nil {

@@ -41,7 +41,7 @@ type RecordCore struct {
 	IDRange int `json:"idRange,omitempty"`
 	IDBase  int `json:"idBase,omitempty"`
 	// Creator is the process that created a sandbox nobody may reattach to (session.reconnect
-	// false: a one-shot run's, an MCP server's), as "<pid>-<start>" (OwnerAlive's format):
+	// false: a one-shot run's, an MCP server's), as "<pid>-<start>" (ProcAlive's format):
 	// once it is gone nobody can use the sandbox, and the next reconcile (the next run, or
 	// `airlock gc`) reaps it. Empty: reattachable, or a pool's or a parked sandbox's (their own rules).
 	Creator string `json:"creator,omitempty"`
