@@ -12,12 +12,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/platform/setting"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -98,26 +98,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // false for anything else (another command, help, a flag it does not know, a value the full
 // CLI refuses): the full CLI then reads args itself.
 func parse(args []string) (inv invocation, ok bool) {
-	output := "text"
-	i := 0
-	for ; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case (a == "-o" || a == "--output") && i+1 < len(args):
-			output = args[i+1]
-			i++
-			continue
-		case strings.HasPrefix(a, "--output="):
-			output = strings.TrimPrefix(a, "--output=")
-			continue
-		case strings.HasPrefix(a, "-o") && a != "-o":
-			output = strings.TrimPrefix(strings.TrimPrefix(a, "-o"), "=")
-			continue
-		}
-		break
-	}
-	if i >= len(args) || args[i] != "run" {
+	output, i, ok := runcli.RootFlags(args)
+	if !ok || i == len(args) || args[i] != "run" {
 		return inv, false
+	}
+	if output == "" {
+		output = runcli.OutputText
 	}
 	inv.runAt = i
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
@@ -130,11 +116,11 @@ func parse(args []string) (inv invocation, ok bool) {
 	if fs.Parse(args[i+1:]) != nil || *help || fs.NArg() > 1 || slices.Contains(fs.Args(), "-") {
 		return inv, false
 	}
-	if output != "text" && output != "json" {
+	if output != runcli.OutputText && output != runcli.OutputJSON {
 		return inv, false
 	}
 	// Spares are the local runtime's: another platform is the full CLI's to open.
-	if !runcli.LocalPlatform(*plat, fs.Changed(runcli.PlatformFlag)) {
+	if !setting.LocalOnly(*plat, fs.Changed(runcli.PlatformFlag)) {
 		return inv, false
 	}
 	if inv.flags.Check(fs.Changed("spares")) != nil || inv.flags.Spares == 0 || inv.flags.Network {
@@ -148,7 +134,7 @@ func parse(args []string) (inv invocation, ok bool) {
 		return inv, false
 	}
 	inv.stateDir = sd
-	inv.json = output == "json"
+	inv.json = output == runcli.OutputJSON
 	inv.args = fs.Args()
 	return inv, true
 }

@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/platform/setting"
 )
 
 // TestParse: the front serves exactly the runs it can do itself (spares on, no network, the
@@ -19,10 +19,10 @@ import (
 func TestParse(t *testing.T) {
 	t.Setenv("AIRLOCK_SPARES", "")
 	os.Unsetenv("AIRLOCK_SPARES")
-	t.Setenv(runcli.EnvPlatform, "")
-	t.Setenv(runcli.EnvConfig, "")
-	if _, err := os.Stat(runcli.DefaultConfigFile); err == nil {
-		t.Skipf("%s exists here: every run is the full CLI's", runcli.DefaultConfigFile)
+	t.Setenv(setting.EnvPlatform, "")
+	t.Setenv(setting.EnvConfig, "")
+	if _, err := os.Stat(setting.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", setting.DefaultConfigFile)
 	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "s.py")
@@ -94,8 +94,8 @@ func TestParse(t *testing.T) {
 // TestParsePlatformSettings: the environment and a config file can name another platform than
 // the local runtime, whose runs are the full CLI's; --platform wins over the environment.
 func TestParsePlatformSettings(t *testing.T) {
-	if _, err := os.Stat(runcli.DefaultConfigFile); err == nil {
-		t.Skipf("%s exists here: every run is the full CLI's", runcli.DefaultConfigFile)
+	if _, err := os.Stat(setting.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", setting.DefaultConfigFile)
 	}
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, []byte("platform: local\n"), 0o644); err != nil {
@@ -116,8 +116,8 @@ func TestParsePlatformSettings(t *testing.T) {
 		{"", cfg, []string{"run", "-c", "1"}, false},
 		{"", cfg, []string{"run", "--platform", "local", "-c", "1"}, false},
 	} {
-		t.Setenv(runcli.EnvPlatform, tc.env)
-		t.Setenv(runcli.EnvConfig, tc.config)
+		t.Setenv(setting.EnvPlatform, tc.env)
+		t.Setenv(setting.EnvConfig, tc.config)
 		if _, ok := parse(tc.args); ok != tc.serve {
 			t.Errorf("AIRLOCK_PLATFORM=%q AIRLOCK_CONFIG=%q %q: served %v, want %v", tc.env, tc.config, tc.args, ok, tc.serve)
 		}
