@@ -390,7 +390,6 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 	return res, nil
 }
 
-
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
 // has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
 // pool pre-started in it (RunPool), nil if nothing.
