@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -47,7 +48,7 @@ const (
 	agentRunPath    = agentDir + "/" + runDir
 	agentFreezer    = agentDir + "/cgroup/freezer"
 	// containerMemoryV1 is where runc and crun mount the container's own v1 memory cgroup.
-	containerMemoryV1 = cgroupRoot + "/memory"
+	containerMemoryV1 = kernfile.CgroupRoot + "/memory"
 	// Container labels.
 	labelSession    = "airlock.session"
 	labelSandbox    = "airlock.sandbox"
@@ -258,7 +259,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
 			continue
 		}
-		if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
+		if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
@@ -267,7 +268,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 
 // freezerParent is the v1 freezer cgroup this state dir's sessions get theirs under.
 func (b *Backend) freezerParent() string {
-	return filepath.Join(cgroupRoot, "freezer", "airlock-docker-"+b.tag)
+	return filepath.Join(kernfile.CgroupRoot, "freezer", "airlock-docker-"+b.tag)
 }
 
 // resolved is a declaration turned into what the runtime needs.
@@ -847,7 +848,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 			delay *= 2
 		}
 	}
-	if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
+	if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {
