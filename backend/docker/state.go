@@ -156,4 +156,3 @@ func makeFreezer(dir string) error {
 	}
 	return nil
 }
-

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
@@ -101,4 +100,3 @@ func (f Freezer) Thaw() error {
 	})
 	return errors.Join(append(errs, err)...)
 }
-
