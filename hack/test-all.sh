@@ -42,6 +42,15 @@ if [ -n "$unformatted" ]; then echo "not gofmt-clean:"; echo "$unformatted"; exi
 echo "== go vet"
 go vet ./...
 
+# The client side builds where users are. Today: the Go SDK, the daemon's API types and the
+# packages a plan or a declaration needs; the CLI itself (cmd/airlock) links the local runtime's
+# Linux-only packages and is not yet on this list (issue 28, item 5).
+echo "== cross-compile the client side (darwin, windows)"
+for goos in darwin windows; do
+  GOOS=$goos go build ./client ./sdk/... ./server/api ./spec/... ./capability ./plan ./token \
+    ./sandbox ./sandbox/sbtypes ./platform/setting ./internal/kernfile ./internal/backoff
+done
+
 # ./... includes the node suites: e2e/mcp (the official MCP TypeScript client) and sdk/typescript
 # (the TypeScript SDK: its generation check, build, and suites against a real airlock serve).
 echo "== go test -race (unit and root suites)"
