@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
@@ -457,8 +458,7 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 // kernel has torn them down) or a second passes.
 func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
 	deadline := time.Now().Add(time.Second)
-	delay := 200 * time.Microsecond
-	for {
+	for wait := backoff.New(200*time.Microsecond, 20*time.Millisecond); ; {
 		pids, err := procs()
 		if err != nil {
 			return err
@@ -469,13 +469,8 @@ func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d processes still in the cgroup: %v", len(pids), pids)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%d processes still in the cgroup: %w", len(pids), ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 20*time.Millisecond {
-			delay *= 2
 		}
 	}
 }
