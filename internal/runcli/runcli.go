@@ -56,7 +56,7 @@ type Flags struct {
 // Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
 func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.Lang, "lang", "l", "", "language: python, node, bash (aliases py, python3, js, javascript, sh, shell); default python, or from FILE's extension")
-	fs.DurationVarP(&f.Timeout, "timeout", "t", time.Duration(core.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
+	fs.DurationVar(&f.Timeout, "timeout", time.Duration(core.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
 	fs.BoolVarP(&f.Network, "network", "n", false, "allow connections to the public internet")
 	fs.StringVar(&f.Image, "image", ImageHost, `root filesystem: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
