@@ -1,4 +1,4 @@
-// Command airlock is the CLI: plan and inspect sandbox declarations, and run sandboxes.
+// Command airlock-full is the full CLI, which the lean front (airlock) hands every command it does not serve: plan and inspect sandbox declarations, and run sandboxes.
 package main
 
 import "os"

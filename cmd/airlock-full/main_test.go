@@ -119,7 +119,7 @@ func examples(t *testing.T) []string {
 }
 
 // TestPlanGolden runs plan on every example for every platform and compares with
-// examples/golden/<example>.<platform>.txt (go test ./cmd/airlock -update rewrites them).
+// examples/golden/<example>.<platform>.txt (go test ./cmd/airlock-full -update rewrites them).
 func TestPlanGolden(t *testing.T) {
 	t.Chdir("../..")
 	localSet := fixedLocalSet(t)
@@ -158,7 +158,7 @@ func TestPlanGolden(t *testing.T) {
 				}
 				want, err := os.ReadFile(golden)
 				if err != nil {
-					t.Fatalf("%v (run go test ./cmd/airlock -update)", err)
+					t.Fatalf("%v (run go test ./cmd/airlock-full -update)", err)
 				}
 				if out != string(want) {
 					t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", golden, out, want)

@@ -1,4 +1,4 @@
-// Command airlock-front is airlock's lean front, installed as airlock: it runs `airlock run` in a parked spare itself and hands everything else to the full CLI (airlock-full), which it execs with the same arguments.
+// Command airlock is airlock's lean front: it runs `airlock run` in a parked spare itself and hands everything else to the full CLI (airlock-full), which it execs with the same arguments.
 package main
 
 import (
@@ -176,7 +176,7 @@ func fullPath() (string, error) {
 	}
 	p, err := exec.LookPath("airlock-full")
 	if err != nil {
-		return "", errors.New("the full CLI, airlock-full, is neither next to this executable nor on PATH (or set $" + envFull + "): install both (README)")
+		return "", errors.New("the full CLI, airlock-full, is neither next to this executable nor on PATH (or set $" + envFull + "): install them all: go install github.com/airlock-sandbox/airlock/cmd/...@latest")
 	}
 	return p, nil
 }

@@ -198,11 +198,11 @@ func TestLeanDependencies(t *testing.T) {
 		"github.com/fxamacker/", "google.golang.org/", "github.com/modelcontextprotocol/"}
 	for _, pkg := range strings.Fields(string(out)) {
 		if forbiddenExact[pkg] {
-			t.Errorf("airlock-front links %s", pkg)
+			t.Errorf("the front links %s", pkg)
 		}
 		for _, f := range forbidden {
 			if strings.HasPrefix(pkg, f) {
-				t.Errorf("airlock-front links %s", pkg)
+				t.Errorf("the front links %s", pkg)
 			}
 		}
 	}

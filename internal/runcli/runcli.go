@@ -1,4 +1,4 @@
-// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock-front), which links nothing heavier.
+// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock), which links nothing heavier.
 package runcli
 
 import (
