@@ -140,7 +140,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Runs once the terminal frame is written: the next exec's cgroup is made off its path.
-	defer s.cg.prepare()
+	defer s.prepareNext()
 	// A client that stops reading may hold this handler only until the deadline plus a grace.
 	_ = rc.SetWriteDeadline(j.started.Add(sp.timeout + drainGrace))
 	ctx, cancel := context.WithCancel(r.Context())
