@@ -100,7 +100,7 @@ func TestProcAlive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		if got := procAlive(tt.owner); got != tt.want {
-			t.Errorf("ownerAlive(%q) = %v, want %v", tt.owner, got, tt.want)
+			t.Errorf("procAlive(%q) = %v, want %v", tt.owner, got, tt.want)
 		}
 	}
 }
@@ -132,7 +132,7 @@ func TestProcAliveZombie(t *testing.T) {
 	}
 	owner := fmt.Sprintf("%d-%d", pid, start)
 	if procAlive(owner) {
-		t.Errorf("ownerAlive(%q) of an exited, unreaped process = true", owner)
+		t.Errorf("procAlive(%q) of an exited, unreaped process = true", owner)
 	}
 	if !alive(pid, start) {
 		t.Errorf("alive(%d) = false before the zombie is reaped: its pid is not reusable yet", pid)

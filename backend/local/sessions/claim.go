@@ -18,6 +18,10 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
+// MaxParked bounds how many sandboxes of one template are kept parked (--pool and the
+// runtime's fill both refuse more).
+const MaxParked = 8
+
 // HealthTimeout bounds a claim's wait for a parked sandbox's agent: a parked one answers in well under
 // a millisecond, so one that does not within this is dead to the claimer.
 const HealthTimeout = 2 * time.Second

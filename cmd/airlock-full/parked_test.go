@@ -70,7 +70,7 @@ func (e runtimeEnv) waitParked(t *testing.T) string {
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(local.ParkedDir(e.stateDir), fillLog))
-			t.Fatalf("no sandbox parked within 60s; filler log:\n%s", log)
+			t.Fatalf("no spare parked within 60s; filler log:\n%s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -172,26 +172,26 @@ func TestRunCommand(t *testing.T) {
 	}
 	// Cold, then through parked sandboxes (pool_parked.go): each run that fits takes the parked sandbox a filler parked
 	// (python in it pre-started) and must give what the cold run gave.
-	for _, useParked := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cold", true: "parked"}[useParked], func(t *testing.T) {
-			if useParked {
+	for _, spares := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {
+			if spares {
 				env.useParked(t)
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					var id string
-					if useParked {
-						id = env.waitParked(t)
+					var parked string
+					if spares {
+						parked = env.waitParked(t)
 					}
 					code, stdout, stderr := runCommand(t, cli.OutputText, append(tt.args, env.flags()...), tt.stdin)
 					if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderrHas) {
 						t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr containing %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderrHas)
 					}
-					if useParked {
+					if spares {
 						// Usage errors run nothing; --network does not fit a parked sandbox.
 						fits := tt.code != cli.ExitUsage && !slices.Contains(tt.args, "--network")
-						if _, err := os.Stat(filepath.Join(env.parkedIndex(t), id)); fits != errors.Is(err, os.ErrNotExist) {
-							t.Errorf("parked sandbox %s: taken %v, want %v", id, !fits, fits)
+						if _, err := os.Stat(filepath.Join(env.parkedIndex(t), parked)); fits != errors.Is(err, os.ErrNotExist) {
+							t.Errorf("parked sandbox %s: taken %v, want %v", parked, !fits, fits)
 						}
 					}
 				})
