@@ -173,7 +173,7 @@ func TestRunCommand(t *testing.T) {
 	// Cold, then through parked sandboxes (pool_parked.go): each run that fits takes the parked sandbox a filler parked
 	// (python in it pre-started) and must give what the cold run gave.
 	for _, spares := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cold", true: "spares"}[spares], func(t *testing.T) {
+		t.Run(map[bool]string{false: "cold", true: "parked"}[spares], func(t *testing.T) {
 			if spares {
 				env.useParked(t)
 			}
