@@ -73,11 +73,11 @@ func TestParkRefusals(t *testing.T) {
 		opts ParkOptions
 		want string
 	}{
-		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "spares count 0"},
-		{"too many", parkedTmpl(), ParkOptions{Count: sessions.MaxParked + 1, MaxAge: time.Minute}, "spares count 9"},
-		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "spares maxAge 0s"},
+		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "parked sandboxes count 0"},
+		{"too many", parkedTmpl(), ParkOptions{Count: sessions.MaxParked + 1, MaxAge: time.Minute}, "parked sandboxes count 9"},
+		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "parked sandboxes maxAge 0s"},
 		{"max age past the lifetime", parkedTmpl(), ParkOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
-		{"spare label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
+		{"parked label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
 		{"filler label", withLabel(labelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
 		{"pool label", withLabel(LabelPool), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.pool"`},
 	} {
