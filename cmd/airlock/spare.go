@@ -175,7 +175,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		log.Error("spares: linking the image's spares failed", "err", err)
 		return err
 	}
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.SpareOutputCap, Logger: log})
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, Logger: log})
 	if err != nil {
 		return err
 	}
