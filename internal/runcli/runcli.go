@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/runcode/core"
@@ -27,9 +28,6 @@ const (
 
 	// EnvSpares overrides --spares' default (0 turns spares off).
 	EnvSpares = "AIRLOCK_SPARES"
-	// SpareOutputCap is the output cap a spare's interpreter starts with: --max-output's
-	// default, so a run with that or a smaller cap can use it.
-	SpareOutputCap = 16 << 20
 	// MaxSpares bounds --spares (local.MaxSpares; pinned by a test of the full CLI).
 	MaxSpares = 8
 	// ImageHost is --image's value for the host image.
@@ -62,7 +60,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
 	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
-	fs.Int64Var(&f.MaxOutput, "max-output", SpareOutputCap, "cap on each of stdout and stderr, in bytes")
+	fs.Int64Var(&f.MaxOutput, "max-output", wire.DefaultOutputCap, "cap on each of stdout and stderr, in bytes")
 	fs.IntVar(&f.Spares, "spares", DefaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvSpares+", else 1)")
 }
 
