@@ -197,7 +197,9 @@ func TestHandoffRefusals(t *testing.T) {
 // stretches nothing: the deadline still ends the work.
 func TestHandoffClientGone(t *testing.T) {
 	h := newHarness(t).start()
-	ctx := context.Background()
+	// A hang guard: work that outlives what should end it shows as a failed wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	cl := h.cl
 	sock := strings.TrimPrefix(h.cfg.Listen, "unix:")
 	send := func(t *testing.T, id string, timeout time.Duration) net.Conn {
