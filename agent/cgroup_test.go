@@ -64,6 +64,14 @@ func cgroupKinds(t *testing.T) map[string]func(h *harness) string {
 	return kinds
 }
 
+// killScopes are cgroupKinds and the subreaper, the scope of an agent without a cgroup (its
+// setup gives an empty directory: there are no exec cgroups to be left over).
+func killScopes(t *testing.T) map[string]func(h *harness) string {
+	kinds := cgroupKinds(t)
+	kinds["subreaper"] = func(h *harness) string { return t.TempDir() }
+	return kinds
+}
+
 // execCgroups lists the exec cgroups left below base.
 func execCgroups(t *testing.T, base string) []string {
 	t.Helper()
@@ -179,9 +187,10 @@ func TestCgroupKillV1Rounds(t *testing.T) {
 }
 
 // TestCgroupKill: nothing an exec started survives its deadline, its caller's disconnect, or
-// its own end: setsid and double-fork included, and its cgroup is removed.
+// its own end: setsid and double-fork included, and its cgroup is removed. The same holds for
+// the subreaper, where there is no cgroup.
 func TestCgroupKill(t *testing.T) {
-	for kind, setup := range cgroupKinds(t) {
+	for kind, setup := range killScopes(t) {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t)
 			base := setup(h)

@@ -451,8 +451,11 @@ func (s *server) start(sp *execSpec, out sink) (*job, error) {
 			j.pidf = os.NewFile(uintptr(rep.pidfd), "pidfd")
 		}
 	}
-	if g.kind == scopePgrp {
-		g.pgid = rep.pid // Setsid made the child a session and group leader
+	if err := g.spawned(rep.pid, j.pidf); err != nil {
+		if !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: start %q: %v", classify(err), sp.argv[0], err)
+		}
+		return fail(err)
 	}
 	return j, nil
 }
@@ -548,6 +551,8 @@ func (j *job) signal(sig syscall.Signal) error {
 	switch {
 	case j.done:
 		return unix.ESRCH
+	case j.group.kind == scopeReaper:
+		return j.group.rp.forward(sig) // the main process is the command's reaper
 	case j.pidf != nil:
 		rc, err := j.pidf.SyscallConn()
 		if err != nil {
@@ -720,6 +725,7 @@ func (s *server) supervise(ctx context.Context, j *job) (wire.Exit, error) {
 		errs = append(errs, j.group.kill())
 		ws = <-j.exited
 	}
+	ws = j.group.exitStatus(ws)
 	end := time.Now()
 	j.reaped()
 	// The exec owns everything it started: what outlives the main process dies with it

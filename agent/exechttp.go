@@ -143,7 +143,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Runs once the terminal frame is written: the next exec's cgroup is made off its path.
-	defer s.cg.prepare()
+	defer s.prepareNext()
 	// A client that stops reading may hold this handler only until the deadline plus a grace.
 	_ = rc.SetWriteDeadline(j.started.Add(sp.timeout + drainGrace))
 	w.Header().Set("Content-Type", wire.ContentTypeFrames)

@@ -43,6 +43,10 @@ const envConfig = "AIRLOCK_AGENT_TEST_CONFIG"
 // then writes "freeze <dir>" to its stderr before each freeze of an exec cgroup.
 const envUnfrozenRounds = "AIRLOCK_AGENT_TEST_UNFROZEN_ROUNDS"
 
+// envNoReaper, set for a test agent, keeps it on the process-group scope where it has no
+// cgroup, as an agent that cannot start reapers.
+const envNoReaper = "AIRLOCK_AGENT_TEST_NO_REAPER"
+
 // exitIdle is the test agent's exit status when Serve returned agent.ErrIdle.
 const exitIdle = 3
 
@@ -93,6 +97,9 @@ func agentMain(cfgFile string) int {
 			return 2
 		}
 		defer agent.SetFreezeHook(func(dir string) { fmt.Fprintln(os.Stderr, "freeze", dir) }, n)()
+	}
+	if os.Getenv(envNoReaper) != "" {
+		defer agent.DisableReaper()()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()

@@ -177,7 +177,7 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 				s.log.Error("background process: removing what it left after its exit was reported", "id", j.id, "err", err)
 			}
 		}
-		s.cg.prepare()
+		s.prepareNext()
 	}()
 	writeJSON(w, http.StatusCreated, p.describe())
 }

@@ -105,6 +105,9 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		return err
 	}
 	spawnerUp = true
+	if cg.kind == scopeReaper {
+		sp.refill() // the first exec's reaper, started while the caller learns the agent is up
+	}
 	life, stop := context.WithCancel(context.Background())
 	s := &server{
 		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
@@ -168,6 +171,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	if err := cg.close(); err != nil {
 		s.log.Error("remove the spare exec cgroup", "err", err)
 	}
+	sp.dropSpare()
 	sp.close()
 	<-watching
 	if errors.Is(serveErr, http.ErrServerClosed) {

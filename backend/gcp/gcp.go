@@ -315,7 +315,7 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 			if h.SandboxID != s.s.SandboxID {
 				return fmt.Errorf("%w: agent of %s answered for sandbox %q", sandbox.ErrUnreachable, s.s.ID, h.SandboxID)
 			}
-			return nil
+			return checkKillScope(s.s.ID, h)
 		}
 		last = err
 		select {
@@ -327,6 +327,17 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 			delay *= 2
 		}
 	}
+}
+
+// checkKillScope refuses an agent whose kill does not reach every process an exec started:
+// Published holds backgroundProcesses on the agent's subreaper, and an agent that could not
+// start reapers would leave setsid'd processes running.
+func checkKillScope(id string, h sandbox.Health) error {
+	if h.KillsWholeTree() {
+		return nil
+	}
+	return fmt.Errorf("%w: capability %s: the agent of %s kills an exec by %q only, not every process it started (it could not run its exec reaper in this sandbox)",
+		sandbox.ErrRefused, capability.BackgroundProcesses, id, h.KillScope)
 }
 
 func (b *Backend) client(s *session) *client.Client {
