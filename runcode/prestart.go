@@ -177,7 +177,8 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if len(procs) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	// A run makes two requests at once (attach, stdin): leave two connections open for it.
+	// A run makes one request (the handoff), two when its stdin streams, and ends the other
+	// languages' interpreters in parallel: leave two connections open for it.
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
