@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
@@ -537,7 +538,7 @@ func (g *execGroup) destroy() error {
 		if kerr := g.kill(); kerr != nil {
 			return kerr
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("remove exec cgroup %s: still busy after %v", g.dir, killTimeout)
 		}
 	}
@@ -557,7 +558,7 @@ func (g *execGroup) killV2() error {
 		if err := kernfile.Write(g.dir+"/cgroup.kill", "1"); err != nil {
 			return fmt.Errorf("kill exec cgroup %s: %w", g.dir, err)
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
 		}
 	}
@@ -596,7 +597,7 @@ func (g *execGroup) killV1() error {
 		if err != nil {
 			return err
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
 		}
 	}
@@ -712,7 +713,7 @@ func (g *execGroup) freeze(ctx context.Context) error {
 		if strings.TrimSpace(string(state)) == "FROZEN" {
 			return nil
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("freeze exec cgroup %s: still %s after %v", g.dir, bytes.TrimSpace(state), killTimeout)
 		}
 	}
@@ -759,21 +760,5 @@ func parsePids(b []byte) ([]int, error) {
 	return pids, nil
 }
 
-// backoff sleeps 1ms, 2ms, ... up to 50ms between polls of kernel state that has no event.
-type backoff struct{ d time.Duration }
-
-func newBackoff() *backoff { return &backoff{d: time.Millisecond} }
-
-func (b *backoff) sleep(ctx context.Context) bool {
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	if b.d < 50*time.Millisecond {
-		b.d *= 2
-	}
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// newBackoff waits 1ms, 2ms, ... up to 50ms between polls of kernel state that has no event.
+func newBackoff() *backoff.Backoff { return backoff.New(time.Millisecond, 50*time.Millisecond) }

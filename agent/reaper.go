@@ -308,7 +308,7 @@ func (r *reaper) sweep() bool {
 		if !left {
 			return true
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return false
 		}
 	}

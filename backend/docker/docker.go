@@ -27,6 +27,8 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -48,7 +50,7 @@ const (
 	agentRunPath    = agentDir + "/" + runDir
 	agentFreezer    = agentDir + "/cgroup/freezer"
 	// containerMemoryV1 is where runc and crun mount the container's own v1 memory cgroup.
-	containerMemoryV1 = cgroupRoot + "/memory"
+	containerMemoryV1 = kernfile.CgroupRoot + "/memory"
 	// Container labels.
 	labelSession    = "airlock.session"
 	labelSandbox    = "airlock.sandbox"
@@ -260,7 +262,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
 			continue
 		}
-		if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
+		if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
@@ -269,7 +271,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 
 // freezerParent is the v1 freezer cgroup this state dir's sessions get theirs under.
 func (b *Backend) freezerParent() string {
-	return filepath.Join(cgroupRoot, "freezer", "airlock-docker-"+b.tag)
+	return filepath.Join(kernfile.CgroupRoot, "freezer", "airlock-docker-"+b.tag)
 }
 
 // resolved is a declaration turned into what the runtime needs.
@@ -661,7 +663,7 @@ func (b *Backend) waitAgent(ctx context.Context, id, sandboxID string) error {
 	defer c.Close()
 	sock := filepath.Join(b.opts.StateDir, id, runDir, "agent.sock")
 	var last error
-	for delay := time.Millisecond; ; {
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
 		if _, err := os.Stat(sock); err == nil {
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			h, err := c.Health(hctx)
@@ -679,13 +681,8 @@ func (b *Backend) waitAgent(ctx context.Context, id, sandboxID string) error {
 				return fmt.Errorf("%w: the container of %s exited before its agent answered", sandbox.ErrUnreachable, id)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: agent of %s did not answer: %v (last error: %v)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), last)
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
 		}
 	}
 }
@@ -816,7 +813,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 		}
 	}
-	for delay := time.Millisecond; ; {
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
 		cs, err := b.eng.list(ctx, sel)
 		if err != nil {
 			return fmt.Errorf("%w: terminate %s: confirm removal: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
@@ -824,16 +821,11 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 		if len(cs) == 0 {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: terminate %s: container %s still exists (%s): %v", sandbox.ErrOutcomeUnknown, sessionID, cs[0].ID, cs[0].Status, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
 		}
 	}
-	if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
+	if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -307,7 +308,7 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 	c := b.client(s)
 	defer c.Close()
 	var last error
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		h, err := c.Health(hctx)
 		cancel()
@@ -318,13 +319,8 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 			return checkKillScope(s.s.ID, h)
 		}
 		last = err
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: agent of %s did not answer through the launcher: %v (last error: %v)", sandbox.ErrDeadlineExceeded, s.s.ID, ctx.Err(), last)
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
 }
@@ -427,19 +423,14 @@ func (b *Backend) createNoAgent(ctx context.Context, id string, decl spec.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		out, err := b.run(ctx, probe)
 		if err == nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			b.cleanup(ctx, id)
 			return nil, fmt.Errorf("%w: sandbox %s did not run commands: %v (last: %v%s)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), err, out)
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
 	sess := &session{s: sandbox.Session{ID: id, SandboxID: decl.ID, Platform: string(capability.GCP),
@@ -469,7 +460,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 	if err != nil {
 		return err
 	}
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		_, err := b.run(ctx, probe)
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
@@ -478,13 +469,8 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 		if err != nil {
 			return fmt.Errorf("%w: terminate %s: confirm: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: terminate %s: the sandbox still runs commands after delete: %v", sandbox.ErrOutcomeUnknown, sessionID, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
 	b.mu.Lock()

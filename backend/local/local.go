@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -1226,19 +1227,14 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 
 // waitGone waits until pid is no longer the process that started at start.
 func waitGone(ctx context.Context, pid int, start uint64) error {
-	for delay := 100 * time.Microsecond; alive(pid, start); {
+	for wait := backoff.New(100*time.Microsecond, 10*time.Millisecond); alive(pid, start); {
 		// A zombie whose parent is gone is reaped by init soon; one whose parent lives is
 		// that parent's to reap, and counts as dead for the sandbox (it holds nothing).
 		if st, err := readStat(pid); err == nil && st.State == 'Z' {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 10*time.Millisecond {
-			delay *= 2
 		}
 	}
 	return nil

@@ -39,10 +39,9 @@ const (
 	MaxCodeBytes = 1 << 20
 	// DefaultOutputBytes caps each of stdout and stderr.
 	DefaultOutputBytes = 1 << 20
-	// The sandbox a run gets.
-	DefaultMemory       = "512Mi"
-	DefaultCPU          = "1"
-	DefaultMaxProcesses = 256
+	// ClaimMargin is how much lifetime a claimed sandbox (a pool's, a parked spare) must have
+	// beyond the run's timeout.
+	ClaimMargin = 5 * time.Second
 	// terminateTimeout bounds the cleanup that runs even after the caller's ctx ended.
 	terminateTimeout = 30 * time.Second
 )
