@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -160,15 +161,17 @@ func newHarness(t testing.TB) *harness {
 		KeyRing:          string(ring),
 		Listen:           "unix:" + filepath.Join(dir, "agent.sock"),
 		FilesRoot:        root,
-		DenyPaths:        []string{"/.airlock", "/proc", "/sys", "/dev"},
 		Workdir:          "/",
-		Env:              map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "BASE_ONLY": "base"},
 		CodeUID:          uint32(os.Getuid()),
 		CodeGID:          uint32(os.Getgid()),
 		AllowRootCode:    true,
-		MaxTimeout:       time.Hour,
-		DefaultOutputCap: 16 << 20,
 		ShutdownOnManage: true,
+		Policy: wire.Policy{
+			DenyPaths:        []string{"/.airlock", "/proc", "/sys", "/dev"},
+			Env:              map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "BASE_ONLY": "base"},
+			MaxTimeout:       time.Hour,
+			DefaultOutputCap: 16 << 20,
+		},
 	}
 	return h
 }

@@ -190,6 +190,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/exec", s.authed(token.Execute, s.execHandler))
 	s.filesRoutes(mux)
 	s.processRoutes(mux)
+	mux.HandleFunc("POST /v1/processes/{id}/handoff", s.authed(token.Execute, s.procHandler(s.handoffHandler)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no endpoint %s %s in protocol v%d", sbtypes.ErrNotFound, r.Method, r.URL.Path, wire.ProtocolVersion))
 	})

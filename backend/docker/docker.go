@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/backoff"
@@ -84,9 +85,10 @@ const (
 //   - DAC_OVERRIDE, FOWNER: the files API reads, writes and chmods the code's files.
 var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
 
-// denyPaths are refused by the files API: our own mounts, kernel filesystems, and the files the
-// engine bind-mounts writable from its own storage (a write there would escape the disk limit).
-var denyPaths = []string{agentDir, "/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
+// runtimePaths are refused by the files API (with the kernel's filesystems, wire.NewPolicy):
+// our own mounts, and the files the engine bind-mounts writable from its own storage (a write
+// there would escape the disk limit).
+var runtimePaths = []string{agentDir, "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
 
 // deniedWorkdirs are paths the runtime mounts itself or the image needs; a workdir there would shadow them.
 var deniedWorkdirs = []string{"/", "/proc", "/dev", "/sys", "/tmp", agentDir, "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"}
@@ -276,7 +278,6 @@ func (b *Backend) freezerParent() string {
 type resolved struct {
 	cpuMillis, memory, disk, procs int64
 	lifetime                       time.Duration
-	idle                           time.Duration // 0: the lifetime ends the sandbox first
 	workdir                        string
 	// network is what the container joins: "none" (egress deny), or for open the engine
 	// network Create found ("" until then).
@@ -339,10 +340,6 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 		return nil, bad("session.maxLifetimeSeconds", strconv.FormatInt(life, 10), "at least 1")
 	}
 	r.lifetime = time.Duration(life) * time.Second
-	// The agent, the container's PID 1, ends itself when idle (agent.Config.IdleTimeout).
-	if idle := decl.Session.IdleTimeout(); idle > 0 && time.Duration(idle)*time.Second < r.lifetime {
-		r.idle = time.Duration(idle) * time.Second
-	}
 	r.workdir = decl.Workdir
 	if r.workdir == "" {
 		r.workdir = spec.DefaultWorkdir
@@ -505,23 +502,14 @@ func describeImage(img spec.Image) string {
 	return string(img.Kind())
 }
 
-// agentEnv is the environment every command starts with: defaults, the image's, the declaration's.
-func agentEnv(workdir string, imageEnv []string, declEnv map[string]string) map[string]string {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": workdir,
-		"USER": "sandbox",
-		"LANG": "C.UTF-8",
-	}
-	for _, kv := range imageEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			env[k] = v
-		}
-	}
-	for k, v := range declEnv {
-		env[k] = v
-	}
-	return env
+// agentPolicy is the run policy of a container's agent (the image's environment is imageEnv).
+// The agent, the container's PID 1, ends itself when idle.
+func agentPolicy(decl spec.Sandbox, r *resolved, imageEnv []string) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{
+		Workdir: r.workdir, User: "sandbox", ImageEnv: imageEnv, Env: decl.Env,
+		Lifetime: r.lifetime, IdleTimeout: time.Duration(decl.Session.IdleTimeout()) * time.Second,
+		RuntimePaths: runtimePaths,
+	})
 }
 
 // runSpecFor is the container for one session: every hardening setting is here.
@@ -607,13 +595,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
 		Listen:    "unix:" + agentRunPath + "/agent.sock",
-		FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
-		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
+		FilesRoot: "/", Workdir: r.workdir, Policy: agentPolicy(decl, r, img.Env),
 		CodeUID: b.codeUID, CodeGID: b.codeGID,
-		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
 		// The agent is PID 1: at its deadline or idle timeout it returns, and the kernel
 		// kills everything else in the container (setsid escapees included).
-		Deadline: sess.ExpiresAt, IdleTimeout: r.idle,
+		Deadline: sess.ExpiresAt,
 		// The agent's threads share the container's pids limit with the code: threads made
 		// now let it serve (wait, read, write) while code has forked up to the limit.
 		SpareThreads: agentSpareThreads,

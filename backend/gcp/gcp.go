@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -56,8 +56,9 @@ const (
 	controlTimeout = 60 * time.Second
 )
 
-// denyPaths are refused by the files API: the agent's own directory and kernel filesystems.
-var denyPaths = []string{agentDir, "/dev", "/proc", "/sys"}
+// runtimePaths are the runtime's own (the agent's directory): the files API refuses them, with
+// the kernel's filesystems (wire.NewPolicy), and no workdir may be there.
+var runtimePaths = []string{agentDir}
 
 // Options configure a gcp backend.
 type Options struct {
@@ -181,7 +182,7 @@ func resolve(decl spec.Sandbox) (resolved, error) {
 	if !path.IsAbs(r.workdir) || path.Clean(r.workdir) != r.workdir || r.workdir == "/" {
 		return r, fmt.Errorf("%w: workdir %q: must be an absolute, clean path other than /", sandbox.ErrInvalid, r.workdir)
 	}
-	for _, d := range denyPaths {
+	for _, d := range agentPolicy(decl, r.workdir).DenyPaths {
 		if r.workdir == d || strings.HasPrefix(r.workdir, d+"/") {
 			return r, fmt.Errorf("%w: workdir %q: is a directory the runtime owns (%s)", sandbox.ErrInvalid, r.workdir, d)
 		}
@@ -189,15 +190,11 @@ func resolve(decl spec.Sandbox) (resolved, error) {
 	return r, nil
 }
 
-// agentEnv is every command's environment: a sandbox inherits none but HOME.
-func agentEnv(workdir string, declEnv map[string]string) map[string]string {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": workdir,
-		"LANG": "C.UTF-8",
-	}
-	maps.Copy(env, declEnv)
-	return env
+// agentPolicy is the run policy of a sandbox's agent: a sandbox inherits no environment but
+// HOME, and its one user has no name of ours; the launcher has no lifetime or idle timeout, so
+// maxTimeout bounds a command's deadline.
+func agentPolicy(decl spec.Sandbox, workdir string) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{Workdir: workdir, Env: decl.Env, Lifetime: maxTimeout, RuntimePaths: runtimePaths})
 }
 
 // startScript writes the agent's config where only the sandbox sees it and makes the workdir
@@ -238,12 +235,11 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	}
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
-		Listen: "unix:" + agentSocket, FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
-		Workdir: r.workdir, Env: agentEnv(r.workdir, decl.Env),
+		Listen: "unix:" + agentSocket, FilesRoot: "/",
+		Workdir: r.workdir, Policy: agentPolicy(decl, r.workdir),
 		// The launcher gives a sandbox one user (its own mapped root, or a user with sudo)
 		// and gVisor no CAP_SETUID to leave it: commands run as the agent's own user.
 		AllowRootCode: true,
-		MaxTimeout:    maxTimeout, DefaultOutputCap: 16 << 20,
 	}
 	cj, err := json.Marshal(cfg)
 	if err != nil {
@@ -403,7 +399,7 @@ func (b *Backend) Connect(_ context.Context, sessionID string) (sandbox.Agent, e
 		if err != nil {
 			return nil, err
 		}
-		return &cliAgent{b: b, name: s.s.ID, workdir: r.workdir, env: agentEnv(r.workdir, s.s.Spec.Env)}, nil
+		return &cliAgent{b: b, name: s.s.ID, workdir: r.workdir, env: agentPolicy(s.s.Spec, r.workdir).Env}, nil
 	}
 	return b.client(s), nil
 }

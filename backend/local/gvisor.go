@@ -131,9 +131,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	acfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
 		Listen: "unix:" + nsinit.AgentSocket, FilesRoot: "/",
-		DenyPaths: []string{nsinit.AirlockDir, "/dev", "/proc", "/sys"},
-		Workdir:   r.workdir, Env: r.env, CodeUID: nsinit.CodeUID, CodeGID: nsinit.CodeGID,
-		MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
+		Workdir: r.workdir, Policy: r.policy, CodeUID: nsinit.CodeUID, CodeGID: nsinit.CodeGID,
 	}
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {

@@ -176,7 +176,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 		log.Error("parked sandboxes: linking the image's parked sandboxes failed", "err", err)
 		return err
 	}
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.ParkedOutputCap, Logger: log})
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, Logger: log})
 	if err != nil {
 		return err
 	}

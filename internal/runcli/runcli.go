@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -34,9 +35,6 @@ const (
 	// PoolFlag is --pool's name: how many sandboxes to keep ready, on every command that keeps
 	// them (run parks them in the state dir, mcp holds them in its process).
 	PoolFlag = "pool"
-	// ParkedOutputCap is the output cap a parked sandbox's interpreter starts with: --max-output's
-	// default, so a run with that or a smaller cap can use it.
-	ParkedOutputCap = 16 << 20
 	// ImageHost is --image's value for the host image.
 	ImageHost = imagearg.HostString
 	// PlatformFlag is --platform's name (internal/cli declares it; the front reads it to hand
@@ -77,7 +75,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
 	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
-	fs.Int64Var(&f.MaxOutput, "max-output", ParkedOutputCap, "cap on each of stdout and stderr, in bytes")
+	fs.Int64Var(&f.MaxOutput, "max-output", wire.DefaultOutputCap, "cap on each of stdout and stderr, in bytes")
 	fs.IntVar(&f.Pool, PoolFlag, DefaultPool(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvPool+", else 1)")
 	fs.Var(&f.spares, "spares", "renamed --"+PoolFlag)
 	_ = fs.MarkHidden("spares")
