@@ -36,7 +36,9 @@ func TestInClusterDiscovery(t *testing.T) {
 	brokerIP := strings.TrimSuffix(strings.TrimPrefix(e.broker, "https://"), ":8080")
 	pod := map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": "incluster", "namespace": e.ns},
+		// An application pod reaches a sandbox's agent only with the client label: the Sandbox's
+		// NetworkPolicy admits it and the broker, nothing else (enforced on the test cluster).
+		"metadata": map[string]any{"name": "incluster", "namespace": e.ns, "labels": map[string]string{"airlock.dev/client": "true"}},
 		"spec": map[string]any{
 			"serviceAccountName": "app",
 			"restartPolicy":      "Never",
