@@ -109,9 +109,18 @@ func TestInPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := b.Connect(ctx, sess.ID)
-	if err != nil {
-		t.Fatal(err)
+	// The Sandbox's policy admits this pod by its label, and the policy controller (kube-router)
+	// adds a new pod's address to the allowed sources moments after the pod starts, as
+	// NetworkPolicy is applied asynchronously: until then the agent's port refuses us.
+	var a sandbox.Agent
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if a, err = b.Connect(ctx, sess.ID); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect for a minute: %v", err)
+		}
+		t.Logf("connect (the policy may not admit this new pod yet): %v", err)
 	}
 	defer a.Close()
 	var out, errb bytes.Buffer
