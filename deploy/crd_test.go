@@ -1,3 +1,4 @@
+// Package deploy_test holds the install manifests' tests: the generated CRD against the Go types, the Helm chart's lint and goldens, the pinned tools.
 package deploy_test
 
 import (

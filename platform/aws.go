@@ -27,17 +27,28 @@ type AWSConfig struct {
 	// StateDir holds the master secret our agents' tokens derive from (default
 	// /var/lib/airlock-aws for root, else ~/.config/airlock/aws).
 	StateDir string `json:"stateDir,omitempty"`
+	// ImageBucket is the S3 bucket 'airlock image push' uploads bundles to, BuildRole the role
+	// image builds assume, S3Endpoint an override of S3's URL (a fake, a VPC endpoint;
+	// path-style).
+	ImageBucket string `json:"imageBucket,omitempty"`
+	BuildRole   string `json:"buildRole,omitempty"`
+	S3Endpoint  string `json:"s3Endpoint,omitempty"`
+}
+
+// AWSRegion is the region the aws section names, else $AWS_REGION, else $AWS_DEFAULT_REGION.
+func AWSRegion(a AWSConfig) string {
+	for _, r := range []string{a.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")} {
+		if r != "" {
+			return r
+		}
+	}
+	return ""
 }
 
 // openAWS makes the aws backend; it calls no API until a sandbox is asked for.
 func openAWS(ctx context.Context, c Config) (Backend, string, error) {
 	a := c.AWS
-	if a.Region == "" {
-		a.Region = os.Getenv("AWS_REGION")
-	}
-	if a.Region == "" {
-		a.Region = os.Getenv("AWS_DEFAULT_REGION")
-	}
+	a.Region = AWSRegion(a)
 	if a.Region == "" {
 		return nil, "", fmt.Errorf("%w: aws.region is not set (config file, $AWS_REGION): name the region of the MicroVM image", sandbox.ErrInvalid)
 	}

@@ -289,3 +289,79 @@ func (c *Client) List(ctx context.Context, image string) ([]MicrovmItem, error) 
 		q.Set("nextToken", *page.NextToken)
 	}
 }
+
+// CreateImage is CreateMicrovmImage: it answers as soon as the build is accepted.
+func (c *Client) CreateImage(ctx context.Context, r CreateImageRequest) (*ImageAnswer, error) {
+	var a ImageAnswer
+	if err := c.call(ctx, "CreateMicrovmImage", http.MethodPost, "/microvm-images", nil, r, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// UpdateImage is UpdateMicrovmImage: a new version of image arn, built from r.
+func (c *Client) UpdateImage(ctx context.Context, arn string, r UpdateImageRequest) (*ImageAnswer, error) {
+	if err := CheckImageArn(arn); err != nil {
+		return nil, err
+	}
+	var a ImageAnswer
+	if err := c.call(ctx, "UpdateMicrovmImage", http.MethodPut, "/microvm-images/"+arn, nil, r, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// GetImage is GetMicrovmImage.
+func (c *Client) GetImage(ctx context.Context, arn string) (*MicrovmImage, error) {
+	if err := CheckImageArn(arn); err != nil {
+		return nil, err
+	}
+	var m MicrovmImage
+	if err := c.call(ctx, "GetMicrovmImage", http.MethodGet, "/microvm-images/"+arn, nil, nil, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// GetImageVersion is GetMicrovmImageVersion: where a build's state and reason are.
+func (c *Client) GetImageVersion(ctx context.Context, arn, version string) (*ImageVersion, error) {
+	if err := checkImageVersion(arn, version); err != nil {
+		return nil, err
+	}
+	var v ImageVersion
+	if err := c.call(ctx, "GetMicrovmImageVersion", http.MethodGet, "/microvm-images/"+arn+"/versions/"+version, nil, nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// ListImageBuilds is ListMicrovmImageBuilds of one version, every page: a failed build's
+// stateReason is where the service says why.
+func (c *Client) ListImageBuilds(ctx context.Context, arn, version string) ([]ImageBuild, error) {
+	if err := checkImageVersion(arn, version); err != nil {
+		return nil, err
+	}
+	var out []ImageBuild
+	q := url.Values{}
+	for {
+		var page ImageBuildList
+		if err := c.call(ctx, "ListMicrovmImageBuilds", http.MethodGet, "/microvm-images/"+arn+"/versions/"+version+"/builds", q, nil, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if page.NextToken == nil || *page.NextToken == "" {
+			return out, nil
+		}
+		q.Set("nextToken", *page.NextToken)
+	}
+}
+
+func checkImageVersion(arn, version string) error {
+	if err := CheckImageArn(arn); err != nil {
+		return err
+	}
+	if !versionRE.MatchString(version) {
+		return fmt.Errorf("%w: image version %q: a version is like 1.0", sandbox.ErrInvalid, version)
+	}
+	return nil
+}

@@ -2,8 +2,13 @@ package aws_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	awsb "github.com/airlock-sandbox/airlock/backend/aws"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -73,5 +78,46 @@ func TestLiveTerminateConfirmed(t *testing.T) {
 	}
 	if err := b.Terminate(t.Context(), sess.ID); err != nil {
 		t.Errorf("second Terminate: %v", err)
+	}
+}
+
+// TestLivePush builds a MicroVM image with airlock image push's code path against the real
+// service: AIRLOCK_LIVE_AWS_BUCKET (the bundle's bucket, in the region),
+// AIRLOCK_LIVE_AWS_BUILD_ROLE (the build role's ARN) and AIRLOCK_LIVE_AWS_IMAGE_REF (its FROM).
+// The image, airlock-live-<random>, is left for the operator to delete.
+func TestLivePush(t *testing.T) {
+	region := os.Getenv("AIRLOCK_LIVE_AWS_REGION")
+	if region == "" {
+		t.Skip("AIRLOCK_LIVE_AWS_REGION is not set: no live AWS tests")
+	}
+	o := awsb.PushOptions{Region: region, Bucket: os.Getenv("AIRLOCK_LIVE_AWS_BUCKET"), BuildRole: os.Getenv("AIRLOCK_LIVE_AWS_BUILD_ROLE"),
+		Ref: os.Getenv("AIRLOCK_LIVE_AWS_IMAGE_REF"), PollInterval: 10 * time.Second, Progress: func(s string) { t.Log(s) }}
+	for name, v := range map[string]string{"AIRLOCK_LIVE_AWS_BUCKET": o.Bucket, "AIRLOCK_LIVE_AWS_BUILD_ROLE": o.BuildRole, "AIRLOCK_LIVE_AWS_IMAGE_REF": o.Ref} {
+		if v == "" {
+			t.Fatalf("AIRLOCK_LIVE_AWS_REGION is set but %s is not: the live push needs it", name)
+		}
+	}
+	agent := filepath.Join(t.TempDir(), "airlock-agent")
+	build := exec.Command("go", "build", "-trimpath", "-o", agent, "github.com/airlock-sandbox/airlock/cmd/airlock-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build the arm64 agent: %v\n%s", err, out)
+	}
+	var err error
+	if o.Agent, err = os.ReadFile(agent); err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	o.Name = "airlock-live-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Minute)
+	defer cancel()
+	res, err := awsb.Push(ctx, o)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	t.Logf("built %s version %s (delete it when done)", res.Image, res.ImageVersion)
+	if res.State != awsb.VersionSuccessful || res.Status != awsb.VersionActive {
+		t.Errorf("result %+v", res)
 	}
 }

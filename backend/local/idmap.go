@@ -40,7 +40,10 @@ const imageMount = "image"
 // the clone is idmapped: files owned by fileBase+id on disk show as hostBase+id (so as id in a
 // sandbox mapping 0 to hostBase).
 func (b *Backend) rootTree(src string, fileBase, hostBase int) (*os.File, error) {
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	// Private: a clone of a shared mount joins its peer group, and the detach after init's copy
+	// would propagate to the peers, unmounting the host's own mounts below src (a container's
+	// root under dockerd's shared data root, for one).
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 	if fileBase != 0 {
 		ns, err := b.idmapUserns(fileBase, hostBase)
 		if err != nil {

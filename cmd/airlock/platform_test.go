@@ -46,7 +46,8 @@ func privateDockerd(t *testing.T) (host, tarball string) {
 		t.Fatal(err)
 	}
 	dir := dockerdDir()
-	wasRunning := exec.Command(script, "start", "--dir", dir).Run() == nil && dockerdAlive(dir)
+	// Asked before test-image starts it: an engine this call starts is this call's to stop.
+	wasRunning := dockerdAlive(dir)
 	cmd := exec.Command(script, "test-image", "--dir", dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

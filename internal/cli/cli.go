@@ -185,7 +185,7 @@ const PlatformFlag = runcli.PlatformFlag
 
 // AddPlatform declares --platform.
 func AddPlatform(fs *pflag.FlagSet, p *string) {
-	fs.StringVar(p, runcli.PlatformFlag, platform.Auto, "where sandboxes run: auto, local, docker, kubernetes, gcp (inside a launcher-enabled Cloud Run container) (aws, azure: plan only so far); default $"+
+	fs.StringVar(p, runcli.PlatformFlag, platform.Auto, "where sandboxes run: auto, local, docker, kubernetes, aws, azure, gcp (inside a launcher-enabled Cloud Run container); default $"+
 		platform.EnvPlatform+", else the config file's ($"+platform.EnvConfig+", else "+platform.DefaultConfigFile+"), else auto")
 }
 

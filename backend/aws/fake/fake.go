@@ -51,6 +51,9 @@ type RunInfo struct {
 	Lifetime  time.Duration
 	// Guest is the run hook's payload as our agent reads it.
 	Guest agent.Config
+	// BuiltFrom is the FROM of the bundle the image was built from here ("" for an image the
+	// fake was given in Images).
+	BuiltFrom string
 }
 
 // Starter starts a MicroVM's guest.
@@ -82,10 +85,19 @@ type Server struct {
 	TerminatingGets int
 	// StartDelayGets is how many GetMicrovm calls answer PENDING without an endpoint first.
 	StartDelayGets int
+	// Account is the account id in the ARNs of images CreateMicrovmImage makes.
+	Account string
+	// Buckets are the S3 buckets PutObject accepts.
+	Buckets []string
+	// BuildSteps is how many GetMicrovmImageVersion reads of a new version answer before its
+	// build ends: the first PENDING, the rest IN_PROGRESS.
+	BuildSteps int
 
-	start  Starter
-	srv    *httptest.Server
-	signer *v4.Signer
+	start    Starter
+	srv      *httptest.Server
+	s3srv    *httptest.Server
+	signer   *v4.Signer
+	s3signer *v4.Signer
 
 	mu      sync.Mutex
 	vms     map[string]*vm
@@ -95,6 +107,12 @@ type Server struct {
 	calls   map[string]int
 	seq     int
 	stopped bool
+
+	objects     map[string][]byte // "bucket/key" → bytes
+	uploads     map[string]*multipart
+	images      map[string]*image // by name
+	imageTokens map[string]imageCall
+	buildFaults []string // reasons the next builds fail with
 }
 
 type vm struct {
@@ -117,9 +135,12 @@ type authToken struct {
 
 // New starts the fake; close it with Close.
 func New(region string, start Starter) *Server {
-	s := &Server{Region: region, start: start, signer: v4.NewSigner(),
-		vms: map[string]*vm{}, tokens: map[string]string{}, auth: map[string]*authToken{}, faults: map[string][]Fault{}, calls: map[string]int{}}
+	s := &Server{Region: region, Account: "123456789012", start: start, signer: v4.NewSigner(),
+		s3signer: v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }),
+		vms:      map[string]*vm{}, tokens: map[string]string{}, auth: map[string]*authToken{}, faults: map[string][]Fault{}, calls: map[string]int{},
+		objects: map[string][]byte{}, uploads: map[string]*multipart{}, images: map[string]*image{}, imageTokens: map[string]imageCall{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serveAPI))
+	s.s3srv = httptest.NewServer(http.HandlerFunc(s.serveS3))
 	return s
 }
 
@@ -134,8 +155,11 @@ func Credentials() awssdk.CredentialsProvider {
 }
 
 // Inject queues faults for an operation ("RunMicrovm", "GetMicrovm", "TerminateMicrovm",
-// "SuspendMicrovm", "ResumeMicrovm", "CreateMicrovmAuthToken", "ListMicrovms"): each call
-// answers the next one instead of doing its work.
+// "SuspendMicrovm", "ResumeMicrovm", "CreateMicrovmAuthToken", "ListMicrovms",
+// "CreateMicrovmImage", "UpdateMicrovmImage", "GetMicrovmImage", "GetMicrovmImageVersion",
+// "ListMicrovmImageBuilds"; S3's "PutObject", "CreateMultipartUpload", "UploadPart",
+// "CompleteMultipartUpload", whose Type is the S3 error code): each call answers the next one
+// instead of doing its work.
 func (s *Server) Inject(op string, f ...Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -219,6 +243,7 @@ func (s *Server) Close() {
 		<-w
 	}
 	s.srv.Close()
+	s.s3srv.Close()
 }
 
 func writeErr(w http.ResponseWriter, f Fault) {
@@ -242,14 +267,18 @@ func errf(status int, typ, format string, a ...any) Fault {
 	return Fault{Status: status, Type: typ, Message: fmt.Sprintf(format, a...)}
 }
 
-// verify checks the request's SigV4 signature as the service does: known key, service
-// lambda, this region (another region is a 404, as the real endpoint gives), and a signature
-// recomputed over the same signed headers and body.
-func (s *Server) verify(r *http.Request, body []byte) *Fault {
+// verify checks the request's SigV4 signature as the service does: known key, the service's
+// name, this region (another region is a 404 from the MicroVM API, as the real endpoint
+// gives), and a signature recomputed over the same signed headers and payload hash. For s3 the
+// payload hash travels in X-Amz-Content-Sha256 and must be the body's.
+func (s *Server) verify(r *http.Request, body []byte, service string) *Fault {
 	auth := r.Header.Get("Authorization")
 	const prefix = "AWS4-HMAC-SHA256 "
 	if !strings.HasPrefix(auth, prefix) {
 		f := errf(403, "MissingAuthenticationTokenException", "Missing Authentication Token")
+		if service == "s3" {
+			f = errf(403, "AccessDenied", "Anonymous access is forbidden for this operation")
+		}
 		return &f
 	}
 	parts := map[string]string{}
@@ -264,13 +293,20 @@ func (s *Server) verify(r *http.Request, body []byte) *Fault {
 	}
 	if scope[0] != AccessKey {
 		f := errf(403, "UnrecognizedClientException", "The security token included in the request is invalid.")
+		if service == "s3" {
+			f = errf(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+		}
 		return &f
 	}
-	if scope[3] != awsb.SigningService {
-		f := errf(403, "InvalidSignatureException", "Credential should be scoped to correct service: 'lambda'.")
+	if scope[3] != service {
+		f := errf(403, "InvalidSignatureException", "Credential should be scoped to correct service: '%s'.", service)
 		return &f
 	}
 	if scope[2] != s.Region {
+		if service == "s3" {
+			f := errf(400, "AuthorizationHeaderMalformed", "The authorization header is malformed; the region '%s' is wrong; expecting '%s'", scope[2], s.Region)
+			return &f
+		}
 		// The real service answers a request signed for another region with a 404.
 		f := Fault{Status: 404, Body: "<UnknownOperationException/>"}
 		return &f
@@ -279,6 +315,24 @@ func (s *Server) verify(r *http.Request, body []byte) *Fault {
 	if err != nil {
 		f := errf(403, "InvalidSignatureException", "missing or bad X-Amz-Date")
 		return &f
+	}
+	sum := sha256.Sum256(body)
+	payload := hex.EncodeToString(sum[:])
+	signer := s.signer
+	if service == "s3" {
+		switch h := r.Header.Get("X-Amz-Content-Sha256"); {
+		case h == "":
+			f := errf(400, "InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
+			return &f
+		case h == "UNSIGNED-PAYLOAD" || strings.HasPrefix(h, "STREAMING-"):
+			// The SDK sends these over TLS only; the fake is plain HTTP and checks every byte.
+			f := errf(501, "NotImplemented", "the fake verifies signed payloads only, not %s", h)
+			return &f
+		case h != payload:
+			f := errf(400, "XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match what was computed.")
+			return &f
+		}
+		signer = s.s3signer
 	}
 	u := *r.URL
 	u.Scheme, u.Host = "http", r.Host
@@ -293,14 +347,16 @@ func (s *Server) verify(r *http.Request, body []byte) *Fault {
 		}
 	}
 	req.ContentLength = int64(len(body))
-	sum := sha256.Sum256(body)
 	creds := awssdk.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
-	if err := s.signer.SignHTTP(r.Context(), creds, req, hex.EncodeToString(sum[:]), awsb.SigningService, s.Region, when); err != nil {
+	if err := signer.SignHTTP(r.Context(), creds, req, payload, service, s.Region, when); err != nil {
 		f := errf(500, awsb.TypeInternal, "%v", err)
 		return &f
 	}
 	if req.Header.Get("Authorization") != auth {
 		f := errf(403, "InvalidSignatureException", "The request signature we calculated does not match the signature you provided.")
+		if service == "s3" {
+			f.Type = "SignatureDoesNotMatch"
+		}
 		return &f
 	}
 	return nil
@@ -334,11 +390,21 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		op = "ResumeMicrovm"
 	case len(seg) == 3 && seg[0] == "microvms" && r.Method == http.MethodPost && seg[2] == "auth-token":
 		op = "CreateMicrovmAuthToken"
+	case len(seg) == 1 && seg[0] == "microvm-images" && r.Method == http.MethodPost:
+		op = "CreateMicrovmImage"
+	case len(seg) == 2 && seg[0] == "microvm-images" && r.Method == http.MethodPut:
+		op = "UpdateMicrovmImage"
+	case len(seg) == 2 && seg[0] == "microvm-images" && r.Method == http.MethodGet:
+		op = "GetMicrovmImage"
+	case len(seg) == 4 && seg[0] == "microvm-images" && seg[2] == "versions" && r.Method == http.MethodGet:
+		op = "GetMicrovmImageVersion"
+	case len(seg) == 5 && seg[0] == "microvm-images" && seg[2] == "versions" && seg[4] == "builds" && r.Method == http.MethodGet:
+		op = "ListMicrovmImageBuilds"
 	default:
 		writeErr(w, Fault{Status: 404, Body: "<UnknownOperationException/>"})
 		return
 	}
-	if f := s.verify(r, body); f != nil {
+	if f := s.verify(r, body, awsb.SigningService); f != nil {
 		writeErr(w, *f)
 		return
 	}
@@ -362,6 +428,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	var out any
 	var f *Fault
+	status := http.StatusOK
 	switch op {
 	case "RunMicrovm":
 		out, f = s.run(body)
@@ -377,6 +444,16 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		out, f = s.authToken(id, body)
 	case "ListMicrovms":
 		out, f = s.list(r.URL.Query())
+	case "CreateMicrovmImage":
+		status, out, f = s.createImage(body)
+	case "UpdateMicrovmImage":
+		status, out, f = s.updateImage(id, body)
+	case "GetMicrovmImage":
+		out, f = s.getImage(id)
+	case "GetMicrovmImageVersion":
+		out, f = s.getVersion(id, seg[3])
+	case "ListMicrovmImageBuilds":
+		out, f = s.listBuilds(id, seg[3])
 	}
 	if f == nil {
 		f = lost
@@ -386,6 +463,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(out)
 }
 
@@ -426,6 +504,10 @@ func (s *Server) run(body []byte) (any, *Fault) {
 	if !slices.Contains(s.Images, req.ImageIdentifier) {
 		f := errf(404, awsb.TypeNotFound, "image %s not found", req.ImageIdentifier)
 		return nil, &f
+	}
+	version, f := s.runVersionLocked(req.ImageIdentifier, req.ImageVersion)
+	if f != nil {
+		return nil, f
 	}
 	if n := len(req.ClientToken); n > 128 {
 		return nil, bad("clientToken: length %d, at most 128", n)
@@ -482,7 +564,7 @@ func (s *Server) run(body []byte) (any, *Fault) {
 	if life == 0 {
 		life = 28800
 	}
-	v := &vm{m: awsb.Microvm{MicrovmID: id, State: awsb.StatePending, ImageArn: req.ImageIdentifier, ImageVersion: "1.0",
+	v := &vm{m: awsb.Microvm{MicrovmID: id, State: awsb.StatePending, ImageArn: req.ImageIdentifier, ImageVersion: version,
 		IdlePolicy: req.IdlePolicy, MaximumDurationInSeconds: life, StartedAt: float64(time.Now().UnixNano()) / 1e9,
 		EgressNetworkConnectors: req.EgressNetworkConnectors},
 		restoreLeft: s.RestoreFailures, pendingLeft: s.StartDelayGets, termLeft: s.TerminatingGets, done: make(chan struct{})}
@@ -492,7 +574,7 @@ func (s *Server) run(body []byte) (any, *Fault) {
 		s.tokens[req.ClientToken] = id
 	}
 	info := RunInfo{MicrovmID: id, ImageArn: req.ImageIdentifier, Connector: len(req.EgressNetworkConnectors) > 0,
-		Lifetime: time.Duration(life) * time.Second, Guest: cfg}
+		Lifetime: time.Duration(life) * time.Second, Guest: cfg, BuiltFrom: s.builtFromLocked(req.ImageIdentifier)}
 	v.timer = time.AfterFunc(info.Lifetime, func() { s.terminate(id, "maximum duration reached") })
 	go s.boot(v, info)
 	return v.m, nil

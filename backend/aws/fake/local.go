@@ -30,11 +30,20 @@ type LocalGuests struct {
 	StateDir string
 	// Images maps an image ARN to the local image its MicroVMs start from.
 	Images map[string]spec.Image
+	// FromRef maps the FROM of a bundle the fake built an image from to the local image that
+	// stands for it (this machine pulls from no registry): a pushed image's guests start from
+	// what its Dockerfile names.
+	FromRef map[string]spec.Image
 }
 
 // Start is a Starter.
 func (g *LocalGuests) Start(ctx context.Context, info RunInfo) (Guest, error) {
 	img, ok := g.Images[info.ImageArn]
+	if !ok && info.BuiltFrom != "" {
+		if img, ok = g.FromRef[info.BuiltFrom]; !ok {
+			return nil, fmt.Errorf("no local image stands for %s (FROM of image %s)", info.BuiltFrom, info.ImageArn)
+		}
+	}
 	if !ok {
 		return nil, fmt.Errorf("no local image for %s", info.ImageArn)
 	}
