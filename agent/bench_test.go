@@ -17,13 +17,44 @@ import (
 )
 
 // BenchmarkExecTrue is one exec round trip of `true` over the agent's unix socket: request,
-// fork/exec, exit, kill-scope cleanup, terminal frame.
-func BenchmarkExecTrue(b *testing.B) {
-	h := newHarness(b).start()
+// fork/exec, exit, kill-scope cleanup, terminal frame. Without a cgroup, the scope is the
+// subreaper: the reaper's start is part of the round trip.
+func BenchmarkExecTrue(b *testing.B) { benchExecTrue(b, newHarness(b), 0) }
+
+// BenchmarkExecTrueSpaced is BenchmarkExecTrue with spacedGap between execs (not timed), as a
+// session issues them: the next exec's reaper has been started by then.
+func BenchmarkExecTrueSpaced(b *testing.B) { benchExecTrue(b, newHarness(b), spacedGap) }
+
+// spacedGap is the untimed pause of the Spaced exec benchmarks: more than a reaper's start
+// takes on a loaded machine (15-20 ms at load average 30 on 2 cores).
+const spacedGap = 100 * time.Millisecond
+
+// BenchmarkExecTrueProcessGroup is BenchmarkExecTrue with the process group as the scope (no
+// reaper): the difference is the reaper's cost.
+func BenchmarkExecTrueProcessGroup(b *testing.B) {
+	h := newHarness(b)
+	h.env = []string{envNoReaper + "=1"}
+	benchExecTrue(b, h, 0)
+}
+
+// BenchmarkExecTrueProcessGroupSpaced is BenchmarkExecTrueSpaced with the process group.
+func BenchmarkExecTrueProcessGroupSpaced(b *testing.B) {
+	h := newHarness(b)
+	h.env = []string{envNoReaper + "=1"}
+	benchExecTrue(b, h, spacedGap)
+}
+
+func benchExecTrue(b *testing.B, h *harness, gap time.Duration) {
+	h.start()
 	ctx := context.Background()
 	req := sbtypes.ExecRequest{Argv: []string{"true"}, Timeout: time.Minute}
 	m := h.meter(b)
 	for b.Loop() {
+		if gap > 0 {
+			b.StopTimer()
+			time.Sleep(gap)
+			b.StartTimer()
+		}
 		t := time.Now()
 		res, err := h.cl.Exec(ctx, req, nil, nil)
 		m.add(time.Since(t))

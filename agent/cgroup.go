@@ -18,14 +18,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // Kill scopes as reported by health: what an exec's kill reaches.
 const (
-	scopeV1   = "cgroup-v1"
-	scopeV2   = "cgroup-v2"
-	scopePgrp = "process-group" // honest: a setsid'd descendant escapes it
+	scopeV1   = sbtypes.KillScopeCgroupV1
+	scopeV2   = sbtypes.KillScopeCgroupV2
+	scopePgrp = sbtypes.KillScopePgrp // honest: a setsid'd descendant escapes it
+	// Without a cgroup: each command runs below a reaper of its own that kills every
+	// descendant (reaper.go).
+	scopeReaper = sbtypes.KillScopeSubreaper
 )
 
 // killTimeout bounds how long a kill may take to empty an exec cgroup before it is an error.
@@ -107,6 +112,9 @@ func newCgroups(cfg *Config) (*cgroups, error) {
 		}
 		return &cgroups{kind: scopeV1, base: cfg.CgroupV1Freezer, memoryV1: cfg.CgroupV1Memory}, nil
 	}
+	if reaperAvailable() {
+		return &cgroups{kind: scopeReaper}, nil
+	}
 	return &cgroups{kind: scopePgrp}, nil
 }
 
@@ -143,7 +151,8 @@ type execGroup struct {
 	// kept through its renames and recycling, for the spawner thread to enter it with one
 	// write (-1: none, for other kinds).
 	tasks int
-	pgid  int // process-group: set once the leader is spawned
+	pgid  int       // process-group: set once the leader is spawned
+	rp    *reapLink // subreaper: the exec's reaper
 	c     *cgroups
 	// left is closed once the spawner thread, which enters a v1 exec cgroup to fork into it,
 	// is out again (nil: it never entered). Set by the spawner before its reply.
@@ -229,8 +238,11 @@ func (c *cgroups) close() error {
 
 func (c *cgroups) create(prefix, id string) (*execGroup, error) {
 	g := &execGroup{id: id, kind: c.kind, fd: -1, tasks: -1, c: c}
-	if c.kind == scopePgrp {
+	switch c.kind {
+	case scopePgrp:
 		return g, nil
+	case scopeReaper:
+		return g, nil // its reaper is the spawner's to give (runReaper)
 	}
 	g.dir = c.base + "/" + prefix + id
 	if err := os.Mkdir(g.dir, 0o755); err != nil {
@@ -365,6 +377,11 @@ func (c *cgroups) closeFiles() {
 func (g *execGroup) kill() error {
 	g.killed = true
 	switch g.kind {
+	case scopeReaper:
+		if g.rp == nil {
+			return nil // nothing started
+		}
+		return g.rp.kill()
 	case scopePgrp:
 		if g.pgid > 0 {
 			if err := unix.Kill(-g.pgid, unix.SIGKILL); err != nil && err != unix.ESRCH {
@@ -387,6 +404,13 @@ func (g *execGroup) kill() error {
 // and the cgroup removed, or, when nothing is left and nothing was ever killed in it, the
 // cgroup becomes the next exec's spare (see recycle).
 func (g *execGroup) finish() error {
+	if g.kind == scopeReaper {
+		if g.rp == nil {
+			return nil
+		}
+		// The reaper has exited, and it exits only once everything is gone (or says not).
+		return g.rp.close()
+	}
 	if g.kind == scopeV1 && g.dir != "" && !g.killed {
 		if g.left != nil {
 			<-g.left
@@ -465,6 +489,13 @@ func (c *cgroups) recycle(g *execGroup) bool {
 
 // destroy kills what is left and removes the cgroup.
 func (g *execGroup) destroy() error {
+	if g.kind == scopeReaper {
+		if g.rp == nil {
+			return nil
+		}
+		// A reaper still running kills everything at the end of its control socket.
+		return errors.Join(g.kill(), g.rp.close())
+	}
 	if g.kind == scopeV1 && g.dir != "" {
 		if g.left != nil {
 			<-g.left
@@ -507,7 +538,7 @@ func (g *execGroup) destroy() error {
 		if kerr := g.kill(); kerr != nil {
 			return kerr
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("remove exec cgroup %s: still busy after %v", g.dir, killTimeout)
 		}
 	}
@@ -527,7 +558,7 @@ func (g *execGroup) killV2() error {
 		if err := kernfile.Write(g.dir+"/cgroup.kill", "1"); err != nil {
 			return fmt.Errorf("kill exec cgroup %s: %w", g.dir, err)
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
 		}
 	}
@@ -566,7 +597,7 @@ func (g *execGroup) killV1() error {
 		if err != nil {
 			return err
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("kill exec cgroup %s: %d processes left after %v", g.dir, len(pids), killTimeout)
 		}
 	}
@@ -682,7 +713,7 @@ func (g *execGroup) freeze(ctx context.Context) error {
 		if strings.TrimSpace(string(state)) == "FROZEN" {
 			return nil
 		}
-		if !wait.sleep(ctx) {
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("freeze exec cgroup %s: still %s after %v", g.dir, bytes.TrimSpace(state), killTimeout)
 		}
 	}
@@ -729,21 +760,5 @@ func parsePids(b []byte) ([]int, error) {
 	return pids, nil
 }
 
-// backoff sleeps 1ms, 2ms, ... up to 50ms between polls of kernel state that has no event.
-type backoff struct{ d time.Duration }
-
-func newBackoff() *backoff { return &backoff{d: time.Millisecond} }
-
-func (b *backoff) sleep(ctx context.Context) bool {
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	if b.d < 50*time.Millisecond {
-		b.d *= 2
-	}
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// newBackoff waits 1ms, 2ms, ... up to 50ms between polls of kernel state that has no event.
+func newBackoff() *backoff.Backoff { return backoff.New(time.Millisecond, 50*time.Millisecond) }

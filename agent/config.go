@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -29,10 +30,10 @@ type Config struct {
 	SocketUID int `json:"socketUid,omitempty"`
 	// FilesRoot is the directory the files API is confined to ("/" inside a sandbox).
 	FilesRoot string `json:"filesRoot"`
-	// DenyPaths are absolute sandbox paths the files API refuses, with everything below them.
-	DenyPaths []string          `json:"denyPaths,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
+	Workdir   string `json:"workdir,omitempty"`
+	// Policy is the run policy (environment, refused paths, deadlines, output cap, idle
+	// timeout), made by wire.NewPolicy for every backend; its fields are inline in the JSON.
+	wire.Policy
 	// CodeUID and CodeGID are the credentials commands run with. 0/0 means "do not change" and
 	// is accepted only with AllowRootCode (tests without root).
 	CodeUID       uint32 `json:"codeUid"`
@@ -47,15 +48,13 @@ type Config struct {
 	// MemoryBytes is the sandbox's memory limit (limits.memory) where its files live in memory
 	// (tmpfs) and the agent cannot read its cgroup's usage (v2: its cgroup fd is rooted below
 	// the limit): an upload is refused before the files would take it (copyIntoMemory).
-	MemoryBytes      int64         `json:"memoryBytes,omitempty"`
-	MaxTimeout       time.Duration `json:"maxTimeout"`
-	DefaultOutputCap int64         `json:"defaultOutputCap"`
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	// ShutdownOnManage enables POST /v1/shutdown (manage class): the agent stops and Serve returns.
 	ShutdownOnManage bool `json:"shutdownOnManage,omitempty"`
-	// IdleTimeout ends the agent (Serve returns ErrIdle) once nothing has been active for this
-	// long: no authenticated request in flight (exec streams and attaches included), no
-	// background process running. 0 means no idle timeout. Health does not count.
-	IdleTimeout time.Duration `json:"idleTimeout,omitempty"`
+	// Policy.IdleTimeout ends the agent (Serve returns ErrIdle) once nothing has been active
+	// for that long: no authenticated request in flight (exec streams and attaches included),
+	// no background process running. Health does not count.
+	//
 	// IdleFromFirstCall counts idle time from the first authenticated call instead of from the
 	// start (a pool pod waits unclaimed; see pool.go).
 	IdleFromFirstCall bool `json:"idleFromFirstCall,omitempty"`

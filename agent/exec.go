@@ -83,27 +83,12 @@ func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 	default:
 		return nil, inv("argv", "neither argv nor shell is set; set exactly one")
 	}
-	if req.TimeoutMs <= 0 {
-		return nil, inv("timeoutMs", "%d: a deadline is required (milliseconds > 0, at most %d)", req.TimeoutMs, s.cfg.MaxTimeout.Milliseconds())
+	var err error
+	if sp.timeout, err = s.deadline(req.TimeoutMs); err != nil {
+		return nil, err
 	}
-	sp.timeout = time.Duration(req.TimeoutMs) * time.Millisecond
-	if req.TimeoutMs > s.cfg.MaxTimeout.Milliseconds() {
-		return nil, inv("timeoutMs", "%d exceeds this agent's maximum %d", req.TimeoutMs, s.cfg.MaxTimeout.Milliseconds())
-	}
-	caps := []struct {
-		field string
-		v     int64
-		dst   *int64
-	}{{"maxStdout", req.MaxStdout, &sp.maxStdout}, {"maxStderr", req.MaxStderr, &sp.maxStderr}}
-	for _, c := range caps {
-		switch {
-		case c.v < 0:
-			return nil, inv(c.field, "%d is negative (0 means the agent's default %d)", c.v, s.cfg.DefaultOutputCap)
-		case c.v == 0:
-			*c.dst = s.cfg.DefaultOutputCap
-		default:
-			*c.dst = c.v
-		}
+	if sp.maxStdout, sp.maxStderr, err = s.outputCaps(req.MaxStdout, req.MaxStderr); err != nil {
+		return nil, err
 	}
 	if req.TTY {
 		sp.rows, sp.cols = req.Rows, req.Cols
@@ -167,6 +152,31 @@ func (s *server) validate(req *wire.ExecRequest) (*execSpec, error) {
 	}
 	sp.path = p
 	return sp, nil
+}
+
+// deadline checks a request's timeoutMs: required, and at most the agent's maximum.
+func (s *server) deadline(ms int64) (time.Duration, error) {
+	if ms <= 0 {
+		return 0, fmt.Errorf("%w: timeoutMs: %d: a deadline is required (milliseconds > 0, at most %d)", sbtypes.ErrInvalid, ms, s.cfg.MaxTimeout.Milliseconds())
+	}
+	if ms > s.cfg.MaxTimeout.Milliseconds() {
+		return 0, fmt.Errorf("%w: timeoutMs: %d exceeds this agent's maximum %d", sbtypes.ErrInvalid, ms, s.cfg.MaxTimeout.Milliseconds())
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// outputCaps checks a request's per-stream caps; 0 is the agent's default.
+func (s *server) outputCaps(stdout, stderr int64) (int64, int64, error) {
+	caps := [2]int64{stdout, stderr}
+	for i, field := range []string{"maxStdout", "maxStderr"} {
+		switch {
+		case caps[i] < 0:
+			return 0, 0, fmt.Errorf("%w: %s: %d is negative (0 means the agent's default %d)", sbtypes.ErrInvalid, field, caps[i], s.cfg.DefaultOutputCap)
+		case caps[i] == 0:
+			caps[i] = s.cfg.DefaultOutputCap
+		}
+	}
+	return caps[0], caps[1], nil
 }
 
 // lookPath finds file the way execvp would, with the command's PATH (not the agent's).
@@ -251,32 +261,98 @@ type job struct {
 	// removes its cgroup; the caller runs it once the exit is reported.
 	rest func() error
 
-	// deadline is the timer supervise waits on; setDeadline moves it, or before supervise
+	// deadline is the timer supervise waits on; handOver moves it, or before supervise
 	// has made it, leaves the time in deadlineAt (both guarded by mu).
 	deadline   *time.Timer
 	deadlineAt time.Time
+	// handed: work was handed to the job (handoff.go), which a job takes once (guarded by mu).
+	handed bool
+
+	// out is the output's way to its consumer, through the caps.
+	out *streams
 }
 
-// setDeadline makes the job's deadline d from now: a background process handed its work
-// later than it started (a waiting interpreter given its code) gets the work's deadline,
-// kept here in the sandbox so that no client's death stretches it. It reports false when
-// the job has no running deadline any more (it has exited or its deadline has passed).
-func (j *job) setDeadline(d time.Duration) bool {
+// streams is a job's output on its way to its sink: each stream's cap, what has gone through
+// and whether it was cut. Work handed to a waiting process (handoff.go) swaps the sink and
+// the caps at once, so that its output is capped as an exec's is, counted from the handoff.
+type streams struct {
+	mu        sync.Mutex // held while a frame goes out: a swap never splits one
+	out       sink
+	gone      bool // out said its consumer is gone
+	limit     [2]int64
+	sent      [2]int64
+	truncated [2]bool
+}
+
+// forward passes data of stream i (0 stdout, 1 stderr) to the sink within its cap; more says
+// that further output is already waiting (the flush can wait). Past the cap, or once the
+// consumer is gone, data is dropped: the pipe is drained, so a cap never blocks the command.
+func (st *streams) forward(i int, typ byte, data []byte, more func() bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gone || st.out == nil {
+		return
+	}
+	m := int64(len(data))
+	if st.sent[i]+m > st.limit[i] {
+		m = st.limit[i] - st.sent[i]
+		st.truncated[i] = true
+	}
+	if m <= 0 {
+		return
+	}
+	st.sent[i] += m
+	// Hold the flush only when more output is already waiting and will be forwarded: past
+	// the cap nothing follows, so this frame must go now.
+	st.gone = !st.out.output(typ, data[:m], st.sent[i] < st.limit[i] && more())
+}
+
+// cut records that stream i lost bytes still arriving when it was cut off.
+func (st *streams) cut(i int) {
+	st.mu.Lock()
+	st.truncated[i] = true
+	st.mu.Unlock()
+}
+
+// swap sends the output from now on to out, each stream capped afresh at limits.
+func (st *streams) swap(out sink, limits [2]int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.out, st.gone, st.limit = out, false, limits
+	st.sent, st.truncated = [2]int64{}, [2]bool{}
+}
+
+func (st *streams) wasTruncated() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.truncated[0] || st.truncated[1]
+}
+
+// handOver makes the job's deadline d from now and sends its output from now on to out,
+// capped afresh at limits: a background process handed its work later than it started (a
+// waiting interpreter given its code) gets the work's deadline and caps, kept here in the
+// sandbox so that no client's death stretches them. It fails with ErrConflict when the job
+// has no running deadline any more (it has exited or its deadline has passed) or was handed
+// work before.
+func (j *job) handOver(d time.Duration, out sink, limits [2]int64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.done {
-		return false
-	}
-	if j.deadline == nil {
+	switch {
+	case j.handed:
+		return fmt.Errorf("%w: process %s was handed its work already", sbtypes.ErrConflict, j.id)
+	case j.done:
+		return fmt.Errorf("%w: process %s has exited", sbtypes.ErrConflict, j.id)
+	case j.deadline == nil:
 		j.deadlineAt = time.Now().Add(d)
-		return true
+	case !j.deadline.Stop():
+		// Stop reports false when the timer has fired: the old deadline stands, passed.
+		return fmt.Errorf("%w: process %s has passed its deadline", sbtypes.ErrConflict, j.id)
+	default:
+		j.deadline.Reset(d)
 	}
-	// Stop reports false when the timer has fired: the old deadline stands, already passed.
-	if !j.deadline.Stop() {
-		return false
-	}
-	j.deadline.Reset(d)
-	return true
+	j.handed = true
+	j.out.swap(out, limits)
+	return nil
 }
 
 func newID() string {
@@ -285,13 +361,13 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// start creates the exec's cgroup and I/O and forks the command.
-func (s *server) start(sp *execSpec) (*job, error) {
+// start creates the exec's cgroup and I/O and forks the command, whose output goes to out.
+func (s *server) start(sp *execSpec, out sink) (*job, error) {
 	g, err := s.cg.group()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sbtypes.ErrRefused, err)
 	}
-	j := &job{id: g.id, spec: sp, group: g}
+	j := &job{id: g.id, spec: sp, group: g, out: &streams{out: out, limit: [2]int64{sp.maxStdout, sp.maxStderr}}}
 	fail := func(err error) (*job, error) {
 		j.closeIO()
 		if derr := g.destroy(); derr != nil {
@@ -375,8 +451,11 @@ func (s *server) start(sp *execSpec) (*job, error) {
 			j.pidf = os.NewFile(uintptr(rep.pidfd), "pidfd")
 		}
 	}
-	if g.kind == scopePgrp {
-		g.pgid = rep.pid // Setsid made the child a session and group leader
+	if err := g.spawned(rep.pid, j.pidf); err != nil {
+		if !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: start %q: %v", classify(err), sp.argv[0], err)
+		}
+		return fail(err)
 	}
 	return j, nil
 }
@@ -472,6 +551,8 @@ func (j *job) signal(sig syscall.Signal) error {
 	switch {
 	case j.done:
 		return unix.ESRCH
+	case j.group.kind == scopeReaper:
+		return j.group.rp.forward(sig) // the main process is the command's reaper
 	case j.pidf != nil:
 		rc, err := j.pidf.SyscallConn()
 		if err != nil {
@@ -487,36 +568,22 @@ func (j *job) signal(sig syscall.Signal) error {
 	return unix.Kill(j.pid, sig)
 }
 
-// pump forwards one output stream to out, honouring the cap, and keeps draining past it so
-// the cap never blocks the command. It ends at EOF, or when supervise cuts the stream off by
-// an expired read deadline (stopPumps): then it forwards what is already in the pipe and no
-// more, and marks the stream truncated if bytes were still arriving.
-func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync.WaitGroup) {
+// pump forwards output stream i (0 stdout, 1 stderr; a terminal's is 0) to the job's sink
+// within its cap (streams.forward), and keeps draining past it so the cap never blocks the
+// command. It ends at EOF, or when supervise cuts the stream off by an expired read deadline
+// (stopPumps): then it forwards what is already in the pipe and no more, and marks the stream
+// truncated if bytes were still arriving.
+func pump(r *os.File, i int, st *streams, wg *sync.WaitGroup) {
 	defer wg.Done()
 	bp := readBufs.Get().(*[]byte)
 	defer readBufs.Put(bp)
 	buf := *bp
-	var sent int64
-	gone := false
-	forward := func(n int, more func() bool) {
-		if n <= 0 || gone {
-			return
-		}
-		m := int64(n)
-		if sent+m > limit {
-			m = limit - sent
-			*truncated = true
-		}
-		if m > 0 {
-			sent += m
-			// Hold the flush only when more output is already waiting and will be
-			// forwarded: past the cap nothing follows, so this frame must go now.
-			gone = !out.output(typ, buf[:m], sent < limit && more())
-		}
-	}
+	typ := [2]byte{wire.FrameStdout, wire.FrameStderr}[i]
 	for {
 		n, err := r.Read(buf)
-		forward(n, func() bool { return pending(r) > 0 })
+		if n > 0 {
+			st.forward(i, typ, buf[:n], func() bool { return pending(r) > 0 })
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// Cut off: the bytes present now were written while the exec ran; whatever
 			// arrives later comes from outside it. Bounded by the count taken here, so a
@@ -528,10 +595,10 @@ func pump(r *os.File, typ byte, limit int64, out sink, truncated *bool, wg *sync
 					break
 				}
 				left -= n
-				forward(n, func() bool { return left > 0 })
+				st.forward(i, typ, buf[:n], func() bool { return left > 0 })
 			}
 			if pending(r) > 0 {
-				*truncated = true
+				st.cut(i)
 			}
 			return
 		}
@@ -620,15 +687,12 @@ func setWinsize(f *os.File, rows, cols int) error {
 }
 
 // supervise waits for the job to end (exit, deadline or ctx), makes sure nothing it started
-// survives, and returns its exit. All output has been passed to out when it returns.
-func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, error) {
+// survives, and returns its exit. All output has been passed to the job's sink when it returns.
+func (s *server) supervise(ctx context.Context, j *job) (wire.Exit, error) {
 	var wg sync.WaitGroup
-	truncated := make([]bool, len(j.outs))
-	types := []byte{wire.FrameStdout, wire.FrameStderr}
-	limits := []int64{j.spec.maxStdout, j.spec.maxStderr}
 	for i, f := range j.outs {
 		wg.Add(1)
-		go pump(f, types[i], limits[i], out, &truncated[i], &wg)
+		go pump(f, i, j.out, &wg)
 	}
 	if j.pidf != nil {
 		go s.spawn.watchExit(j.pid, j.pidf)
@@ -661,6 +725,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 		errs = append(errs, j.group.kill())
 		ws = <-j.exited
 	}
+	ws = j.group.exitStatus(ws)
 	end := time.Now()
 	j.reaped()
 	// The exec owns everything it started: what outlives the main process dies with it
@@ -695,10 +760,7 @@ func (s *server) supervise(ctx context.Context, j *job, out sink) (wire.Exit, er
 	j.stopPumps()
 	<-pumpsDone
 	j.closeIO()
-	ex := wire.Exit{TimedOut: timedOut, Cancelled: cancelled, DurationMs: end.Sub(j.started).Milliseconds()}
-	for _, t := range truncated {
-		ex.Truncated = ex.Truncated || t
-	}
+	ex := wire.Exit{TimedOut: timedOut, Cancelled: cancelled, DurationMs: end.Sub(j.started).Milliseconds(), Truncated: j.out.wasTruncated()}
 	switch {
 	case ws.Exited():
 		ex.ExitCode = ws.ExitStatus()

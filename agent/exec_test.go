@@ -24,7 +24,7 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ProtocolVersion != 1 || got.SandboxID != h.cfg.SandboxID || got.KillScope != "process-group" || got.Version == "" {
+	if got.ProtocolVersion != 1 || got.SandboxID != h.cfg.SandboxID || got.KillScope != "subreaper" || got.Version == "" {
 		t.Errorf("health = %+v", got)
 	}
 	for _, f := range []string{"exec", "stdin", "tty", "processes", "files", "shutdown"} {

@@ -134,18 +134,18 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	j, err := s.start(sp)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	fw := &frameWriter{w: w, rc: rc, gone: cancel}
+	j, err := s.start(sp, fw)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	// Runs once the terminal frame is written: the next exec's cgroup is made off its path.
-	defer s.cg.prepare()
+	defer s.prepareNext()
 	// A client that stops reading may hold this handler only until the deadline plus a grace.
 	_ = rc.SetWriteDeadline(j.started.Add(sp.timeout + drainGrace))
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	fw := &frameWriter{w: w, rc: rc, gone: cancel}
 	w.Header().Set("Content-Type", wire.ContentTypeFrames)
 	w.Header().Set("X-Airlock-Exec-Id", j.id)
 	w.WriteHeader(http.StatusOK)
@@ -162,7 +162,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 			}
 		}()
 	}
-	ex, err := s.supervise(ctx, j, fw)
+	ex, err := s.supervise(ctx, j)
 	abort := false
 	if stdinDone != nil {
 		select {

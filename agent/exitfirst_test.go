@@ -76,7 +76,7 @@ func runProcess(t *testing.T, ctx context.Context, cl *client.Client, req client
 // left and the exec cgroup are gone soon after. Checked to fail with the kill in
 // execGroup.killListed removed (the leftover holding stdout is alive at the report).
 func TestProcessExitFirst(t *testing.T) {
-	for kind, setup := range cgroupKinds(t) {
+	for kind, setup := range killScopes(t) {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t)
 			base := setup(h)

@@ -28,3 +28,11 @@ func SetFreezeHook(hook func(dir string), unfrozenRounds int) (restore func()) {
 
 // V1UnfrozenRounds is the default number of rounds a v1 kill makes without freezing.
 const V1UnfrozenRounds = v1UnfrozenRoundsDefault
+
+// DisableReaper keeps the process group as the kill scope where there is no cgroup, as an
+// agent where the subreaper is not available; it returns the restore function.
+func DisableReaper() (restore func()) {
+	old := noReaper
+	noReaper = true
+	return func() { noReaper = old }
+}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -41,6 +42,10 @@ const envConfig = "AIRLOCK_AGENT_TEST_CONFIG"
 // envUnfrozenRounds, set for a test agent, is its v1 kill's rounds without freezing; the agent
 // then writes "freeze <dir>" to its stderr before each freeze of an exec cgroup.
 const envUnfrozenRounds = "AIRLOCK_AGENT_TEST_UNFROZEN_ROUNDS"
+
+// envNoReaper, set for a test agent, keeps it on the process-group scope where it has no
+// cgroup, as an agent that cannot start reapers.
+const envNoReaper = "AIRLOCK_AGENT_TEST_NO_REAPER"
 
 // exitIdle is the test agent's exit status when Serve returned agent.ErrIdle.
 const exitIdle = 3
@@ -92,6 +97,9 @@ func agentMain(cfgFile string) int {
 			return 2
 		}
 		defer agent.SetFreezeHook(func(dir string) { fmt.Fprintln(os.Stderr, "freeze", dir) }, n)()
+	}
+	if os.Getenv(envNoReaper) != "" {
+		defer agent.DisableReaper()()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -153,15 +161,17 @@ func newHarness(t testing.TB) *harness {
 		KeyRing:          string(ring),
 		Listen:           "unix:" + filepath.Join(dir, "agent.sock"),
 		FilesRoot:        root,
-		DenyPaths:        []string{"/.airlock", "/proc", "/sys", "/dev"},
 		Workdir:          "/",
-		Env:              map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "BASE_ONLY": "base"},
 		CodeUID:          uint32(os.Getuid()),
 		CodeGID:          uint32(os.Getgid()),
 		AllowRootCode:    true,
-		MaxTimeout:       time.Hour,
-		DefaultOutputCap: 16 << 20,
 		ShutdownOnManage: true,
+		Policy: wire.Policy{
+			DenyPaths:        []string{"/.airlock", "/proc", "/sys", "/dev"},
+			Env:              map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8", "BASE_ONLY": "base"},
+			MaxTimeout:       time.Hour,
+			DefaultOutputCap: 16 << 20,
+		},
 	}
 	return h
 }

@@ -148,17 +148,17 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	j, err := s.start(sp)
+	// The ring holds everything the caps let through, so a reader that falls behind loses
+	// nothing a foreground exec would deliver; the memory is the caller's choice and charged
+	// to the sandbox's own cgroup.
+	out := newRing(int(max(int64(ringBufferBytes), sp.maxStdout+sp.maxStderr)))
+	j, err := s.start(sp, out)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	ctx, cancel := context.WithCancel(s.life)
-	// The ring holds everything the caps let through, so a reader that falls behind (a slow
-	// consumer of a pre-started interpreter's output) loses nothing a foreground exec would
-	// deliver; the memory is the caller's choice and charged to the sandbox's own cgroup.
-	ringBytes := max(int64(ringBufferBytes), sp.maxStdout+sp.maxStderr)
-	p := &proc{j: j, argv: sp.argv, started: j.started, out: newRing(int(ringBytes)), cancel: cancel, done: make(chan struct{})}
+	p := &proc{j: j, argv: sp.argv, started: j.started, out: out, cancel: cancel, done: make(chan struct{})}
 	ps.byID[j.id] = p
 	ps.wg.Add(1)
 	running := s.act.begin() // a running process keeps the agent from going idle
@@ -166,7 +166,7 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 		defer ps.wg.Done()
 		defer running()
 		defer cancel()
-		p.exit, p.err = s.supervise(ctx, j, p.out)
+		p.exit, p.err = s.supervise(ctx, j)
 		p.out.close()
 		close(p.done)
 		if j.rest != nil {
@@ -177,7 +177,7 @@ func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
 				s.log.Error("background process: removing what it left after its exit was reported", "id", j.id, "err", err)
 			}
 		}
-		s.cg.prepare()
+		s.prepareNext()
 	}()
 	writeJSON(w, http.StatusCreated, p.describe())
 }
@@ -293,24 +293,12 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 }
 
 // processStdin appends the body to the process's stdin; close=true then closes it (on a
-// terminal: sends VEOF). deadlineMs=N first makes the process's deadline N ms from now: the
-// work written is the process's real work (a waiting interpreter's code), and its deadline is
-// kept here, where no client's death can stretch it.
+// terminal: sends VEOF). Work with its own deadline and caps goes through a handoff instead
+// (handoff.go).
 func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r, "close", "deadlineMs"); err != nil {
+	if err := onlyQuery(r, "close"); err != nil {
 		writeError(w, err)
 		return
-	}
-	if v := r.URL.Query().Get("deadlineMs"); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > s.cfg.MaxTimeout.Milliseconds() {
-			writeError(w, fmt.Errorf("%w: query parameter deadlineMs=%q: want milliseconds 1 to %d (this agent's maximum)", sbtypes.ErrInvalid, v, s.cfg.MaxTimeout.Milliseconds()))
-			return
-		}
-		if !p.j.setDeadline(time.Duration(ms) * time.Millisecond) {
-			writeError(w, fmt.Errorf("%w: process %s has exited or passed its deadline", sbtypes.ErrConflict, p.j.id))
-			return
-		}
 	}
 	closeAfter := false
 	if v := r.URL.Query().Get("close"); v != "" {

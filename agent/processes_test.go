@@ -264,49 +264,6 @@ func TestPTY(t *testing.T) {
 	}
 }
 
-// TestProcessDeadlineWithItsWork: a process handed its work on stdin with deadlineMs gets that
-// deadline from the agent, which keeps it after the client that set it is gone (issue 25: a
-// spare's interpreter given code ran on until the spare's lifetime when the CLI was killed).
-func TestProcessDeadlineWithItsWork(t *testing.T) {
-	h := newHarness(t).start()
-	ctx := context.Background()
-	p, err := h.cl.StartProcess(ctx, client.ProcessRequest{
-		ExecRequest: sbtypes.ExecRequest{Shell: `read x; echo "$x"; exec sleep 1000`, Timeout: time.Hour},
-		OpenStdin:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct{ name, query string }{
-		{"zero", "0"}, {"negative", "-5"}, {"not a number", "soon"}, {"over the agent's maximum", "999999999999"},
-	}
-	for _, tt := range tests {
-		code, body := h.raw("POST", "/v1/processes/"+p.ID+"/stdin?deadlineMs="+tt.query, h.token(token.Execute, nil), nil)
-		if code != 400 || !strings.Contains(string(body), "deadlineMs=") || !strings.Contains(string(body), tt.query) {
-			t.Errorf("%s: deadlineMs=%s answered %d %s, want 400 naming the value", tt.name, tt.query, code, body)
-		}
-	}
-	// The caller that hands the work over goes away at once, as a SIGKILLed CLI does.
-	gone := h.clientWith(h.token(token.Execute, nil))
-	if err := gone.WriteStdinDeadline(ctx, p.ID, strings.NewReader("work\n"), true, 300*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	gone.Close()
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // bounds a broken build, not the deadline
-	defer cancel()
-	res, err := h.cl.Wait(wctx, p.ID)
-	if err != nil {
-		t.Fatalf("wait: %v (the process outlived the deadline set with its work)", err)
-	}
-	if !res.TimedOut {
-		t.Fatalf("result %+v: want timed out by the agent", res)
-	}
-	code, body := h.raw("POST", "/v1/processes/"+p.ID+"/stdin?deadlineMs=1000", h.token(token.Execute, nil), nil)
-	if code != 409 {
-		t.Errorf("deadline on an exited process answered %d %s, want 409", code, body)
-	}
-}
-
 // TestProcessOutputLook: Output returns what is held now without waiting for more (the process
 // runs on), then, once it has exited, the rest with its exit.
 func TestProcessOutputLook(t *testing.T) {

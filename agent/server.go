@@ -105,6 +105,9 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 		return err
 	}
 	spawnerUp = true
+	if cg.kind == scopeReaper {
+		sp.refill() // the first exec's reaper, started while the caller learns the agent is up
+	}
 	life, stop := context.WithCancel(context.Background())
 	s := &server{
 		cfg: cfg, ring: ring, cg: cg, spawn: sp, files: fs, log: slog.Default().With("component", "agent"),
@@ -168,6 +171,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	if err := cg.close(); err != nil {
 		s.log.Error("remove the spare exec cgroup", "err", err)
 	}
+	sp.dropSpare()
 	sp.close()
 	<-watching
 	if errors.Is(serveErr, http.ErrServerClosed) {
@@ -186,6 +190,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/exec", s.authed(token.Execute, s.execHandler))
 	s.filesRoutes(mux)
 	s.processRoutes(mux)
+	mux.HandleFunc("POST /v1/processes/{id}/handoff", s.authed(token.Execute, s.procHandler(s.handoffHandler)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no endpoint %s %s in protocol v%d", sbtypes.ErrNotFound, r.Method, r.URL.Path, wire.ProtocolVersion))
 	})

@@ -28,7 +28,10 @@ type spawnRequest struct {
 	files []*os.File // the child's fds 0, 1, 2
 	tty   bool       // files[0] is a pty slave that becomes the controlling terminal
 	group *execGroup
-	reply chan spawnReply
+	// reaper: this is a reaper for a later command (files[3] its control socket), started as
+	// the agent's user.
+	reaper bool
+	reply  chan spawnReply
 }
 
 type spawnReply struct {
@@ -59,6 +62,14 @@ type spawner struct {
 	oomBase []byte
 	reapAll bool // PID 1: reap every child, dispatch the tracked ones
 
+	// The next exec's reaper, started ahead (subreaper scope: reapscope.go).
+	spareMu  sync.Mutex
+	spare    *spareReaper
+	filling  bool
+	filled   *sync.Cond // on spareMu: a fill has ended
+	dropping bool
+	fills    sync.WaitGroup
+
 	reqs     chan *spawnRequest
 	stop     chan struct{}
 	done     sync.WaitGroup
@@ -81,6 +92,7 @@ func newSpawner(cfg *Config) *spawner {
 		sigs:    make(chan os.Signal, 1),
 		reapAll: os.Getpid() == 1,
 	}
+	s.filled = sync.NewCond(&s.spareMu)
 	// "Do not change" when that is what is asked: root code under AllowRootCode, or (tests
 	// run unprivileged) the agent's own ids, which a non-root agent could not set again anyway.
 	same := cfg.CodeUID == uint32(os.Geteuid()) && cfg.CodeGID == uint32(os.Getegid())
@@ -251,6 +263,11 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 		PidFD:     &pidfd,
 	}
 	g := req.group
+	if req.reaper {
+		// A reaper (startReaper): in a session of its own, as the agent's user; it starts the
+		// command as this would have, and outlives the agent only to kill what it started.
+		sys.Credential, sys.Pdeathsig = nil, 0
+	}
 	if g != nil && g.kind == scopeV2 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = g.fd
@@ -322,7 +339,8 @@ func (s *spawner) closeOOMScore() {
 	s.oomFD = -1
 }
 
-// run hands req to the spawner thread.
+// run starts req's command: forked by the spawner thread, or in the subreaper scope handed to
+// a reaper (runReaper).
 func (s *spawner) run(req *spawnRequest) spawnReply {
 	// A command gets exactly the descriptors the request places at 0..2 (ForkExec clears
 	// close-on-exec only on those): whatever else is open in this process, inherited by it or
@@ -331,6 +349,14 @@ func (s *spawner) run(req *spawnRequest) spawnReply {
 	if err := CloseOnExecFrom(3); err != nil {
 		return spawnReply{err: fmt.Errorf("%w: %v", errFDs, err)}
 	}
+	if g := req.group; g != nil && g.kind == scopeReaper {
+		return s.runReaper(req)
+	}
+	return s.fork(req)
+}
+
+// fork hands req to the spawner thread.
+func (s *spawner) fork(req *spawnRequest) spawnReply {
 	req.reply = make(chan spawnReply, 1)
 	select {
 	case s.reqs <- req:

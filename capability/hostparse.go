@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // The kernel-facing text formats the host probe reads, parsed through io.Reader so that every
@@ -66,8 +68,8 @@ func ParseCgroupMounts(r io.Reader) ([]CgroupMount, error) {
 		}
 		m := CgroupMount{
 			Version:    version,
-			Root:       unescapeMountField(fields[3]),
-			MountPoint: unescapeMountField(fields[4]),
+			Root:       kernfile.UnescapeMount(fields[3]),
+			MountPoint: kernfile.UnescapeMount(fields[4]),
 		}
 		for _, o := range strings.Split(fields[5], ",") {
 			if o == "ro" {
@@ -90,65 +92,6 @@ func ParseCgroupMounts(r io.Reader) ([]CgroupMount, error) {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)
 	}
 	return mounts, nil
-}
-
-// unescapeMountField undoes the octal escapes (\040 for space, \011, \012, \134) the kernel
-// writes in mountinfo paths.
-func unescapeMountField(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// CgroupMembership is one line of /proc/<pid>/cgroup: "hierarchy-ID:controller-list:path".
-// The cgroup2 line has ID 0 and no controllers.
-type CgroupMembership struct {
-	HierarchyID int      `json:"hierarchyId"`
-	Controllers []string `json:"controllers,omitempty"`
-	Path        string   `json:"path"`
-}
-
-// ParseProcCgroup parses /proc/<pid>/cgroup text.
-func ParseProcCgroup(r io.Reader) ([]CgroupMembership, error) {
-	var out []CgroupMembership
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := sc.Text()
-		if strings.TrimSpace(text) == "" {
-			continue
-		}
-		parts := strings.SplitN(text, ":", 3)
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("cgroup line %d: want id:controllers:path, got %q", line, text)
-		}
-		id, err := strconv.Atoi(parts[0])
-		if err != nil || id < 0 {
-			return nil, fmt.Errorf("cgroup line %d: bad hierarchy id %q", line, parts[0])
-		}
-		m := CgroupMembership{HierarchyID: id, Path: parts[2]}
-		if parts[1] != "" {
-			m.Controllers = strings.Split(parts[1], ",")
-		}
-		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading cgroup membership: %w", err)
-	}
-	return out, nil
 }
 
 // ParseProcCgroups parses /proc/cgroups into controller → enabled. A controller missing

@@ -112,49 +112,6 @@ func TestParseCgroupMounts(t *testing.T) {
 	}
 }
 
-func TestParseProcCgroup(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    []CgroupMembership
-		wantErr bool
-	}{
-		{name: "v1", in: procCgroupV1, want: []CgroupMembership{
-			{HierarchyID: 9, Controllers: []string{"name=systemd"}, Path: "/"},
-			{HierarchyID: 8, Controllers: []string{"pids"}, Path: "/"},
-			{HierarchyID: 6, Controllers: []string{"freezer"}, Path: "/"},
-			{HierarchyID: 4, Controllers: []string{"memory"}, Path: "/process_api/459d"},
-			{HierarchyID: 2, Controllers: []string{"cpuacct"}, Path: "/"},
-			{HierarchyID: 1, Controllers: []string{"cpu"}, Path: "/"},
-		}},
-		{name: "v2", in: procCgroupV2, want: []CgroupMembership{
-			{HierarchyID: 0, Path: "/user.slice/user-1000.slice/session-2.scope"},
-		}},
-		{name: "hybrid", in: procCgroupHybrid, want: []CgroupMembership{
-			{HierarchyID: 5, Controllers: []string{"pids"}, Path: "/user.slice/user-1000.slice/session-2.scope"},
-			{HierarchyID: 4, Controllers: []string{"memory"}, Path: "/user.slice/user-1000.slice/session-2.scope"},
-			{HierarchyID: 3, Controllers: []string{"cpu", "cpuacct"}, Path: "/user.slice"},
-			{HierarchyID: 1, Controllers: []string{"name=systemd"}, Path: "/user.slice/user-1000.slice/session-2.scope"},
-			{HierarchyID: 0, Path: "/user.slice/user-1000.slice/session-2.scope"},
-		}},
-		{name: "path with colon", in: "0::/a:b\n", want: []CgroupMembership{{HierarchyID: 0, Path: "/a:b"}}},
-		{name: "two fields", in: "0:/x\n", wantErr: true},
-		{name: "bad id", in: "x::/\n", wantErr: true},
-		{name: "negative id", in: "-1::/\n", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseProcCgroup(strings.NewReader(tt.in))
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
-			}
-			if !tt.wantErr && !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestParseProcCgroups(t *testing.T) {
 	in := "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t1\t1\t1\nmemory\t0\t45\t0\n"
 	got, err := ParseProcCgroups(strings.NewReader(in))

@@ -181,26 +181,26 @@ var designs = sync.OnceValue(func() map[Platform]design {
 		// is the hosting container's own image, read-only (image: host); no network unless
 		// --allow-egress (deny holds, open is the flag); no per-sandbox cpu, memory, disk or
 		// process limit, no lifetime, no list. Labels are the binding's: it keeps them with the
-		// session it holds (the launcher takes none).
+		// session it holds (the launcher takes none). Background processes hold without a
+		// cgroup: the agent kills an exec's whole tree through its subreaper (agent/reaper.go).
 		GCP: {unsupported: map[Name]string{
-			BackgroundProcesses: "inside a Cloud Run sandbox the agent has no cgroup it can write, so it kills an exec or a background process by its process group: a process that calls setsid escapes the kill and runs on until the sandbox is deleted",
-			Reconnect:           "sandbox ids live in one Cloud Run instance and the launcher cannot list them: a caller routed to another instance cannot reattach",
-			Preview:             "a Cloud Run sandbox has no ingress or endpoint of its own",
-			SuspendResume:       "the launcher cannot pause a sandbox",
-			Snapshot:            "the launcher's fork is not durable: it lives and dies with its instance",
-			Stats:               "the launcher reports no resource usage of a sandbox",
-			LiveEgress:          "--allow-egress is fixed when the launcher creates a sandbox",
-			DomainEgressRules:   "the launcher's network is all or nothing (--allow-egress): it has no hostname allowlist",
-			PublicOnlyEgress:    "--allow-egress is not documented to keep private and metadata addresses out",
-			EnforcedLimits:      "Cloud Run sandboxes share their instance's cpu and memory: the launcher has no per-sandbox ceiling",
-			ProcessLimit:        "the launcher has no pids limit, and the gVisor sentry does not enforce RLIMIT_NPROC (google/gvisor#169)",
-			DiskLimit:           "a sandbox writes only /tmp, in the instance's memory, with no size of its own",
-			SessionLifetime:     "the launcher has no lifetime: a sandbox lives until it is deleted or its instance ends",
-			IdleTimeout:         "the launcher has no idle timeout",
-			ImageRef:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host and put what it needs in the workload's image",
-			ImageOCI:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
-			ImageDir:            "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
-			DockerRuntime:       reasonDockerLocal,
+			Reconnect:         "sandbox ids live in one Cloud Run instance and the launcher cannot list them: a caller routed to another instance cannot reattach",
+			Preview:           "a Cloud Run sandbox has no ingress or endpoint of its own",
+			SuspendResume:     "the launcher cannot pause a sandbox",
+			Snapshot:          "the launcher's fork is not durable: it lives and dies with its instance",
+			Stats:             "the launcher reports no resource usage of a sandbox",
+			LiveEgress:        "--allow-egress is fixed when the launcher creates a sandbox",
+			DomainEgressRules: "the launcher's network is all or nothing (--allow-egress): it has no hostname allowlist",
+			PublicOnlyEgress:  "--allow-egress is not documented to keep private and metadata addresses out",
+			EnforcedLimits:    "Cloud Run sandboxes share their instance's cpu and memory: the launcher has no per-sandbox ceiling",
+			ProcessLimit:      "the launcher has no pids limit, and the gVisor sentry does not enforce RLIMIT_NPROC (google/gvisor#169)",
+			DiskLimit:         "a sandbox writes only /tmp, in the instance's memory, with no size of its own",
+			SessionLifetime:   "the launcher has no lifetime: a sandbox lives until it is deleted or its instance ends",
+			IdleTimeout:       "the launcher has no idle timeout",
+			ImageRef:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host and put what it needs in the workload's image",
+			ImageOCI:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
+			ImageDir:          "a Cloud Run sandbox's root is its hosting container's image: declare image: host",
+			DockerRuntime:     reasonDockerLocal,
 		}, values: map[Property]string{
 			PropCPU:          "platform-sized (the hosting Cloud Run instance's cpu, shared with the workload and its other sandboxes)",
 			PropMemory:       "platform-sized (the hosting Cloud Run instance's memory, shared with the workload and its other sandboxes)",

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // HostProbe is what this host offers the embedded local runtime. ProbeHost fills it; Set maps
@@ -196,10 +198,10 @@ func probeCgroups(fsys fs.FS, problem func(string, ...any)) CgroupFacts {
 		return cg
 	}
 	cg.Mounts = mounts
-	var member []CgroupMembership
+	var member []kernfile.CgroupMembership
 	if b, err := fs.ReadFile(fsys, "proc/self/cgroup"); err != nil {
 		problem("read /proc/self/cgroup: %v", err)
-	} else if member, err = ParseProcCgroup(bytes.NewReader(b)); err != nil {
+	} else if member, err = kernfile.ParseProcCgroup(bytes.NewReader(b)); err != nil {
 		problem("%v", err)
 	}
 	if b, err := fs.ReadFile(fsys, "proc/cgroups"); err == nil {

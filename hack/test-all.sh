@@ -24,7 +24,7 @@ fuzz_budget() {
   esac
 }
 
-# The private dockerd (hack/dockerd.sh) that backend/docker, cmd/airlock and the other docker
+# The private dockerd (hack/dockerd.sh) that backend/docker, cmd/airlock-full and the other docker
 # suites share, started once for the whole run: a test binary stops only an engine it started
 # itself, so with the engine started here none stops it under another package still using it
 # (a stop mid-run unmounts the containers' roots under their live agents).
@@ -41,6 +41,15 @@ if [ -n "$unformatted" ]; then echo "not gofmt-clean:"; echo "$unformatted"; exi
 
 echo "== go vet"
 go vet ./...
+
+# The client side builds where users are. Today: the Go SDK, the daemon's API types and the
+# packages a plan or a declaration needs; the CLI itself (cmd/airlock, cmd/airlock-full) links the
+# local runtime's Linux-only packages and is not yet on this list (issue 28, item 5).
+echo "== cross-compile the client side (darwin, windows)"
+for goos in darwin windows; do
+  GOOS=$goos go build ./client ./sdk/... ./server/api ./spec/... ./capability ./plan ./token \
+    ./sandbox ./sandbox/sbtypes ./platform/setting ./internal/kernfile ./internal/backoff
+done
 
 # ./... includes the node suites: e2e/mcp (the official MCP TypeScript client) and sdk/typescript
 # (the TypeScript SDK: its generation check, build, and suites against a real airlock serve).

@@ -170,7 +170,7 @@ func (s *Server) register() {
 		prop(in, "memory").Default = []byte(`"` + runcode.DefaultMemory + `"`)
 		prop(in, "cpu").Default = []byte(`"` + runcode.DefaultCPU + `"`)
 		mp := prop(in, "max_processes")
-		mp.Minimum, mp.Default = ptrF(1), []byte(strconv.Itoa(runcode.DefaultMaxProcesses))
+		mp.Minimum, mp.Default = ptrF(1), []byte(strconv.FormatInt(runcode.DefaultMaxProcesses, 10))
 		prop(in, "network").Default = []byte("false")
 		lt := prop(in, "lifetime_seconds")
 		lt.Minimum, lt.Maximum, lt.Default = ptrF(1), ptrF(MaxSessionLifetimeSeconds), []byte(strconv.Itoa(DefaultSessionLifetimeSeconds))

@@ -3,7 +3,6 @@ package operator
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"net/netip"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -66,34 +66,34 @@ const podGeneration = 1
 // reserving whole cores would leave the node empty.
 const cpuRequestDivisor = 10
 
+// agentPolicy is the run policy of a pod's agent. The agent gives code only the policy's
+// environment (the image's is not read: the operator never pulls images), and the uid code
+// runs as has no name.
+func agentPolicy(d spec.Sandbox) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{
+		Workdir: d.Workdir, Env: d.Env,
+		Lifetime:     time.Duration(d.Session.Lifetime()) * time.Second,
+		IdleTimeout:  time.Duration(d.Session.IdleTimeout()) * time.Second,
+		RuntimePaths: []string{AgentDir, ConfigDir},
+	})
+}
+
 // agentConfig is what the pod's agent serves with: public keys only.
 func agentConfig(d spec.Sandbox, sessionID, keyRing string, port int32, codeUID uint32) ([]byte, error) {
-	// The agent gives code only this environment (the image's is not read: the operator never
-	// pulls images), so the usual basics come first and the declaration overrides them.
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": d.Workdir,
-		"LANG": "C.UTF-8",
-	}
-	maps.Copy(env, d.Env)
 	cfg := agent.Config{
-		SandboxID:        d.ID,
-		SessionID:        sessionID,
-		Generation:       podGeneration,
-		KeyRing:          keyRing,
-		Listen:           fmt.Sprintf("tcp:0.0.0.0:%d", port),
-		FilesRoot:        "/",
-		DenyPaths:        []string{AgentDir, ConfigDir, "/dev", "/proc", "/sys"},
-		Workdir:          d.Workdir,
-		Env:              env,
-		CodeUID:          codeUID,
-		CodeGID:          codeUID,
-		MaxTimeout:       time.Duration(d.Session.Lifetime()) * time.Second,
-		DefaultOutputCap: 16 << 20,
-		// The agent ends the session after this long with nothing active; its clock starts at the
-		// first authenticated call, which the broker makes as part of the claim (a pool pod
-		// waits unclaimed for as long as it takes).
-		IdleTimeout:       time.Duration(d.Session.IdleTimeout()) * time.Second,
+		SandboxID:  d.ID,
+		SessionID:  sessionID,
+		Generation: podGeneration,
+		KeyRing:    keyRing,
+		Listen:     fmt.Sprintf("tcp:0.0.0.0:%d", port),
+		FilesRoot:  "/",
+		Workdir:    d.Workdir,
+		Policy:     agentPolicy(d),
+		CodeUID:    codeUID,
+		CodeGID:    codeUID,
+		// The agent ends the session after its idle timeout with nothing active; its clock
+		// starts at the first authenticated call, which the broker makes as part of the claim
+		// (a pool pod waits unclaimed for as long as it takes).
 		IdleFromFirstCall: true,
 		// RLIMIT_NPROC on the agent, inherited by code: per uid per node, hence codeUID unique.
 		MaxProcesses: d.Limits.Processes(),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -190,6 +192,13 @@ func TestAgentConfigHoldsPublicKeysOnly(t *testing.T) {
 	}
 	if cfg.Env["PATH"] != "/opt/bin" || cfg.Env["A"] != "b" || cfg.Env["HOME"] != d.Workdir {
 		t.Errorf("env %v: the declaration overrides the basics", cfg.Env)
+	}
+	// The run policy is the builder's (no copy of its defaults here), with the pod's own
+	// directories refused.
+	want := wire.NewPolicy(wire.PolicyFor{Workdir: d.Workdir, Env: d.Env, Lifetime: time.Duration(d.Session.Lifetime()) * time.Second,
+		IdleTimeout: time.Duration(d.Session.IdleTimeout()) * time.Second, RuntimePaths: []string{AgentDir, ConfigDir}})
+	if !reflect.DeepEqual(cfg.Policy, want) {
+		t.Errorf("policy %+v, want the builder's %+v", cfg.Policy, want)
 	}
 	if p.Labels[LabelSession] != "sess1" || p.Labels[LabelState] != StateIdle {
 		t.Errorf("labels %v", p.Labels)

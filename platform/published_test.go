@@ -52,7 +52,7 @@ func TestEveryPublishedSetPlansAnUndeclaredSandbox(t *testing.T) {
 	}
 	for _, p := range capability.Platforms {
 		if p == capability.Local {
-			continue // probed from this host; cmd/airlock's goldens plan local against a fixed host
+			continue // probed from this host; cmd/airlock-full's goldens plan local against a fixed host
 		}
 		set, err := Published(p)
 		if err != nil {

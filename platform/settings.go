@@ -11,17 +11,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/platform/setting"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // Where the platform setting is read from, after the --platform flag.
 const (
-	// EnvPlatform overrides the config file's platform.
-	EnvPlatform = "AIRLOCK_PLATFORM"
-	// EnvConfig names the config file (which must then exist).
-	EnvConfig = "AIRLOCK_CONFIG"
-	// DefaultConfigFile is read when $AIRLOCK_CONFIG is unset and it exists.
-	DefaultConfigFile = "/etc/airlock/config.yaml"
+	EnvPlatform       = setting.EnvPlatform
+	EnvConfig         = setting.EnvConfig
+	DefaultConfigFile = setting.DefaultConfigFile
 	// EnvEgressPublic lists documentation prefixes (TEST-NET-1/2/3, 2001:db8::/32, 3fff::/20, or
 	// parts of them), comma-separated, that the local runtime's egress treats as public: a lab whose
 	// "internet" lives there proves allowDomains' allowed path (and its SNI, Host and

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -40,18 +39,13 @@ import (
 // (and rebuilds sys.stdin the way the interpreter built it) as a cold run has; node cannot dup2,
 // so its stdin is a pipe at EOF instead.
 //
-// The loader writes readyMarker to stderr once it waits; Prestart waits for it, and a run skips
-// that frame. Output comes back through the process's attach stream (the agent keeps all of it
-// within the caps) and the exit through its terminal frame; the run's timeout is enforced here
-// by removing the process (the agent kills its whole cgroup, as an exec's deadline does).
+// The loader writes readyMarker to stderr once it waits; Prestart waits for it. A run hands the
+// frame over with its deadline and caps in one agent call (the handoff), which the agent keeps
+// as an exec's: the deadline kills the whole cgroup, the caps count from the handoff, and the
+// answer is the program's output and exit.
 
 // readyMarker is what a loader writes to stderr once it waits for code; never program output.
 const readyMarker = "\x00airlock-prestart-ready\n"
-
-// prestartMaxOutput is the output cap the interpreters are started with unless
-// PrestartOptions.MaxOutputBytes says otherwise: a run may use one only when its own cap is at
-// most this (stderr's is raised by the marker's length).
-const prestartMaxOutput = DefaultOutputBytes
 
 // PrestartLanguages are the languages Prestart can start ahead.
 func PrestartLanguages() []Language { return []Language{Python, Node} }
@@ -61,10 +55,7 @@ type PrestartOptions struct {
 	// Languages to start in every pooled sandbox; each is python or node. A run in another
 	// language (or one that does not use an interpreter) kills them before its code runs.
 	Languages []Language
-	// MaxOutputBytes is the per-stream output cap the interpreters start with (default
-	// DefaultOutputBytes); runs with a larger cap exec their interpreter cold.
-	MaxOutputBytes int64
-	Logger         *slog.Logger
+	Logger    *slog.Logger
 }
 
 // PrestartFunc is local.PoolOptions.Prestart's signature.
@@ -110,7 +101,7 @@ func containsLang(ls []Language, l Language) bool {
 type processAgent interface {
 	StartProcess(ctx context.Context, req client.ProcessRequest, opts ...client.ExecOption) (client.Process, error)
 	Attach(ctx context.Context, id string, fromStart bool) (*client.Stream, error)
-	WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error
+	Handoff(ctx context.Context, id string, req client.HandoffRequest) (*client.Stream, error)
 	RemoveProcess(ctx context.Context, id string) error
 	Signal(ctx context.Context, id, signal string) error
 	Wait(ctx context.Context, id string) (sandbox.ExecResult, error)
@@ -133,13 +124,7 @@ func Prestart(opts PrestartOptions) (PrestartFunc, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if opts.MaxOutputBytes < 0 {
-		return nil, fmt.Errorf("%w: prestart: maxOutputBytes %d: must be positive (0: the default %d)", sandbox.ErrInvalid, opts.MaxOutputBytes, prestartMaxOutput)
-	}
-	if opts.MaxOutputBytes == 0 {
-		opts.MaxOutputBytes = prestartMaxOutput
-	}
-	ps := &prestarter{langs: append([]Language(nil), opts.Languages...), log: log, warned: map[Language]*atomic.Bool{}, maxOutput: opts.MaxOutputBytes}
+	ps := &prestarter{langs: append([]Language(nil), opts.Languages...), log: log, warned: map[Language]*atomic.Bool{}}
 	for _, l := range ps.langs {
 		ps.warned[l] = &atomic.Bool{}
 	}
@@ -147,10 +132,9 @@ func Prestart(opts PrestartOptions) (PrestartFunc, error) {
 }
 
 type prestarter struct {
-	langs     []Language
-	log       *slog.Logger
-	warned    map[Language]*atomic.Bool
-	maxOutput int64
+	langs  []Language
+	log    *slog.Logger
+	warned map[Language]*atomic.Bool
 
 	// pythonPath caches the PYTHONPATH of the environment the code gets, per image and env:
 	// the loader is found through PYTHONPATH and must leave exactly that behind.
@@ -171,7 +155,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if workdir == "" {
 		workdir = "/workspace"
 	}
-	procs := map[Language]core.Waiting{}
+	procs := map[Language]string{}
 	var errs []error
 	for _, l := range ps.langs {
 		w, err := ps.start(ctx, pa, ag, sess, l, workdir, deadline)
@@ -193,7 +177,8 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 	if len(procs) == 0 {
 		return nil, errors.Join(errs...)
 	}
-	// A run makes two requests at once (attach, stdin): leave two connections open for it.
+	// A run makes one request (the handoff), two when its stdin streams, and ends the other
+	// languages' interpreters in parallel: leave two connections open for it.
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
@@ -203,7 +188,7 @@ func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sa
 		}()
 	}
 	wg.Wait()
-	return core.NewPrestarted(ag, ps.maxOutput, procs), nil
+	return core.NewPrestarted(ag, procs), nil
 }
 
 // processDeadline is how long a background process of sess may run: until the sandbox ends.
@@ -217,15 +202,16 @@ func processDeadline(sess *sandbox.Session) time.Duration {
 }
 
 // start starts one language's interpreter and waits until its loader waits for code.
-func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Agent, sess *sandbox.Session, l Language, workdir string, deadline time.Duration) (core.Waiting, error) {
+func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Agent, sess *sandbox.Session, l Language, workdir string, deadline time.Duration) (string, error) {
 	file, argv := core.Program(l)
 	dir := "/tmp/.airlock-prestart-" + string(l) + "-" + randomHex(6)
 	if err := ag.Mkdir(ctx, dir, 0o755); err != nil {
-		return core.Waiting{}, fmt.Errorf("creating the loader's directory %s: %w", dir, err)
+		return "", fmt.Errorf("creating the loader's directory %s: %w", dir, err)
 	}
+	// The run's deadline and caps come with its code (core's handoff); until then the
+	// interpreter has the sandbox's lifetime and the agent's default caps.
 	req := client.ProcessRequest{ExecRequest: sandbox.ExecRequest{
 		Cwd: workdir, Timeout: deadline,
-		MaxStdout: ps.maxOutput, MaxStderr: ps.maxOutput + int64(len(readyMarker)),
 	}, OpenStdin: true,
 		// The sandbox is discarded after the run: the exit is reported without waiting for
 		// what the program left (pythonExitHolder's holder) to be gone.
@@ -235,7 +221,7 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 		base, err := ps.basePythonPath(ctx, ag, sess, workdir)
 		if err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return core.Waiting{}, err
+			return "", err
 		}
 		pp := dir
 		if base != nil && *base != "" { // python treats an empty PYTHONPATH as unset
@@ -243,31 +229,30 @@ func (ps *prestarter) start(ctx context.Context, pa processAgent, ag sandbox.Age
 		}
 		if err := ag.WriteFile(ctx, dir+"/usercustomize.py", strings.NewReader(pythonLoader(dir, file, base, true)), 0o644); err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return core.Waiting{}, fmt.Errorf("writing the loader: %w", err)
+			return "", fmt.Errorf("writing the loader: %w", err)
 		}
 		req.Argv = argv
 		req.Env = map[string]string{"PYTHONPATH": pp}
 	case Node:
 		if err := ag.WriteFile(ctx, dir+"/loader.js", strings.NewReader(nodeLoader(dir)), 0o644); err != nil {
 			_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-			return core.Waiting{}, fmt.Errorf("writing the loader: %w", err)
+			return "", fmt.Errorf("writing the loader: %w", err)
 		}
 		req.Argv = []string{argv[0], "--require", dir + "/loader.js", file}
 	}
 	p, err := pa.StartProcess(ctx, req)
 	if err != nil {
 		_ = ag.Remove(context.WithoutCancel(ctx), dir, true)
-		return core.Waiting{}, fmt.Errorf("starting %s: %w", strings.Join(req.Argv, " "), err)
+		return "", fmt.Errorf("starting %s: %w", strings.Join(req.Argv, " "), err)
 	}
-	seq, err := awaitReady(ctx, pa, p.ID)
-	if err != nil {
+	if err := awaitReady(ctx, pa, p.ID); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), terminateTimeout)
 		defer cancel()
 		_ = pa.RemoveProcess(rctx, p.ID)
 		_ = ag.Remove(rctx, dir, true)
-		return core.Waiting{}, err
+		return "", err
 	}
-	return core.Waiting{ID: p.ID, ReadySeq: seq}, nil
+	return p.ID, nil
 }
 
 // pythonCommand is the interpreter a python run execs.
@@ -279,29 +264,29 @@ func pythonCommand() string {
 // awaitReady reads the process's output from its start until the loader's marker; anything
 // else first (an interpreter that failed to start, a loader that was not imported) is the
 // error, with what the process printed.
-func awaitReady(ctx context.Context, pa processAgent, id string) (uint64, error) {
+func awaitReady(ctx context.Context, pa processAgent, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	st, err := pa.Attach(ctx, id, true)
 	if err != nil {
-		return 0, fmt.Errorf("attaching: %w", err)
+		return fmt.Errorf("attaching: %w", err)
 	}
 	defer st.Close()
 	var got bytes.Buffer
 	for {
 		ev, err := st.Next()
 		if err != nil {
-			return 0, fmt.Errorf("waiting for the loader: %w (output %q)", err, trimTo(got.String(), 2000))
+			return fmt.Errorf("waiting for the loader: %w (output %q)", err, trimTo(got.String(), 2000))
 		}
 		if ev.Result != nil {
-			return 0, fmt.Errorf("the interpreter exited (code %d %s) before its loader waited for code: %q", ev.Result.ExitCode, ev.Result.Signal, trimTo(got.String(), 2000))
+			return fmt.Errorf("the interpreter exited (code %d %s) before its loader waited for code: %q", ev.Result.ExitCode, ev.Result.Signal, trimTo(got.String(), 2000))
 		}
 		if ev.Output.Stream == sandbox.Stderr && string(ev.Output.Data) == readyMarker && got.Len() == 0 {
-			return ev.Output.Seq, nil
+			return nil
 		}
 		got.Write(ev.Output.Data)
 		if got.Len() > 64<<10 {
-			return 0, fmt.Errorf("the interpreter printed instead of waiting for code: %q", trimTo(got.String(), 2000))
+			return fmt.Errorf("the interpreter printed instead of waiting for code: %q", trimTo(got.String(), 2000))
 		}
 	}
 }

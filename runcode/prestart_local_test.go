@@ -96,7 +96,8 @@ print('main done')
 		Files: map[string][]byte{"data/in.txt": []byte("relative"), "/tmp/abs.txt": []byte("absolute")}}},
 	{name: "py large output", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('x' * (5 << 20))\nsys.stderr.write('e' * 1000)"}},
 	{name: "py output cap", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('y' * 3000)\nsys.stderr.write('z' * 3000)"}, opts: runcode.Options{MaxOutputBytes: 1000}},
-	{name: "py cap above the prestarted one runs cold", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('w' * (3 << 20))"}, opts: runcode.Options{MaxOutputBytes: 2 << 20}, cold: true},
+	// The run's cap goes with its code (the agent's handoff), whatever the interpreter started with.
+	{name: "py cap over the default", req: runcode.Request{Language: "python", Code: "import sys\nsys.stdout.write('w' * (3 << 20))"}, opts: runcode.Options{MaxOutputBytes: 2 << 20}},
 	// Processes the program started that still hold its output when it exits: killed with it,
 	// their later output lost, cold and pre-started alike (a pre-started run reports its exit
 	// first, client.ProcessRequest.ExitFirst); the second leaves nothing that finalisation

@@ -41,9 +41,9 @@ const (
 	// DefaultOutputBytes caps each of stdout and stderr.
 	DefaultOutputBytes = core.DefaultOutputBytes
 	// The sandbox a run gets.
-	DefaultMemory       = core.DefaultMemory
-	DefaultCPU          = core.DefaultCPU
-	DefaultMaxProcesses = core.DefaultMaxProcesses
+	DefaultMemory       = spec.DefaultMemory
+	DefaultCPU          = spec.DefaultCPU
+	DefaultMaxProcesses = spec.DefaultMaxProcesses
 	// lifetimeMargin is how long a sandbox may outlive its exec's deadline before the
 	// backend's own lifetime bound reaps it, should this process die before terminating it.
 	lifetimeMargin = 60
@@ -390,9 +390,6 @@ func runIn(ctx context.Context, backend sandbox.Backend, sess *sandbox.Session, 
 	return res, nil
 }
 
-// ClaimMargin is how much lifetime a claimed sandbox must have beyond the run's timeout.
-const ClaimMargin = 5 * time.Second
-
 // claim takes the run's sandbox from pool when decl fits its template and the claimed sandbox
 // has lifetime enough for the timeout; nil (and no error) means create one. pre is what the
 // pool pre-started in it (RunPool), nil if nothing.
@@ -415,7 +412,7 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 		}
 		return nil, false, nil, nil
 	}
-	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+ClaimMargin {
+	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+core.ClaimMargin {
 		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)
 		pool.Discard(sess.ID)
 		return nil, false, nil, nil

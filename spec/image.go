@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	sigsjson "sigs.k8s.io/json"
+
+	"github.com/airlock-sandbox/airlock/spec/imagearg"
 )
 
 // ImageKind names which source an Image uses.
@@ -23,9 +25,9 @@ const (
 
 // Prefixes that mark a bare image string as an OCI layout directory.
 const (
-	OCILayoutPrefix      = "oci:"
-	OCILayoutLongPrefix  = "oci-layout:"
-	imageHostString      = "host"
+	OCILayoutPrefix      = imagearg.OCILayoutPrefix
+	OCILayoutLongPrefix  = imagearg.OCILayoutLongPrefix
+	imageHostString      = imagearg.HostString
 	imageObjectFieldList = "host, ref, ociLayout, tarball, dir, snapshot"
 )
 
@@ -39,23 +41,22 @@ const (
 //
 // The empty string is the zero Image. A layout prefix with nothing after it is an error.
 func ImageFromString(s string) (Image, error) {
-	switch {
-	case s == "":
+	switch k, v := imagearg.Parse(s); k {
+	case imagearg.None:
 		return Image{}, nil
-	case s == imageHostString:
+	case imagearg.Host:
 		return Image{Host: true}, nil
-	case strings.HasPrefix(s, OCILayoutLongPrefix), strings.HasPrefix(s, OCILayoutPrefix):
-		p := strings.TrimPrefix(strings.TrimPrefix(s, OCILayoutLongPrefix), OCILayoutPrefix)
-		if p == "" {
+	case imagearg.OCILayout:
+		if v == "" {
 			return Image{}, fmt.Errorf("%w: image %q names no OCI layout directory after the prefix; write \"oci:./layout\"", ErrInvalid, s)
 		}
-		return Image{OCILayout: p}, nil
-	case strings.HasSuffix(s, ".tar"), strings.HasSuffix(s, ".tar.gz"), strings.HasSuffix(s, ".tgz"):
-		return Image{Tarball: s}, nil
-	case s == ".", s == "..", strings.HasPrefix(s, "/"), strings.HasPrefix(s, "./"), strings.HasPrefix(s, "../"):
-		return Image{Dir: s}, nil
+		return Image{OCILayout: v}, nil
+	case imagearg.Tarball:
+		return Image{Tarball: v}, nil
+	case imagearg.Dir:
+		return Image{Dir: v}, nil
 	default:
-		return Image{Ref: s}, nil
+		return Image{Ref: v}, nil
 	}
 }
 

@@ -28,18 +28,23 @@ func toWire(req sbtypes.ExecRequest, opts []ExecOption) (wire.ExecRequest, error
 	if req.Timeout <= 0 {
 		return wire.ExecRequest{}, fmt.Errorf("%w: timeout: %v: a deadline is required", sbtypes.ErrInvalid, req.Timeout)
 	}
-	ms := req.Timeout.Milliseconds()
-	if time.Duration(ms)*time.Millisecond < req.Timeout {
-		ms++ // never shorten a deadline by rounding
-	}
 	w := wire.ExecRequest{
-		Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, TimeoutMs: ms,
+		Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, TimeoutMs: ceilMs(req.Timeout),
 		Stdin: req.Stdin != nil, MaxStdout: req.MaxStdout, MaxStderr: req.MaxStderr, TTY: req.TTY,
 	}
 	for _, o := range opts {
 		o(&w)
 	}
 	return w, nil
+}
+
+// ceilMs is d in milliseconds, rounded up: a deadline is never shortened by rounding.
+func ceilMs(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if time.Duration(ms)*time.Millisecond < d {
+		ms++
+	}
+	return ms
 }
 
 // Event is one item of an output stream: an output frame, or the terminal result.
@@ -60,6 +65,17 @@ type Stream struct {
 	// eof: the stream ended at a frame boundary without a terminal frame (an error for an
 	// exec's stream; the normal end of Output's look at a running process).
 	eof bool
+	// after, when set, runs once the stream has ended or is closed (a handoff's stdin writer
+	// is stopped and waited for).
+	after     func()
+	afterOnce sync.Once
+}
+
+// ended runs after once.
+func (s *Stream) ended() {
+	if s.after != nil {
+		s.afterOnce.Do(s.after)
+	}
 }
 
 func (s *Stream) endedClean() bool { return s.eof }
@@ -102,6 +118,7 @@ var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 
 // payload is in s.buf, not in the reader). Only Next calls it: Close may run while another
 // goroutine's Next is still reading, so it leaves the reader to the garbage collector.
 func (s *Stream) release() {
+	defer s.ended()
 	if s.r != nil {
 		s.r.Reset(nil)
 		streamReaders.Put(s.r)
@@ -166,7 +183,9 @@ func (s *Stream) Next() (Event, error) {
 // Close ends the stream; before the terminal event this kills an exec (not a process).
 func (s *Stream) Close() error {
 	s.done = true
-	return s.body.Close()
+	err := s.body.Close()
+	s.ended()
+	return err
 }
 
 func resultOf(ex wire.Exit) sbtypes.ExecResult {

@@ -1,12 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
@@ -137,19 +138,9 @@ func (c *Client) Output(ctx context.Context, id string, after uint64) (frames []
 // WriteStdin sends r's bytes to the process's stdin; closeAfter then closes it (on a terminal:
 // types ^D).
 func (c *Client) WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
-	return c.WriteStdinDeadline(ctx, id, r, closeAfter, 0)
-}
-
-// WriteStdinDeadline is WriteStdin that first makes the process's deadline d from now (0:
-// unchanged), kept by the agent: the work r hands over gets its own deadline, which no death
-// of this client stretches.
-func (c *Client) WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error {
 	q := url.Values{}
 	if closeAfter {
 		q.Set("close", "true")
-	}
-	if d > 0 {
-		q.Set("deadlineMs", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 	}
 	if r == nil {
 		r = http.NoBody
@@ -159,6 +150,59 @@ func (c *Client) WriteStdinDeadline(ctx context.Context, id string, r io.Reader,
 		return err
 	}
 	return resp.Body.Close()
+}
+
+// HandoffRequest is work handed to a background process that waits for it on its stdin (a
+// pre-started interpreter), with the deadline and output caps the agent keeps for it.
+type HandoffRequest struct {
+	// Timeout is the work's deadline from the handoff (required); it replaces the process's.
+	Timeout time.Duration
+	// MaxStdout and MaxStderr cap each stream from the handoff on; 0 = the agent's default.
+	MaxStdout, MaxStderr int64
+	// Input goes to the process's stdin with the request.
+	Input []byte
+	// More, when set, follows Input on stdin, sent only once the agent has taken the work (a
+	// refused handoff leaves it unread, for a cold run to read instead). Stdin is closed after
+	// Input and More.
+	More io.Reader
+}
+
+// Handoff hands work to process id and returns its output from then on, ending with the
+// process's exit, as an exec's stream does. A refusal before anything was handed over is an
+// error of the agent's (ErrConflict: the process has exited, was handed work before or takes
+// none; ErrNotFound: no such process, or an agent without handoffs). Closing the stream
+// before its terminal event kills the process, as an exec's would.
+func (c *Client) Handoff(ctx context.Context, id string, req HandoffRequest) (*Stream, error) {
+	if req.Timeout <= 0 {
+		return nil, fmt.Errorf("%w: timeout: %v: a deadline is required", sbtypes.ErrInvalid, req.Timeout)
+	}
+	hdr, err := json.Marshal(wire.HandoffRequest{TimeoutMs: ceilMs(req.Timeout), MaxStdout: req.MaxStdout, MaxStderr: req.MaxStderr, More: req.More != nil})
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode handoff request: %v", sbtypes.ErrInvalid, err)
+	}
+	// The body is in memory: an agent that refuses the work answers at once, whatever it
+	// does with a body it has not read.
+	resp, err := c.do(ctx, http.MethodPost, procPath(id, "/handoff"), nil, bytes.NewReader(append(hdr, req.Input...)), http.StatusOK, true)
+	if err != nil {
+		return nil, err
+	}
+	st := newStream(resp)
+	if req.More != nil {
+		// The rest of stdin on a request of its own, alongside the output; it ends with the
+		// stream (the program may be done without reading it all).
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// Errors here are the program's business (it may exit without reading).
+			_ = c.WriteStdin(sctx, id, req.More, true)
+		}()
+		st.after = func() {
+			cancel()
+			<-done
+		}
+	}
+	return st, nil
 }
 
 // Signal sends a signal ("SIGTERM", "INT", ...) to the process's main process.

@@ -67,6 +67,24 @@ type ExecRequest struct {
 	ExitFirst bool `json:"exitFirst,omitempty"`
 }
 
+// HandoffRequest is the JSON header of POST /v1/processes/{id}/handoff: work handed to a
+// background process that waits for it on its stdin (a pre-started interpreter), with the
+// work's deadline and output caps, which the agent keeps as an exec's. The request body
+// continues after the header with the bytes for the process's stdin, closed when the body
+// ends unless More; the answer is a frame stream, as an exec's, of the output from the
+// handoff on.
+type HandoffRequest struct {
+	// TimeoutMs is the work's deadline from the handoff: required, > 0 and at most the
+	// agent's maximum. It replaces the process's own.
+	TimeoutMs int64 `json:"timeoutMs"`
+	// MaxStdout and MaxStderr cap each stream from the handoff on; 0 = the agent's default.
+	MaxStdout int64 `json:"maxStdout,omitempty"`
+	MaxStderr int64 `json:"maxStderr,omitempty"`
+	// More keeps stdin open after the body, for POST /v1/processes/{id}/stdin to append the
+	// rest (close=true ends it): stdin that streams, sent once the agent has taken the work.
+	More bool `json:"more,omitempty"`
+}
+
 // Exit is the payload of the terminal exit frame and the answer of GET /v1/processes/{id}/wait.
 type Exit struct {
 	ExitCode   int    `json:"exitCode"`

@@ -274,9 +274,11 @@ func (b *Backend) guestConfig(decl spec.Sandbox, r *resolved, expires time.Time)
 	if err != nil {
 		return "", err
 	}
+	// The run policy is the guest's to make (wire.NewPolicy, with the image's environment
+	// only it sees): the payload carries the declaration's env and the lifetime it is made of.
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: GuestSession, Generation: 1, KeyRing: string(ring),
-		Workdir: r.workdir, Env: decl.Env, MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20, Deadline: expires,
+		Workdir: r.workdir, Policy: wire.Policy{Env: decl.Env, MaxTimeout: r.lifetime}, Deadline: expires,
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
+	agentwire "github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -37,8 +38,6 @@ func (r *rawList) UnmarshalJSON(b []byte) error {
 const (
 	// maxTimeout is the longest deadline a command may have, as the agent's own ceiling.
 	maxTimeout = 24 * time.Hour
-	// defaultOutputCap is each stream's cap when the request sets none (the agent's default).
-	defaultOutputCap = 16 << 20
 	// maxFileBytes bounds one file transfer, as the agent protocol does.
 	maxFileBytes = 32 << 20
 	// execGrace is how long past a command's deadline the call may take before the client
@@ -168,7 +167,7 @@ func (a *shellAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, 
 	out.ExitCode, out.TimedOut = status, timedOut
 	capOut := func(w io.Writer, s string, max int64) {
 		if max == 0 {
-			max = defaultOutputCap
+			max = agentwire.DefaultOutputCap // every agent's default
 		}
 		if int64(len(s)) > max {
 			s, out.Truncated = s[:max], true

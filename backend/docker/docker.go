@@ -24,8 +24,11 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -47,7 +50,7 @@ const (
 	agentRunPath    = agentDir + "/" + runDir
 	agentFreezer    = agentDir + "/cgroup/freezer"
 	// containerMemoryV1 is where runc and crun mount the container's own v1 memory cgroup.
-	containerMemoryV1 = cgroupRoot + "/memory"
+	containerMemoryV1 = kernfile.CgroupRoot + "/memory"
 	// Container labels.
 	labelSession    = "airlock.session"
 	labelSandbox    = "airlock.sandbox"
@@ -82,9 +85,10 @@ const (
 //   - DAC_OVERRIDE, FOWNER: the files API reads, writes and chmods the code's files.
 var agentCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
 
-// denyPaths are refused by the files API: our own mounts, kernel filesystems, and the files the
-// engine bind-mounts writable from its own storage (a write there would escape the disk limit).
-var denyPaths = []string{agentDir, "/dev", "/proc", "/sys", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
+// runtimePaths are refused by the files API (with the kernel's filesystems, wire.NewPolicy):
+// our own mounts, and the files the engine bind-mounts writable from its own storage (a write
+// there would escape the disk limit).
+var runtimePaths = []string{agentDir, "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/run/.containerenv"}
 
 // deniedWorkdirs are paths the runtime mounts itself or the image needs; a workdir there would shadow them.
 var deniedWorkdirs = []string{"/", "/proc", "/dev", "/sys", "/tmp", agentDir, "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"}
@@ -258,7 +262,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
 			continue
 		}
-		if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
+		if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
@@ -267,14 +271,13 @@ func (b *Backend) reconcile(ctx context.Context) error {
 
 // freezerParent is the v1 freezer cgroup this state dir's sessions get theirs under.
 func (b *Backend) freezerParent() string {
-	return filepath.Join(cgroupRoot, "freezer", "airlock-docker-"+b.tag)
+	return filepath.Join(kernfile.CgroupRoot, "freezer", "airlock-docker-"+b.tag)
 }
 
 // resolved is a declaration turned into what the runtime needs.
 type resolved struct {
 	cpuMillis, memory, disk, procs int64
 	lifetime                       time.Duration
-	idle                           time.Duration // 0: the lifetime ends the sandbox first
 	workdir                        string
 	// network is what the container joins: "none" (egress deny), or for open the engine
 	// network Create found ("" until then).
@@ -337,10 +340,6 @@ func resolve(decl spec.Sandbox) (*resolved, error) {
 		return nil, bad("session.maxLifetimeSeconds", strconv.FormatInt(life, 10), "at least 1")
 	}
 	r.lifetime = time.Duration(life) * time.Second
-	// The agent, the container's PID 1, ends itself when idle (agent.Config.IdleTimeout).
-	if idle := decl.Session.IdleTimeout(); idle > 0 && time.Duration(idle)*time.Second < r.lifetime {
-		r.idle = time.Duration(idle) * time.Second
-	}
 	r.workdir = decl.Workdir
 	if r.workdir == "" {
 		r.workdir = spec.DefaultWorkdir
@@ -503,23 +502,14 @@ func describeImage(img spec.Image) string {
 	return string(img.Kind())
 }
 
-// agentEnv is the environment every command starts with: defaults, the image's, the declaration's.
-func agentEnv(workdir string, imageEnv []string, declEnv map[string]string) map[string]string {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": workdir,
-		"USER": "sandbox",
-		"LANG": "C.UTF-8",
-	}
-	for _, kv := range imageEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			env[k] = v
-		}
-	}
-	for k, v := range declEnv {
-		env[k] = v
-	}
-	return env
+// agentPolicy is the run policy of a container's agent (the image's environment is imageEnv).
+// The agent, the container's PID 1, ends itself when idle.
+func agentPolicy(decl spec.Sandbox, r *resolved, imageEnv []string) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{
+		Workdir: r.workdir, User: "sandbox", ImageEnv: imageEnv, Env: decl.Env,
+		Lifetime: r.lifetime, IdleTimeout: time.Duration(decl.Session.IdleTimeout()) * time.Second,
+		RuntimePaths: runtimePaths,
+	})
 }
 
 // runSpecFor is the container for one session: every hardening setting is here.
@@ -605,13 +595,11 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
 		Listen:    "unix:" + agentRunPath + "/agent.sock",
-		FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
-		Workdir: r.workdir, Env: agentEnv(r.workdir, img.Env, decl.Env),
+		FilesRoot: "/", Workdir: r.workdir, Policy: agentPolicy(decl, r, img.Env),
 		CodeUID: b.codeUID, CodeGID: b.codeGID,
-		MaxTimeout: r.lifetime, DefaultOutputCap: 16 << 20,
 		// The agent is PID 1: at its deadline or idle timeout it returns, and the kernel
 		// kills everything else in the container (setsid escapees included).
-		Deadline: sess.ExpiresAt, IdleTimeout: r.idle,
+		Deadline: sess.ExpiresAt,
 		// The agent's threads share the container's pids limit with the code: threads made
 		// now let it serve (wait, read, write) while code has forked up to the limit.
 		SpareThreads: agentSpareThreads,
@@ -675,7 +663,7 @@ func (b *Backend) waitAgent(ctx context.Context, id, sandboxID string) error {
 	defer c.Close()
 	sock := filepath.Join(b.opts.StateDir, id, runDir, "agent.sock")
 	var last error
-	for delay := time.Millisecond; ; {
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
 		if _, err := os.Stat(sock); err == nil {
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			h, err := c.Health(hctx)
@@ -693,13 +681,8 @@ func (b *Backend) waitAgent(ctx context.Context, id, sandboxID string) error {
 				return fmt.Errorf("%w: the container of %s exited before its agent answered", sandbox.ErrUnreachable, id)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: agent of %s did not answer: %v (last error: %v)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), last)
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
 		}
 	}
 }
@@ -830,7 +813,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 			return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 		}
 	}
-	for delay := time.Millisecond; ; {
+	for wait := backoff.New(time.Millisecond, 100*time.Millisecond); ; {
 		cs, err := b.eng.list(ctx, sel)
 		if err != nil {
 			return fmt.Errorf("%w: terminate %s: confirm removal: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
@@ -838,16 +821,11 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 		if len(cs) == 0 {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: terminate %s: container %s still exists (%s): %v", sandbox.ErrOutcomeUnknown, sessionID, cs[0].ID, cs[0].Status, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
 		}
 	}
-	if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
+	if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"context"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -11,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -138,14 +137,11 @@ func checkStatic(p string) error {
 	return nil
 }
 
-// cgroupRoot is where the host's cgroup hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
-
 // freezerV1 reports whether the host has a cgroup v1 freezer hierarchy the agent can be given
 // a part of.
 func freezerV1() bool {
 	var st unix.Statfs_t
-	return unix.Statfs(filepath.Join(cgroupRoot, "freezer"), &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC
+	return unix.Statfs(filepath.Join(kernfile.CgroupRoot, "freezer"), &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC
 }
 
 // makeFreezer creates a session's freezer cgroup. Only the freezer hierarchy is delegated:
@@ -159,40 +155,4 @@ func makeFreezer(dir string) error {
 		return fmt.Errorf("freezer cgroup: %w", err)
 	}
 	return nil
-}
-
-// removeCgroupTree removes a cgroup and the exec cgroups the agent left in it, deepest first,
-// retrying while their last processes exit. An absent cgroup is not an error.
-func removeCgroupTree(ctx context.Context, dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			if err := removeCgroupTree(ctx, filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	for delay := time.Millisecond; ; {
-		err := unix.Rmdir(dir)
-		if err == nil || err == unix.ENOENT {
-			return nil
-		}
-		if err != unix.EBUSY {
-			return fmt.Errorf("remove cgroup %s: %w", dir, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("remove cgroup %s: still busy: %w", dir, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
-		}
-	}
 }

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -562,24 +564,32 @@ func TestCodeIDs(t *testing.T) {
 	}
 }
 
-// TestResolveIdle: an idle timeout shorter than the lifetime goes to the agent; one no
-// shorter is held by the lifetime.
-func TestResolveIdle(t *testing.T) {
+// TestAgentPolicy: a container's agent gets its run policy from wire.NewPolicy (no copy of
+// the environment defaults, the refused paths, the output cap or the idle rule here), with
+// the engine's own files among the refused paths.
+func TestAgentPolicy(t *testing.T) {
 	i := func(v int64) *int64 { return &v }
-	for _, tc := range []struct {
-		life, idle int64
-		want       time.Duration
-	}{{3600, 600, 600 * time.Second}, {60, 600, 0}, {60, 60, 0}} {
-		d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}}
-		d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = i(tc.life), i(tc.idle)
-		d.ApplyDefaults()
-		r, err := resolve(d)
-		if err != nil {
-			t.Fatal(err)
+	d := spec.Sandbox{ID: "sb", Image: spec.Image{Ref: "img:1"}, Env: map[string]string{"A": "decl"}}
+	d.Session.MaxLifetimeSeconds, d.Session.IdleTimeoutSeconds = i(3600), i(600)
+	d.ApplyDefaults()
+	r, err := resolve(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imageEnv := []string{"A=image", "B=image"}
+	got := agentPolicy(d, r, imageEnv)
+	want := wire.NewPolicy(wire.PolicyFor{Workdir: r.workdir, User: "sandbox", ImageEnv: imageEnv, Env: d.Env,
+		Lifetime: time.Hour, IdleTimeout: 600 * time.Second, RuntimePaths: runtimePaths})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("policy %+v, want the builder's %+v", got, want)
+	}
+	for _, p := range []string{agentDir, "/etc/resolv.conf", "/proc"} {
+		if !slices.Contains(got.DenyPaths, p) {
+			t.Errorf("%s is not refused: %v", p, got.DenyPaths)
 		}
-		if r.idle != tc.want || r.lifetime != time.Duration(tc.life)*time.Second {
-			t.Errorf("life %d idle %d: resolved lifetime %v idle %v, want idle %v", tc.life, tc.idle, r.lifetime, r.idle, tc.want)
-		}
+	}
+	if got.Env["A"] != "decl" || got.Env["B"] != "image" || got.IdleTimeout != 600*time.Second {
+		t.Errorf("policy %+v: the declaration over the image, the idle timeout kept", got)
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // TestArgv is the binding's whole launcher grammar: every call it makes, argument by argument.
@@ -85,5 +87,25 @@ func TestMarkerWriter(t *testing.T) {
 				t.Errorf("output %q, status %d %v; want %q, %d %v", out.String(), code, ok, tc.out, tc.code, tc.ok)
 			}
 		})
+	}
+}
+
+// TestCheckKillScope: an agent whose kill reaches only the process group is refused, naming
+// the capability that would not hold; the whole-tree scopes pass.
+func TestCheckKillScope(t *testing.T) {
+	for _, tc := range []struct {
+		scope string
+		ok    bool
+	}{
+		{sbtypes.KillScopeSubreaper, true},
+		{sbtypes.KillScopeCgroupV1, true},
+		{sbtypes.KillScopeCgroupV2, true},
+		{sbtypes.KillScopePgrp, false},
+		{"", false},
+	} {
+		err := checkKillScope("ses-1", sandbox.Health{KillScope: tc.scope})
+		if tc.ok && err != nil || !tc.ok && (!errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), string(capability.BackgroundProcesses))) {
+			t.Errorf("kill scope %q: %v", tc.scope, err)
+		}
 	}
 }

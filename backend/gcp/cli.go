@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -198,7 +199,7 @@ func (m *markerWriter) finish() (int, bool) {
 
 func (m *markerWriter) truncated() bool { return m.w.truncated() }
 
-// capWriter passes at most max bytes on (max <= 0: the default of 16 MiB).
+// capWriter passes at most max bytes on (max <= 0: every agent's default, wire.DefaultOutputCap).
 type capWriter struct {
 	mu   sync.Mutex
 	w    io.Writer
@@ -208,7 +209,7 @@ type capWriter struct {
 
 func capped(w io.Writer, max int64) *capWriter {
 	if max <= 0 {
-		max = 16 << 20
+		max = wire.DefaultOutputCap
 	}
 	if w == nil {
 		w = io.Discard

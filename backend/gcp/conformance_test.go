@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -35,6 +36,7 @@ func TestConformance(t *testing.T) {
 			{Name: "EveryExitStatus", Run: everyExitStatus},
 			{Name: "FiveMegabyteFile", Exercises: []capability.Name{capability.Files}, Run: bigFile},
 			{Name: "TerminateConfirmed", Run: terminateConfirmed},
+			{Name: "DeadlineKillsDetachedChildren", Exercises: []capability.Name{capability.BackgroundProcesses}, Run: detachedChildren},
 		},
 	})
 }
@@ -160,5 +162,97 @@ func terminateConfirmed(t *testing.T) {
 	}
 	if _, err := b.Get(ctx, s.ID); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("Get after Terminate: %v", err)
+	}
+}
+
+// detachedChildren: inside gVisor there is no cgroup for the agent to kill through; its
+// subreaper still kills what an exec started in a session of its own (setsid) or by a double
+// fork, at the exec's deadline and at its end, and a caller's cancel.
+func detachedChildren(t *testing.T) {
+	_, a := create(t, newFakeBackend(t), "detached")
+	ctx := context.Background()
+	h, err := a.Health(ctx)
+	if err != nil || h.KillScope != sbtypes.KillScopeSubreaper {
+		t.Fatalf("health %+v %v, want killScope %s", h, err, sbtypes.KillScopeSubreaper)
+	}
+	// Each process records its pid in DIR/pN; the script prints "ready" once all three have.
+	tree := func(dir, tail string) string {
+		return fmt.Sprintf(`mkdir -p %[1]s && cd %[1]s
+setsid sh -c 'echo $$ > p1; exec sleep 1000' >/dev/null 2>&1 &
+sh -c 'setsid sh -c "echo \$\$ > p2; exec sleep 1001" &' >/dev/null 2>&1
+sleep 1002 >/dev/null 2>&1 & echo $! > p3
+while [ ! -s p1 ] || [ ! -s p2 ] || [ ! -s p3 ]; do sleep 0.01; done
+echo ready
+%[2]s`, dir, tail)
+	}
+	// gone reports, through another exec, which of DIR's recorded processes still run.
+	alive := func(t *testing.T, dir string) string {
+		t.Helper()
+		var out bytes.Buffer
+		// A zombie its reaper has not waited for yet counts as gone.
+		res, err := a.Exec(ctx, sandbox.ExecRequest{Shell: fmt.Sprintf(`for f in %[1]s/p1 %[1]s/p2 %[1]s/p3; do p=$(cat $f); s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && echo $p; done; true`, dir), Timeout: time.Minute}, &out, &out)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("look at %s: %+v %v %q", dir, res, err, out.String())
+		}
+		return out.String()
+	}
+	for _, tc := range []struct {
+		name    string
+		tail    string
+		timeout time.Duration
+		cancel  bool
+	}{
+		{"deadline", "sleep 1003", 5 * time.Second, false},
+		{"end of the exec", "exit 0", time.Minute, false},
+		{"cancel", "sleep 1003", time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := "/tmp/detached-" + strings.ReplaceAll(tc.name, " ", "-")
+			ectx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			pr, pw := io.Pipe()
+			done := make(chan struct{})
+			var res sandbox.ExecResult
+			var err error
+			go func() {
+				defer close(done)
+				defer pw.Close()
+				res, err = a.Exec(ectx, sandbox.ExecRequest{Shell: tree(dir, tc.tail), Timeout: tc.timeout}, pw, io.Discard)
+			}()
+			line := make([]byte, 6)
+			if _, rerr := io.ReadFull(pr, line); rerr != nil || string(line) != "ready\n" {
+				t.Fatalf("the processes did not start: %q %v", line, rerr)
+			}
+			if tc.cancel {
+				cancel()
+			}
+			go func() { _, _ = io.Copy(io.Discard, pr) }()
+			<-done
+			switch {
+			case tc.cancel:
+				if err == nil {
+					t.Errorf("cancelled exec: %+v, want an error", res)
+				}
+			case tc.timeout < time.Minute:
+				if err != nil || !res.TimedOut {
+					t.Errorf("result %+v %v, want timed out", res, err)
+				}
+			default:
+				if err != nil || res.ExitCode != 0 || res.TimedOut {
+					t.Errorf("result %+v %v, want exit 0", res, err)
+				}
+			}
+			// The exec's kill is confirmed before its result (or, cancelled, soon after).
+			for i := 0; ; i++ {
+				left := alive(t, dir)
+				if left == "" {
+					break
+				}
+				if !tc.cancel || i > 100 {
+					t.Fatalf("still running after the exec: %q", left)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }

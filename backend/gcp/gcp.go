@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -24,7 +23,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -55,8 +56,9 @@ const (
 	controlTimeout = 60 * time.Second
 )
 
-// denyPaths are refused by the files API: the agent's own directory and kernel filesystems.
-var denyPaths = []string{agentDir, "/dev", "/proc", "/sys"}
+// runtimePaths are the runtime's own (the agent's directory): the files API refuses them, with
+// the kernel's filesystems (wire.NewPolicy), and no workdir may be there.
+var runtimePaths = []string{agentDir}
 
 // Options configure a gcp backend.
 type Options struct {
@@ -180,7 +182,7 @@ func resolve(decl spec.Sandbox) (resolved, error) {
 	if !path.IsAbs(r.workdir) || path.Clean(r.workdir) != r.workdir || r.workdir == "/" {
 		return r, fmt.Errorf("%w: workdir %q: must be an absolute, clean path other than /", sandbox.ErrInvalid, r.workdir)
 	}
-	for _, d := range denyPaths {
+	for _, d := range agentPolicy(decl, r.workdir).DenyPaths {
 		if r.workdir == d || strings.HasPrefix(r.workdir, d+"/") {
 			return r, fmt.Errorf("%w: workdir %q: is a directory the runtime owns (%s)", sandbox.ErrInvalid, r.workdir, d)
 		}
@@ -188,15 +190,11 @@ func resolve(decl spec.Sandbox) (resolved, error) {
 	return r, nil
 }
 
-// agentEnv is every command's environment: a sandbox inherits none but HOME.
-func agentEnv(workdir string, declEnv map[string]string) map[string]string {
-	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": workdir,
-		"LANG": "C.UTF-8",
-	}
-	maps.Copy(env, declEnv)
-	return env
+// agentPolicy is the run policy of a sandbox's agent: a sandbox inherits no environment but
+// HOME, and its one user has no name of ours; the launcher has no lifetime or idle timeout, so
+// maxTimeout bounds a command's deadline.
+func agentPolicy(decl spec.Sandbox, workdir string) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{Workdir: workdir, Env: decl.Env, Lifetime: maxTimeout, RuntimePaths: runtimePaths})
 }
 
 // startScript writes the agent's config where only the sandbox sees it and makes the workdir
@@ -237,12 +235,11 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	}
 	cfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
-		Listen: "unix:" + agentSocket, FilesRoot: "/", DenyPaths: slices.Clone(denyPaths),
-		Workdir: r.workdir, Env: agentEnv(r.workdir, decl.Env),
+		Listen: "unix:" + agentSocket, FilesRoot: "/",
+		Workdir: r.workdir, Policy: agentPolicy(decl, r.workdir),
 		// The launcher gives a sandbox one user (its own mapped root, or a user with sudo)
 		// and gVisor no CAP_SETUID to leave it: commands run as the agent's own user.
 		AllowRootCode: true,
-		MaxTimeout:    maxTimeout, DefaultOutputCap: 16 << 20,
 	}
 	cj, err := json.Marshal(cfg)
 	if err != nil {
@@ -311,7 +308,7 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 	c := b.client(s)
 	defer c.Close()
 	var last error
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		h, err := c.Health(hctx)
 		cancel()
@@ -319,18 +316,24 @@ func (b *Backend) waitAgent(ctx context.Context, s *session) error {
 			if h.SandboxID != s.s.SandboxID {
 				return fmt.Errorf("%w: agent of %s answered for sandbox %q", sandbox.ErrUnreachable, s.s.ID, h.SandboxID)
 			}
-			return nil
+			return checkKillScope(s.s.ID, h)
 		}
 		last = err
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: agent of %s did not answer through the launcher: %v (last error: %v)", sandbox.ErrDeadlineExceeded, s.s.ID, ctx.Err(), last)
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
+}
+
+// checkKillScope refuses an agent whose kill does not reach every process an exec started:
+// Published holds backgroundProcesses on the agent's subreaper, and an agent that could not
+// start reapers would leave setsid'd processes running.
+func checkKillScope(id string, h sandbox.Health) error {
+	if h.KillsWholeTree() {
+		return nil
+	}
+	return fmt.Errorf("%w: capability %s: the agent of %s kills an exec by %q only, not every process it started (it could not run its exec reaper in this sandbox)",
+		sandbox.ErrRefused, capability.BackgroundProcesses, id, h.KillScope)
 }
 
 func (b *Backend) client(s *session) *client.Client {
@@ -396,7 +399,7 @@ func (b *Backend) Connect(_ context.Context, sessionID string) (sandbox.Agent, e
 		if err != nil {
 			return nil, err
 		}
-		return &cliAgent{b: b, name: s.s.ID, workdir: r.workdir, env: agentEnv(r.workdir, s.s.Spec.Env)}, nil
+		return &cliAgent{b: b, name: s.s.ID, workdir: r.workdir, env: agentPolicy(s.s.Spec, r.workdir).Env}, nil
 	}
 	return b.client(s), nil
 }
@@ -420,19 +423,14 @@ func (b *Backend) createNoAgent(ctx context.Context, id string, decl spec.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		out, err := b.run(ctx, probe)
 		if err == nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			b.cleanup(ctx, id)
 			return nil, fmt.Errorf("%w: sandbox %s did not run commands: %v (last: %v%s)", sandbox.ErrDeadlineExceeded, id, ctx.Err(), err, out)
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
 	sess := &session{s: sandbox.Session{ID: id, SandboxID: decl.ID, Platform: string(capability.GCP),
@@ -462,7 +460,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 	if err != nil {
 		return err
 	}
-	for delay := 10 * time.Millisecond; ; {
+	for wait := backoff.New(10*time.Millisecond, 200*time.Millisecond); ; {
 		_, err := b.run(ctx, probe)
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
@@ -471,13 +469,8 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 		if err != nil {
 			return fmt.Errorf("%w: terminate %s: confirm: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%w: terminate %s: the sandbox still runs commands after delete: %v", sandbox.ErrOutcomeUnknown, sessionID, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 200*time.Millisecond {
-			delay *= 2
 		}
 	}
 	b.mu.Lock()

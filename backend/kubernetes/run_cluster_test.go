@@ -71,10 +71,11 @@ func TestRunAndMCPThroughPlatform(t *testing.T) {
 		}
 	})
 
-	// The shipped binaries, as a user runs them: the full CLI and airlock-server (mcp).
+	// The shipped binaries, as a user runs them: airlock (the front), the full CLI it hands
+	// other platforms to, and airlock-server (mcp).
 	t.Run("binaries", func(t *testing.T) {
 		dir := t.TempDir()
-		build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-server")
+		build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-full", "github.com/airlock-sandbox/airlock/cmd/airlock-server")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("build: %v\n%s", err, out)

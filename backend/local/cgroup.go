@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -25,12 +24,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
-	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
 
 // cgroupRoot is where the host mounts its cgroup hierarchies.
-const cgroupRoot = spares.CgroupRoot
+const cgroupRoot = kernfile.CgroupRoot
 
 // agentPidsHeadroom is how many more tasks than the declared maxProcesses the sandbox's pids
 // cgroup allows: the agent's own threads. Code is held to maxProcesses in a child cgroup of its
@@ -297,19 +296,15 @@ func threadCgroups() (map[string]string, error) {
 
 // parseCgroupFile reads /proc/<pid>/cgroup lines "id:controller[,controller]:path".
 func parseCgroupFile(r io.Reader) (map[string]string, error) {
-	out := map[string]string{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, ctrl := range strings.Split(parts[1], ",") {
-			out[ctrl] = parts[2]
-		}
-	}
-	if err := sc.Err(); err != nil {
+	ms, err := kernfile.ParseProcCgroup(r)
+	if err != nil {
 		return nil, err
+	}
+	out := map[string]string{}
+	for _, m := range ms {
+		for _, ctrl := range m.Controllers {
+			out[ctrl] = m.Path
+		}
 	}
 	for _, ctrl := range v1Controllers {
 		if _, ok := out[ctrl]; !ok {
@@ -463,8 +458,7 @@ func (c *v1Cgroup) kill(ctx context.Context) error {
 // kernel has torn them down) or a second passes.
 func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
 	deadline := time.Now().Add(time.Second)
-	delay := 200 * time.Microsecond
-	for {
+	for wait := backoff.New(200*time.Microsecond, 20*time.Millisecond); ; {
 		pids, err := procs()
 		if err != nil {
 			return err
@@ -475,13 +469,8 @@ func waitEmpty(ctx context.Context, procs func() ([]int, error)) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d processes still in the cgroup: %v", len(pids), pids)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("%d processes still in the cgroup: %w", len(pids), ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 20*time.Millisecond {
-			delay *= 2
 		}
 	}
 }
@@ -514,51 +503,15 @@ func (c *v1Cgroup) removeDirs(waitBusy bool) error {
 	return errors.Join(errs...)
 }
 
-// rmdirTree removes a cgroup directory and every child cgroup, deepest first. cgroupfs
-// directories go with rmdir; their files cannot be unlinked and vanish with them. waitBusy
-// retries a cgroup that still has tasks for about a second.
+// rmdirTree removes a cgroup directory and every child cgroup, deepest first. waitBusy
+// retries a cgroup that still has tasks (one just killed is still leaving) for up to a second.
 func rmdirTree(root string, waitBusy bool) error {
-	var dirs []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// Gone meanwhile (another process terminating the same sandbox, the agent
-			// removing an exec's cgroup): its children went before it. Not the walk's end:
-			// the rest of the tree is still there to remove.
-			if cgroupGone(err) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if !waitBusy {
+		cancel() // tried once
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := rmdirRetry(dirs[i], waitBusy); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func rmdirRetry(p string, waitBusy bool) error {
-	delay := time.Millisecond
-	for i := 0; ; i++ {
-		err := unix.Rmdir(p)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		// EBUSY: a task that was just killed is still leaving.
-		if !errors.Is(err, unix.EBUSY) || !waitBusy || i >= 10 {
-			return fmt.Errorf("remove cgroup %s: %w", p, err)
-		}
-		time.Sleep(delay)
-		delay *= 2
-	}
+	return kernfile.RemoveCgroupTree(ctx, root)
 }
 
 // --- cgroup v2 ---
@@ -764,5 +717,5 @@ func (c *v2Cgroup) remove() error { return rmdirTree(c.dirs()[0], true) }
 
 func (c *v2Cgroup) removeEmpty() error { return rmdirTree(c.dirs()[0], false) }
 
-// cgroupGone reports whether err means the cgroup (or the file) is not there (spares.CgroupGone).
-var cgroupGone = spares.CgroupGone
+// cgroupGone reports whether err means the cgroup (or the file) is not there.
+var cgroupGone = kernfile.CgroupGone

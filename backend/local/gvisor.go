@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 	"github.com/airlock-sandbox/airlock/token"
@@ -130,9 +131,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	acfg := agent.Config{
 		SandboxID: decl.ID, SessionID: id, Generation: 1, KeyRing: string(ring),
 		Listen: "unix:" + nsinit.AgentSocket, FilesRoot: "/",
-		DenyPaths: []string{nsinit.AirlockDir, "/dev", "/proc", "/sys"},
-		Workdir:   r.workdir, Env: r.env, CodeUID: nsinit.CodeUID, CodeGID: nsinit.CodeGID,
-		MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
+		Workdir: r.workdir, Policy: r.policy, CodeUID: nsinit.CodeUID, CodeGID: nsinit.CodeGID,
 	}
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {
@@ -191,7 +190,7 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 	}
 	c := b.client(s)
 	defer c.Close()
-	for delay := 5 * time.Millisecond; ; {
+	for wait := backoff.New(5*time.Millisecond, 100*time.Millisecond); ; {
 		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		h, err := c.Health(hctx)
 		cancel()
@@ -204,13 +203,8 @@ func (b *Backend) startGVisor(ctx context.Context, id string, decl spec.Sandbox,
 		if !alive(s.rec.InitPID, s.rec.InitStart) {
 			return s, fmt.Errorf("gVisor sandbox exited before its agent answered: %v%s", err, b.logTail(dir))
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return s, fmt.Errorf("%w: agent of %s did not answer: %v", sandbox.ErrDeadlineExceeded, id, err)
-		case <-time.After(delay):
-		}
-		if delay < 100*time.Millisecond {
-			delay *= 2
 		}
 	}
 	if err := writeRecord(dir, &s.rec); err != nil {

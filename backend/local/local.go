@@ -25,10 +25,12 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -355,14 +357,15 @@ type resolved struct {
 	limits   limits
 	disk     int64
 	lifetime time.Duration
-	idle     time.Duration // 0: the lifetime ends the sandbox first
 	workdir  string
 	rootKind string
 	rootSrc  string
 	// imageIDs, when not 0, is the host id rootSrc's files of id 0 belong to (an unpacked
 	// image's UIDBase): its clone is idmapped onto the sandbox's range (idmap.go).
 	imageIDs int
-	env      map[string]string
+	// policy is the agent's run policy (wire.NewPolicy): environment, refused paths,
+	// deadlines, output cap, idle timeout.
+	policy   wire.Policy
 	hostname string
 	gvisor   bool
 	// snapshot is set for a sandbox made from a snapshot (snapshot.go).
@@ -422,11 +425,6 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 		return nil, bad("session.maxLifetimeSeconds", fmt.Sprint(life), "at least 1")
 	}
 	r.lifetime = time.Duration(life) * time.Second
-	// The agent enforces the idle timeout itself (agent.Config.IdleTimeout): no activity for
-	// that long and it returns, so PID 1 exits and the sandbox ends like at its lifetime.
-	if idle := decl.Session.IdleTimeout(); idle > 0 && time.Duration(idle)*time.Second < r.lifetime {
-		r.idle = time.Duration(idle) * time.Second
-	}
 	r.workdir = decl.Workdir
 	if r.workdir == "" {
 		r.workdir = spec.DefaultWorkdir
@@ -473,21 +471,19 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	default:
 		return nil, fmt.Errorf("%w: image: exactly one source must be set", sandbox.ErrInvalid)
 	}
-	r.env = map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME": r.workdir,
-		"USER": nsinit.CodeUser,
-		"LANG": "C.UTF-8",
-	}
-	for _, kv := range imageEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			r.env[k] = v
-		}
-	}
-	for k, v := range decl.Env {
-		r.env[k] = v
-	}
+	r.policy = agentPolicy(decl, r.workdir, imageEnv, r.lifetime)
 	return r, nil
+}
+
+// agentPolicy is the run policy of a local sandbox's agent. The agent keeps the idle timeout
+// itself: no activity for that long and it returns, so PID 1 exits and the sandbox ends as at
+// its lifetime.
+func agentPolicy(decl spec.Sandbox, workdir string, imageEnv []string, lifetime time.Duration) wire.Policy {
+	return wire.NewPolicy(wire.PolicyFor{
+		Workdir: workdir, User: nsinit.CodeUser, ImageEnv: imageEnv, Env: decl.Env,
+		Lifetime: lifetime, IdleTimeout: time.Duration(decl.Session.IdleTimeout()) * time.Second,
+		RuntimePaths: []string{nsinit.AirlockDir},
+	})
 }
 
 // Create starts a sandbox and returns once its agent answers. What the backend's set says no
@@ -631,7 +627,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		Deadline: s.rec.ExpiresAt, Seccomp: prog.BPF,
 		Agent: agent.Config{
 			SandboxID: decl.ID, SessionID: id, Generation: s.rec.Generation, KeyRing: string(ring),
-			Workdir: r.workdir, Env: r.env, MaxTimeout: r.lifetime, IdleTimeout: r.idle, DefaultOutputCap: 16 << 20,
+			Workdir: r.workdir, Policy: r.policy,
 			// On v2 the agent cannot read the sandbox cgroup's usage (execParent): an upload
 			// into the writable layer (tmpfs, in memory) is checked against this instead.
 			MemoryBytes: r.limits.MemoryBytes,
@@ -1231,19 +1227,14 @@ func (b *Backend) destroy(ctx context.Context, id string, s *session) error {
 
 // waitGone waits until pid is no longer the process that started at start.
 func waitGone(ctx context.Context, pid int, start uint64) error {
-	for delay := 100 * time.Microsecond; alive(pid, start); {
+	for wait := backoff.New(100*time.Microsecond, 10*time.Millisecond); alive(pid, start); {
 		// A zombie whose parent is gone is reaped by init soon; one whose parent lives is
 		// that parent's to reap, and counts as dead for the sandbox (it holds nothing).
 		if st, err := readStat(pid); err == nil && st.State == 'Z' {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return fmt.Errorf("process %d still alive: %w", pid, ctx.Err())
-		case <-time.After(delay):
-		}
-		if delay < 10*time.Millisecond {
-			delay *= 2
 		}
 	}
 	return nil

@@ -363,11 +363,11 @@ func (a *pausableAgent) WriteStdin(ctx context.Context, id string, r io.Reader, 
 	return a.Client.WriteStdin(ctx, id, r, closeAfter)
 }
 
-func (a *pausableAgent) WriteStdinDeadline(ctx context.Context, id string, r io.Reader, closeAfter bool, d time.Duration) error {
+func (a *pausableAgent) Handoff(ctx context.Context, id string, req client.HandoffRequest) (*client.Stream, error) {
 	if err := a.check(); err != nil {
-		return err
+		return nil, err
 	}
-	return a.Client.WriteStdinDeadline(ctx, id, r, closeAfter, d)
+	return a.Client.Handoff(ctx, id, req)
 }
 
 func (a *pausableAgent) Signal(ctx context.Context, id, signal string) error {

@@ -220,20 +220,24 @@ var v2Needed = []string{"cpu", "memory", "pids"}
 
 // ownCgroupV2 is this process's cgroup ("/a/b") in the unified hierarchy.
 func ownCgroupV2() (string, error) {
-	b, err := os.ReadFile("/proc/self/cgroup")
+	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return "", err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(l, "0::"); ok {
-			// A cgroup namespace shows cgroups outside its root as "/..": not under cgroupRoot.
-			if !strings.HasPrefix(p, "/") || strings.Contains(p, "/..") {
-				return "", fmt.Errorf("rootless mode on cgroup v2: this process's cgroup %q is outside its cgroup namespace's root, so not under %s", p, cgroupRoot)
-			}
-			return path.Clean(p), nil
-		}
+	defer f.Close()
+	ms, err := kernfile.ParseProcCgroup(f)
+	if err != nil {
+		return "", err
 	}
-	return "", errors.New("rootless mode on cgroup v2: /proc/self/cgroup names no cgroup v2 (no 0:: line)")
+	p, ok := kernfile.UnifiedPath(ms)
+	if !ok {
+		return "", errors.New("rootless mode on cgroup v2: /proc/self/cgroup names no cgroup v2 (no 0:: line)")
+	}
+	// A cgroup namespace shows cgroups outside its root as "/..": not under cgroupRoot.
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "/..") {
+		return "", fmt.Errorf("rootless mode on cgroup v2: this process's cgroup %q is outside its cgroup namespace's root, so not under %s", p, cgroupRoot)
+	}
+	return path.Clean(p), nil
 }
 
 // delegationV2 is the highest of own and its ancestors (cgroup paths under root) whose

@@ -41,14 +41,11 @@ const (
 	LabelSpare = "airlock.spare"
 	// LabelSpareFiller is "<pid>-<start time>" of the process that made the spare.
 	LabelSpareFiller = "airlock.spare.filler"
-
-	// MaxSpares bounds SpareOptions.Count.
-	MaxSpares = 8
 )
 
 // SpareOptions configure FillSpares.
 type SpareOptions struct {
-	// Count is how many spares of the template to keep parked (1..MaxSpares).
+	// Count is how many spares of the template to keep parked (1..spares.MaxSpares).
 	Count int
 	// MaxAge retires a parked spare older than this (terminated by the next filler); it must
 	// be shorter than the template's lifetime. Claims check the lifetime left themselves.
@@ -76,8 +73,8 @@ func (b *Backend) FillSpares(ctx context.Context, tmpl spec.Sandbox, opts SpareO
 	}
 	life := time.Duration(tmpl.Session.Lifetime()) * time.Second
 	switch {
-	case opts.Count < 1 || opts.Count > MaxSpares:
-		return fmt.Errorf("%w: spares count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxSpares)
+	case opts.Count < 1 || opts.Count > spares.MaxSpares:
+		return fmt.Errorf("%w: spares count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, spares.MaxSpares)
 	case opts.MaxAge < time.Second || opts.MaxAge >= life:
 		return fmt.Errorf("%w: spares maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
 	}

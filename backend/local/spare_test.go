@@ -74,7 +74,7 @@ func TestSpareRefusals(t *testing.T) {
 		want string
 	}{
 		{"no count", spareTmpl(), SpareOptions{MaxAge: time.Minute}, "spares count 0"},
-		{"too many", spareTmpl(), SpareOptions{Count: MaxSpares + 1, MaxAge: time.Minute}, "spares count 9"},
+		{"too many", spareTmpl(), SpareOptions{Count: spares.MaxSpares + 1, MaxAge: time.Minute}, "spares count 9"},
 		{"no max age", spareTmpl(), SpareOptions{Count: 1}, "spares maxAge 0s"},
 		{"max age past the lifetime", spareTmpl(), SpareOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
 		{"spare label", withLabel(LabelSpare), SpareOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},

@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -85,24 +85,9 @@ func mountPoints(r io.Reader) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		out = append(out, unescapeOctal(f[4]))
+		out = append(out, kernfile.UnescapeMount(f[4]))
 	}
 	return out, sc.Err()
-}
-
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountUnder detaches every host mount at or below dir, deepest first.

@@ -1,366 +1,211 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/airlock-sandbox/airlock/backend/docker"
-	"github.com/airlock-sandbox/airlock/capability"
-	"github.com/airlock-sandbox/airlock/internal/cli"
-	"github.com/airlock-sandbox/airlock/internal/runcli"
-	"github.com/airlock-sandbox/airlock/plan"
-	"github.com/airlock-sandbox/airlock/spec"
+	"github.com/airlock-sandbox/airlock/platform/setting"
 )
 
-var update = flag.Bool("update", false, "rewrite examples/golden from the current output")
-
-func TestMain(m *testing.M) {
-	// Re-executed by TestAgentCommand as the CLI itself: __agent exits the process.
-	if os.Getenv("AIRLOCK_CLI_TEST_EXEC") == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+// TestParse: the front serves exactly the runs it can do itself (spares on, no network, the
+// host image or a directory, code from -c or a FILE) and reads them as the full CLI would;
+// everything else goes to the full CLI unread.
+func TestParse(t *testing.T) {
+	t.Setenv("AIRLOCK_SPARES", "")
+	os.Unsetenv("AIRLOCK_SPARES")
+	t.Setenv(setting.EnvPlatform, "")
+	t.Setenv(setting.EnvConfig, "")
+	if _, err := os.Stat(setting.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", setting.DefaultConfigFile)
 	}
-	// airlock run parks spares by default, by starting this executable as a filler: only the
-	// tests calling useSpares want that (which also set AIRLOCK_CLI_TEST_EXEC, so that the
-	// filler is the CLI).
-	os.Setenv(runcli.EnvSpares, "0")
-	goleak.VerifyTestMain(m)
-}
-
-// The hidden __agent command hands its arguments to the agent's command line untouched.
-func TestAgentCommand(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		code int
-		out  string
-	}{
-		{[]string{"__agent", "version"}, 0, "airlock-agent "},
-		{[]string{"__agent", "--help"}, 0, "airlock-agent serve --config"},
-		{[]string{"__agent"}, 2, ""},
-	} {
-		cmd := exec.Command(os.Args[0], tt.args...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_CLI_TEST_EXEC=1")
-		out, err := cmd.Output()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != tt.code || !strings.Contains(string(out), tt.out) {
-			t.Errorf("%q: exit %d, stdout %q; want exit %d and %q", tt.args, code, out, tt.code, tt.out)
-		}
-	}
-}
-
-// runCLI executes the CLI in-process from the repository root, as the README's commands do.
-func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = run(args, &out, &errb)
-	return code, out.String(), errb.String()
-}
-
-// fixedLocalSet writes the local set of a fixed, fully capable host (no runsc, no docker CLI)
-// so the local goldens do not depend on the machine running the tests.
-func fixedLocalSet(t *testing.T) string {
-	t.Helper()
-	w := func(dir string) capability.CgroupController {
-		return capability.CgroupController{Version: 1, Dir: dir, Writable: true}
-	}
-	h := capability.HostProbe{
-		OS: "linux", Root: true, CapSysAdmin: true, CapNetAdmin: true,
-		Cgroup: capability.CgroupFacts{
-			Version: "v1",
-			Controllers: map[string]capability.CgroupController{
-				"cpu": w("/sys/fs/cgroup/cpu"), "memory": w("/sys/fs/cgroup/memory"),
-				"pids": w("/sys/fs/cgroup/pids"), "freezer": w("/sys/fs/cgroup/freezer"),
-			},
-			CPUQuota: true, MemorySwap: true, Freezer: true,
-		},
-		Seccomp:  capability.SeccompFacts{Supported: true, Filter: true},
-		UserNS:   capability.UserNSFacts{Max: 1000},
-		Tmpfs:    true,
-		NFTables: capability.Feature{Available: true, Source: "builtin"},
-		Veth:     capability.Feature{Available: true, Source: "builtin"},
-	}
-	return writeSet(t, h.Set())
-}
-
-// writeSet writes set as a --capabilities-file.
-func writeSet(t *testing.T, set capability.Set) string {
-	t.Helper()
-	b, err := json.Marshal(set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), string(set.Platform)+".json")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func examples(t *testing.T) []string {
-	t.Helper()
-	files, err := filepath.Glob("examples/*.yaml")
-	if err != nil || len(files) < 3 {
-		t.Fatalf("examples: %v %v", files, err)
-	}
-	return files
-}
-
-// TestPlanGolden runs plan on every example for every platform and compares with
-// examples/golden/<example>.<platform>.txt (go test ./cmd/airlock -update rewrites them).
-func TestPlanGolden(t *testing.T) {
-	t.Chdir("../..")
-	localSet := fixedLocalSet(t)
-	dockerSet := writeSet(t, docker.Published())
-	seen := map[string]bool{}
-	for _, ex := range examples(t) {
-		for _, p := range capability.Platforms {
-			name := strings.TrimSuffix(filepath.Base(ex), ".yaml") + "." + string(p) + ".txt"
-			seen[name] = true
-			t.Run(name, func(t *testing.T) {
-				args := []string{"plan", "-f", ex, "--platform", string(p)}
-				switch p {
-				case capability.Local:
-					args = append(args, "--capabilities-file", localSet)
-				case capability.Docker:
-					// The published set: an engine on this machine would answer with its own.
-					args = append(args, "--capabilities-file", dockerSet)
-				}
-				code, out, errOut := runCLI(t, args...)
-				if errOut != "" {
-					t.Errorf("stderr: %s", errOut)
-				}
-				wantCode := cli.ExitOK
-				if strings.Contains(out, "REFUSED") {
-					wantCode = cli.ExitRefused
-				}
-				if code != wantCode {
-					t.Errorf("exit %d, want %d", code, wantCode)
-				}
-				golden := filepath.Join("examples", "golden", name)
-				if *update {
-					if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("%v (run go test ./cmd/airlock -update)", err)
-				}
-				if out != string(want) {
-					t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", golden, out, want)
-				}
-			})
-		}
-	}
-	// No golden file outlives its example or platform.
-	files, _ := filepath.Glob("examples/golden/*")
-	for _, f := range files {
-		if !seen[filepath.Base(f)] {
-			t.Errorf("stale golden file %s", f)
-		}
-	}
-}
-
-// What the examples promise, independent of the goldens' exact text.
-func TestExamplePromises(t *testing.T) {
-	t.Chdir("../..")
-	localSet := fixedLocalSet(t)
-	tests := []struct {
-		args     []string
-		code     int
-		contains []string
-		absent   []string
-	}{
-		{[]string{"plan", "-f", "examples/python-tool.yaml", "--platform", "local", "--capabilities-file", localSet}, 0,
-			[]string{"OK  1 sandbox can run on local as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/allowlisted-egress.yaml", "--platform", "kubernetes"}, 1,
-			[]string{"needs=domainEgressRules", "egress proxy in the pod's network path"}, nil},
-		{[]string{"plan", "-f", "examples/gcp-without-host.yaml", "--platform", "gcp"}, 1,
-			[]string{"field=sandboxes[0].hostedBy", "needs=gcp.requiresHost"}, nil},
-		{[]string{"plan", "-f", "examples/gcp-without-host.yaml", "--platform", "aws"}, 1,
-			nil, []string{"gcp.requiresHost"}},
-		{[]string{"plan", "-f", "examples/kitchen-sink.yaml", "--platform", "aws"}, 1,
-			[]string{"needs=bound.lifetime", "exceeds aws's ceiling of 28800s"}, []string{"not-shown-in-refusals"}},
-		{[]string{"plan", "-f", "examples/kitchen-sink.yaml", "--platform", "gcp"}, 1,
-			[]string{"sandbox=builder   field=sandboxes[1].hostedBy"}, []string{"sandbox=notebook  field=sandboxes[0].hostedBy", "bound.lifetime"}},
-		{[]string{"plan", "-f", "examples/kitchen-sink.yaml", "--platform", "kubernetes"}, 1,
-			[]string{"field=sandboxes[0].hostedBy", "needs=kubernetes.hostedBy"}, nil},
-		// One stack per platform plans clean there, and shows what its undeclared properties become.
-		{[]string{"plan", "-f", "examples/local.yaml", "--platform", "local", "--capabilities-file", localSet}, 0,
-			[]string{"UNDECLARED  sandbox=scratch  limits.cpu                  airlock default  1", "OK  1 sandbox can run on local as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/docker.yaml", "--platform", "docker"}, 0,
-			[]string{"OK  1 sandbox can run on docker as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/kubernetes.yaml", "--platform", "kubernetes"}, 0,
-			[]string{"OK  1 sandbox can run on kubernetes as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/aws.yaml", "--platform", "aws"}, 0,
-			[]string{"limits.cpu                  platform value   platform-sized (aws tier 2048 MiB", "session.idleTimeoutSeconds  platform value   none", "OK  1 sandbox can run on aws as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/azure.yaml", "--platform", "azure"}, 0,
-			[]string{"limits.disk                 platform value   platform-sized (azure tier disk", "OK  1 sandbox can run on azure as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/gcp.yaml", "--platform", "gcp"}, 0,
-			[]string{"session.reconnect           platform value   from the same Cloud Run instance only", "OK  1 sandbox can run on gcp as declared"}, []string{"REFUSED"}},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args[:5], " "), func(t *testing.T) {
-			code, out, _ := runCLI(t, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d\n%s", code, tt.code, out)
-			}
-			for _, s := range tt.contains {
-				if !strings.Contains(out, s) {
-					t.Errorf("output lacks %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tt.absent {
-				if strings.Contains(out, s) {
-					t.Errorf("output has %q:\n%s", s, out)
-				}
-			}
-		})
-	}
-}
-
-func TestCLI(t *testing.T) {
-	t.Chdir("../..")
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	script := filepath.Join(dir, "s.py")
+	if err := os.WriteFile(script, []byte("print(1)"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	badYAML := write("bad.yaml", "apiVersion: airlock.dev/v1alpha1\nsandboxes:\n  - id: a\n    image: host\n    limits: {cpuu: 1}\n")
-	invalid := write("invalid.yaml", "apiVersion: airlock.dev/v1alpha1\nsandboxes:\n  - id: a\n    image: host\n    limits: {cpu: 0}\n")
-	clean, _ := json.Marshal(capability.Set{Platform: capability.Local, Entries: func() map[capability.Name]capability.Status {
-		m := map[capability.Name]capability.Status{}
-		for _, n := range capability.Names {
-			m[n] = capability.Status{Supported: true}
-		}
-		return m
-	}()})
-	cleanSet := write("clean.json", string(clean))
-	awsSet := write("aws.json", `{"platform":"aws","capabilities":{}}`)
-	garbage := write("garbage.json", "{")
-
-	tests := []struct {
-		name     string
-		args     []string
-		code     int
-		stdout   []string
-		stderr   []string
-		noStdout bool
+	for _, tc := range []struct {
+		args  []string
+		serve bool
+		json  bool
+		image string // the image key, when served
 	}{
-		{name: "help lists plan and capabilities", args: []string{"--help"}, stdout: []string{"plan", "capabilities"}},
-		{name: "unknown command", args: []string{"nope"}, code: 2, stderr: []string{`unknown command "nope"`}, noStdout: true},
-		{name: "unknown flag", args: []string{"plan", "--nope"}, code: 2, stderr: []string{"unknown flag: --nope"}, noStdout: true},
-		{name: "bad output format", args: []string{"capabilities", "-o", "yaml"}, code: 2, stderr: []string{`-o/--output "yaml"`}, noStdout: true},
-		{name: "plan without a file", args: []string{"plan"}, code: 2, stderr: []string{"-f STACK"}, noStdout: true},
-		{name: "plan with an argument", args: []string{"plan", "-f", "examples/python-tool.yaml", "extra"}, code: 2, stderr: []string{"takes no arguments"}, noStdout: true},
-		{name: "plan missing file", args: []string{"plan", "-f", filepath.Join(dir, "absent.yaml")}, code: 2, stderr: []string{"absent.yaml"}, noStdout: true},
-		{name: "plan parse error names the field", args: []string{"plan", "-f", badYAML}, code: 2, stderr: []string{"bad.yaml", "sandboxes[0].limits.cpuu"}, noStdout: true},
-		{name: "plan validation error is a refusal", args: []string{"plan", "-f", invalid, "--capabilities-file", cleanSet}, code: 1,
-			stdout: []string{"REFUSED  sandbox=a  field=sandboxes[0].limits.cpu  needs=quantity.positive", "1 refusal on local (1 of 1 sandbox refused)"}},
-		{name: "plan unknown platform", args: []string{"plan", "-f", "examples/python-tool.yaml", "--platform", "openstack"}, code: 1,
-			stdout: []string{"REFUSED  sandbox=-  field=platform  needs=platform.unknown", "allowed platforms are local, docker, kubernetes, aws, azure, gcp"}},
-		{name: "plan clean", args: []string{"plan", "-f", "examples/kitchen-sink.yaml", "--capabilities-file", cleanSet}, code: 0,
-			stdout: []string{"OK  2 sandboxes can run on local as declared"}},
-		{name: "capabilities file for another platform", args: []string{"plan", "-f", "examples/python-tool.yaml", "--capabilities-file", awsSet}, code: 2,
-			stderr: []string{`is for platform "aws", not "local"`}, noStdout: true},
-		{name: "capabilities file garbage", args: []string{"plan", "-f", "examples/python-tool.yaml", "--capabilities-file", garbage}, code: 2,
-			stderr: []string{"garbage.json"}, noStdout: true},
-		{name: "capabilities azure", args: []string{"capabilities", "--platform", "azure"}, code: 0,
-			stdout: []string{"azure capabilities", "stdin                no        executeShellCommand takes a command, not a stdin stream", "reconnect            yes\n", "bounds: cpu 2000m, memory 4294967296 bytes"}},
-		{name: "capabilities aws", args: []string{"capabilities", "--platform", "aws"}, code: 0,
-			stdout: []string{"idleTimeout          no        a MicroVM's idle policy counts only inbound traffic", "bounds: maxLifetime 28800s\n"}},
-		{name: "capabilities kubernetes", args: []string{"capabilities", "--platform", "kubernetes"}, code: 0,
-			stdout: []string{"domainEgressRules    no        hostname allowlists need the egress proxy in the pod's network path", "bounds: none"}},
-		{name: "capabilities unknown platform", args: []string{"capabilities", "--platform", "openstack"}, code: 2,
-			stderr: []string{`platform "openstack" (from --platform): allowed are auto, local, docker, kubernetes, aws, azure, gcp`}, noStdout: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := runCLI(t, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out, errOut)
-			}
-			for _, s := range tt.stdout {
-				if !strings.Contains(out, s) {
-					t.Errorf("stdout lacks %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tt.stderr {
-				if !strings.Contains(errOut, s) {
-					t.Errorf("stderr lacks %q:\n%s", s, errOut)
-				}
-			}
-			if tt.noStdout && out != "" {
-				t.Errorf("stdout not empty: %s", out)
-			}
-			for _, line := range strings.Split(out, "\n") {
-				if strings.TrimRight(line, " ") != line {
-					t.Errorf("trailing space in %q", line)
-				}
-			}
-		})
-	}
-}
-
-func TestHelpHidesInternalCommands(t *testing.T) {
-	_, out, _ := runCLI(t, "--help")
-	for _, hidden := range []string{"__agent", "__spares-fill", "completion", "capabilities-file"} {
-		if strings.Contains(out, hidden) {
-			t.Errorf("help shows %s:\n%s", hidden, out)
+		{args: []string{"run", "-c", "print(1)"}, serve: true, image: "host"},
+		{args: []string{"run", "-c", "print(1)", "--state-dir", dir}, serve: true, image: "host"},
+		{args: []string{"-o", "json", "run", "-c", "1"}, serve: true, json: true, image: "host"},
+		{args: []string{"--output=json", "run", "-c", "1"}, serve: true, json: true, image: "host"},
+		{args: []string{"run", "-ojson", "-c", "1"}, serve: true, json: true, image: "host"},
+		{args: []string{"run", "--image", dir, "-c", "1"}, serve: true, image: "dir:" + dir},
+		{args: []string{"run", "--image", "./rootfs", "-c", "1"}, serve: true, image: "dir:" + filepath.Join(mustGetwd(t), "rootfs")},
+		{args: []string{"run", script}, serve: true, image: "host"},
+		{args: []string{"run", "--lang", "bash", "-c", "echo", "--timeout", "5s", "-i", "--file", script}, serve: true, image: "host"},
+		{args: []string{"run", "--spares", "2", "-c", "1"}, serve: true, image: "host"},
+		{args: []string{"run", "--platform", "local", "-c", "1"}, serve: true, image: "host"},
+		{args: []string{"run", "--platform=auto", "-c", "1"}, serve: true, image: "host"},
+		// The full CLI's:
+		{args: []string{"run", "--spares", "0", "-c", "1"}},
+		{args: []string{"run", "--platform", "docker", "-c", "1"}},
+		{args: []string{"run", "--platform=kubernetes", "-c", "1"}},
+		{args: []string{"run", "--platform", "bogus", "-c", "1"}},
+		{args: []string{"run", "--network", "-c", "1"}},
+		{args: []string{"run", "-n", "-c", "1"}},
+		{args: []string{"run", "--image", "oci:" + dir, "-c", "1"}},
+		{args: []string{"run", "--image", "python:3.12", "-c", "1"}},
+		{args: []string{"run", "--image", dir + "/x.tar", "-c", "1"}},
+		{args: []string{"run", "-"}},
+		{args: []string{"run", "--help"}},
+		{args: []string{"run", "-h"}},
+		{args: []string{"run", "--bogus", "-c", "1"}},
+		{args: []string{"run", "-c", "1", "extra"}},
+		{args: []string{"run", script, "extra"}},
+		{args: []string{"run", "--spares", "9", "-c", "1"}},
+		{args: []string{"run", "--max-output", "0", "-c", "1"}},
+		{args: []string{"-o", "yaml", "run", "-c", "1"}},
+		{args: []string{"--state-dir", dir, "run", "-c", "1"}}, // not a root flag: cobra refuses it
+		{args: []string{"sandbox", "list"}},
+		{args: []string{"help", "run"}},
+		{args: []string{"--help"}},
+		{args: []string{}},
+	} {
+		inv, ok := parse(tc.args)
+		if ok {
+			_, _, err := inv.flags.Request(inv.args, strings.NewReader(""))
+			ok = err == nil // run hands a request the full CLI refuses to it, unread
+		}
+		if ok != tc.serve {
+			t.Errorf("%q: served %v, want %v", tc.args, ok, tc.serve)
+			continue
+		}
+		if ok && (inv.json != tc.json || inv.image.Key != tc.image) {
+			t.Errorf("%q: json %v image %q, want %v %q", tc.args, inv.json, inv.image.Key, tc.json, tc.image)
 		}
 	}
-	_, out, _ = runCLI(t, "plan", "--help")
-	if strings.Contains(out, "capabilities-file") {
-		t.Errorf("plan help shows the hidden flag:\n%s", out)
+	t.Setenv("AIRLOCK_SPARES", "0")
+	if _, ok := parse([]string{"run", "-c", "1"}); ok {
+		t.Error("served a run with AIRLOCK_SPARES=0")
 	}
 }
 
-// -o json prints exactly plan.Check's Result and the published set.
-func TestJSONOutput(t *testing.T) {
-	t.Chdir("../..")
-	code, out, _ := runCLI(t, "plan", "-f", "examples/kitchen-sink.yaml", "--platform", "aws", "-o", "json")
-	if code != cli.ExitRefused {
-		t.Errorf("exit %d", code)
+// TestParsePlatformSettings: the environment and a config file can name another platform than
+// the local runtime, whose runs are the full CLI's; --platform wins over the environment.
+func TestParsePlatformSettings(t *testing.T) {
+	if _, err := os.Stat(setting.DefaultConfigFile); err == nil {
+		t.Skipf("%s exists here: every run is the full CLI's", setting.DefaultConfigFile)
 	}
-	var got plan.Result
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("platform: local\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	st, err := spec.LoadStack("examples/kitchen-sink.yaml")
+	for _, tc := range []struct {
+		env, config string
+		args        []string
+		serve       bool
+	}{
+		{"", "", []string{"run", "-c", "1"}, true},
+		{"local", "", []string{"run", "-c", "1"}, true},
+		{"auto", "", []string{"run", "-c", "1"}, true},
+		{"docker", "", []string{"run", "-c", "1"}, false},
+		{"kubernetes", "", []string{"run", "-c", "1"}, false},
+		{"docker", "", []string{"run", "--platform", "local", "-c", "1"}, true},
+		{"local", "", []string{"run", "--platform", "docker", "-c", "1"}, false},
+		{"", cfg, []string{"run", "-c", "1"}, false},
+		{"", cfg, []string{"run", "--platform", "local", "-c", "1"}, false},
+	} {
+		t.Setenv(setting.EnvPlatform, tc.env)
+		t.Setenv(setting.EnvConfig, tc.config)
+		if _, ok := parse(tc.args); ok != tc.serve {
+			t.Errorf("AIRLOCK_PLATFORM=%q AIRLOCK_CONFIG=%q %q: served %v, want %v", tc.env, tc.config, tc.args, ok, tc.serve)
+		}
+	}
+}
+
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, _ := capability.For(capability.AWS)
-	if want := plan.Check(st, capability.AWS, set); !reflect.DeepEqual(got, want) {
-		t.Errorf("json result differs from plan.Check:\n%+v\n%+v", got, want)
-	}
+	return wd
+}
 
-	code, out, _ = runCLI(t, "capabilities", "--platform", "gcp", "-o", "json")
-	if code != cli.ExitOK {
-		t.Errorf("exit %d", code)
-	}
-	var gotSet capability.Set
-	if err := json.Unmarshal([]byte(out), &gotSet); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if want, _ := capability.For(capability.GCP); !reflect.DeepEqual(gotSet, want) {
-		t.Errorf("json set differs from capability.For:\n%+v\n%+v", gotSet, want)
+// TestFullArgv: the spares the front claimed and could not use go to the full CLI as flags of
+// run, wherever run is and whatever follows it.
+func TestFullArgv(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		runAt     int
+		discarded []string
+		want      string
+	}{
+		{[]string{"run", "-c", "1"}, 0, nil, "F run -c 1"},
+		{[]string{"run", "-c", "1"}, 0, []string{"s-1"}, "F run --spare-discarded s-1 -c 1"},
+		{[]string{"-o", "json", "run", "x.py", "--", "a"}, 2, []string{"s-1", "s-2"}, "F -o json run --spare-discarded s-1 --spare-discarded s-2 x.py -- a"},
+		{[]string{"sandbox", "list"}, -1, []string{"s-1"}, "F sandbox list"},
+	} {
+		if got := strings.Join(fullArgv("F", tc.args, tc.runAt, tc.discarded), " "); got != tc.want {
+			t.Errorf("%q %d %v: %q, want %q", tc.args, tc.runAt, tc.discarded, got, tc.want)
+		}
 	}
 }
+
+// TestHandsOver: whatever the front does not serve, the full CLI gets with the same argv (a
+// stand-in that prints its arguments), as the same process.
+func TestHandsOver(t *testing.T) {
+	if os.Getenv("AIRLOCK_FRONT_TEST_MAIN") == "1" {
+		main()
+	}
+	dir := t.TempDir()
+	full := filepath.Join(dir, "airlock-full")
+	if err := os.WriteFile(full, []byte("#!/bin/sh\necho \"pid $$ args $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"sandbox", "list"}, {"run", "--network", "-c", "1"}, {"--help"}} {
+		cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestHandsOver$", "--"}, args...)...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_FRONT_TEST_MAIN=1", envFull+"="+full)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		want := "args -test.run=^TestHandsOver$ -- " + strings.Join(args, " ") + "\n"
+		if !strings.HasSuffix(string(out), want) || !strings.HasPrefix(string(out), "pid ") {
+			t.Errorf("%q: the full CLI printed %q, want ...%q", args, out, want)
+		}
+		if pid := strings.Fields(string(out))[1]; pid != strconv.Itoa(cmd.Process.Pid) {
+			t.Errorf("%q: the full CLI ran as pid %s, want the front's own %d", args, pid, cmd.Process.Pid)
+		}
+	}
+}
+
+// TestLeanDependencies keeps the front off the libraries it exists to avoid (DESIGN.md,
+// "Start-up is on the hot path"): every airlock run pays their package inits.
+func TestLeanDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbiddenExact := map[string]bool{}
+	for _, p := range []string{"sandbox", "spec", "capability", "plan", "runcode", "backend/local", "backend/local/nsinit", "image", "egress", "agent", "internal/cli"} {
+		forbiddenExact["github.com/airlock-sandbox/airlock/"+p] = true
+	}
+	forbidden := []string{"k8s.io/", "sigs.k8s.io/", "gopkg.in/yaml", "go.yaml.in/", "github.com/spf13/cobra",
+		"github.com/containerd/", "github.com/google/", "github.com/elastic/", "github.com/landlock-lsm/",
+		"github.com/mdlayher/", "github.com/vishvananda/", "github.com/opencontainers/", "github.com/moby/",
+		"github.com/fxamacker/", "google.golang.org/", "github.com/modelcontextprotocol/"}
+	for _, pkg := range strings.Fields(string(out)) {
+		if forbiddenExact[pkg] {
+			t.Errorf("the front links %s", pkg)
+		}
+		for _, f := range forbidden {
+			if strings.HasPrefix(pkg, f) {
+				t.Errorf("the front links %s", pkg)
+			}
+		}
+	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -34,7 +34,7 @@ func requireTool(t *testing.T, name, install string) string {
 	return ""
 }
 
-// TestExternalClient builds cmd/airlock, cmd/airlock-server and cmd/airlock-agent, installs the TypeScript SDK
+// TestExternalClient builds cmd/airlock-full (as airlock), cmd/airlock-server and cmd/airlock-agent, installs the TypeScript SDK
 // from package-lock.json when node_modules is missing, and runs test/mcp.test.mjs: the
 // official client over stdio and streamable HTTP against `airlock mcp`. Afterwards no sandbox
 // may survive the servers.
@@ -43,7 +43,7 @@ func TestExternalClient(t *testing.T) {
 	node := requireTool(t, "node", "apt-get install nodejs (18 or newer)")
 	npm := requireTool(t, "npm", "apt-get install npm")
 
-	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock", "airlock")
+	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock-full", "airlock")
 	if err != nil {
 		t.Fatal(err)
 	}

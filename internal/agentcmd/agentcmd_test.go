@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/internal/agentcmd"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
@@ -80,9 +81,8 @@ func testConfig(t *testing.T) (agent.Config, ed25519.PrivateKey) {
 	return agent.Config{
 		SandboxID: "sbx", SessionID: "ses", KeyRing: string(ring),
 		Listen: "unix:" + filepath.Join(dir, "agent.sock"), FilesRoot: dir,
-		Env:     map[string]string{"PATH": "/usr/bin:/bin"},
 		CodeUID: uint32(os.Getuid()), CodeGID: uint32(os.Getgid()), AllowRootCode: true,
-		MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20,
+		Policy: wire.Policy{Env: map[string]string{"PATH": "/usr/bin:/bin"}, MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20},
 	}, key
 }
 
@@ -209,7 +209,7 @@ func BenchmarkStartup(b *testing.B) {
 		SandboxID: "sbx", SessionID: "ses", KeyRing: string(ring),
 		Listen: "unix:" + filepath.Join(dir, "agent.sock"), FilesRoot: dir,
 		CodeUID: uint32(os.Getuid()), CodeGID: uint32(os.Getgid()), AllowRootCode: true,
-		MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20,
+		Policy: wire.Policy{MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20},
 	}
 	js, err := json.Marshal(cfg)
 	if err != nil {

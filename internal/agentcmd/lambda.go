@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 )
 
 // The guest of an AWS Lambda MicroVM (backend/aws): Lambda calls the image's lifecycle hooks
@@ -31,9 +32,6 @@ const (
 	lambdaAgentListen = "tcp:0.0.0.0:8971"
 	lambdaCodeID      = 60000
 )
-
-// lambdaDenyPaths are refused by the files API in a MicroVM: kernel filesystems and the agent.
-var lambdaDenyPaths = []string{"/dev", "/proc", "/sys"}
 
 // lambda serves the hooks until SIGTERM or the session's agent ends.
 func lambda(args []string) int {
@@ -152,7 +150,9 @@ func (g *lambdaGuest) run(w http.ResponseWriter, r *http.Request) {
 }
 
 // lambdaConfig is the payload's agent.Config with what the guest decides: where the agent
-// listens, the files root and what it refuses, and the code's uid and gid.
+// listens, the files root, the code's uid and gid, and the run policy (wire.NewPolicy) from
+// the payload's env (the declaration's) and maxTimeout (the lifetime) and the image's
+// environment, which only the guest sees.
 func lambdaConfig(payload []byte, listen string) (agent.Config, error) {
 	var cfg agent.Config
 	dec := json.NewDecoder(bytes.NewReader(payload))
@@ -160,25 +160,23 @@ func lambdaConfig(payload []byte, listen string) (agent.Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("run hook payload: %w", err)
 	}
-	if cfg.Listen != "" || cfg.FilesRoot != "" || cfg.CodeUID != 0 || cfg.CodeGID != 0 || cfg.AllowRootCode {
-		return cfg, errors.New("run hook payload: listen, filesRoot, codeUid, codeGid and allowRootCode are the guest's to set")
+	if cfg.Listen != "" || cfg.FilesRoot != "" || cfg.CodeUID != 0 || cfg.CodeGID != 0 || cfg.AllowRootCode ||
+		len(cfg.DenyPaths) > 0 || cfg.DefaultOutputCap != 0 || cfg.IdleTimeout != 0 {
+		return cfg, errors.New("run hook payload: listen, filesRoot, codeUid, codeGid, allowRootCode, denyPaths, defaultOutputCap and idleTimeout are the guest's to set")
 	}
-	cfg.Listen, cfg.FilesRoot, cfg.DenyPaths = listen, "/", append(cfg.DenyPaths, lambdaDenyPaths...)
+	cfg.Listen, cfg.FilesRoot = listen, "/"
 	cfg.CodeUID, cfg.CodeGID = lambdaCodeID, lambdaCodeID
 	if cfg.Workdir == "" {
 		return cfg, errors.New("run hook payload: workdir is empty")
 	}
 	// The image's environment (its ENV lines reach this process) under the declaration's.
-	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": cfg.Workdir, "USER": "sandbox", "LANG": "C.UTF-8"}
+	var imageEnv []string
 	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && (k == "PATH" || k == "LANG" || k == "LC_ALL") {
-			env[k] = v
+		if k, _, ok := strings.Cut(kv, "="); ok && (k == "PATH" || k == "LANG" || k == "LC_ALL") {
+			imageEnv = append(imageEnv, kv)
 		}
 	}
-	for k, v := range cfg.Env {
-		env[k] = v
-	}
-	cfg.Env = env
+	cfg.Policy = wire.NewPolicy(wire.PolicyFor{Workdir: cfg.Workdir, User: "sandbox", ImageEnv: imageEnv, Env: cfg.Env, Lifetime: cfg.MaxTimeout})
 	// The workdir is the code's: made here, as the image may not have it.
 	if err := os.MkdirAll(cfg.Workdir, 0o755); err != nil {
 		return cfg, fmt.Errorf("workdir: %w", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
@@ -100,13 +101,21 @@ func TestLambdaGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	workdir := parent + "/workspace"
+	// The payload carries the declaration's env and the lifetime; the rest of the policy is
+	// the guest's (wire.NewPolicy), with the image's environment only it sees.
 	cfg := agent.Config{SandboxID: "lam", SessionID: "microvm", Generation: 1, KeyRing: string(ring), Workdir: workdir,
-		Env: map[string]string{"FROM_DECL": "yes"}, MaxTimeout: time.Minute, DefaultOutputCap: 1 << 20}
-	bad := cfg
-	bad.Listen = "tcp:0.0.0.0:1"
-	badJSON, _ := json.Marshal(bad)
-	if c := post("run", string(badJSON)); c != http.StatusBadRequest {
-		t.Errorf("run hook with a listen address: %d, want 400", c)
+		Policy: wire.Policy{Env: map[string]string{"FROM_DECL": "yes"}, MaxTimeout: time.Minute}}
+	for name, mutate := range map[string]func(*agent.Config){
+		"a listen address": func(c *agent.Config) { c.Listen = "tcp:0.0.0.0:1" },
+		"refused paths":    func(c *agent.Config) { c.DenyPaths = []string{"/x"} },
+		"an output cap":    func(c *agent.Config) { c.DefaultOutputCap = 1 << 20 },
+	} {
+		bad := cfg
+		mutate(&bad)
+		badJSON, _ := json.Marshal(bad)
+		if c := post("run", string(badJSON)); c != http.StatusBadRequest {
+			t.Errorf("run hook with %s: %d, want 400", name, c)
+		}
 	}
 	js, _ := json.Marshal(cfg)
 	if c := post("run", string(js)); c != http.StatusOK {

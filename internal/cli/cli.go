@@ -34,8 +34,8 @@ const (
 
 // Output formats for -o/--output.
 const (
-	OutputText = "text"
-	OutputJSON = "json"
+	OutputText = runcli.OutputText
+	OutputJSON = runcli.OutputJSON
 )
 
 // Globals are the persistent flags of the root command.
@@ -116,23 +116,11 @@ func Constructors(cmds []Command, args []string) []func(*Globals) *cobra.Command
 // commandName returns the first argument when it follows only the root's -o/--output flag
 // (the only persistent flag): the command cobra would find. Anything else, ok is false.
 func commandName(args []string) (string, bool) {
-	for len(args) > 0 {
-		a := args[0]
-		switch {
-		case a == "-o" || a == "--output":
-			if len(args) < 2 {
-				return "", false
-			}
-			args = args[2:]
-		case strings.HasPrefix(a, "--output=") || (strings.HasPrefix(a, "-o") && a != "-o"):
-			args = args[1:]
-		case strings.HasPrefix(a, "-") || a == "help":
-			return "", false
-		default:
-			return a, true
-		}
+	_, at, ok := runcli.RootFlags(args)
+	if !ok || at == len(args) || strings.HasPrefix(args[at], "-") || args[at] == "help" {
+		return "", false
 	}
-	return "", false
+	return args[at], true
 }
 
 // Run executes root with args and returns the exit status: 0 success, 1 refused or failed,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/platform"
 )
 
@@ -61,14 +60,6 @@ func TestParseImage(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("ParseImage(%q) = %q (%v), want %q", tt.in, got, err, tt.want)
 		}
-	}
-}
-
-// The lean front reads the platform settings by runcli's names: they must be platform's.
-func TestFrontPlatformNames(t *testing.T) {
-	if runcli.EnvPlatform != platform.EnvPlatform || runcli.EnvConfig != platform.EnvConfig || runcli.DefaultConfigFile != platform.DefaultConfigFile {
-		t.Errorf("runcli %q %q %q, platform %q %q %q", runcli.EnvPlatform, runcli.EnvConfig, runcli.DefaultConfigFile,
-			platform.EnvPlatform, platform.EnvConfig, platform.DefaultConfigFile)
 	}
 }
 

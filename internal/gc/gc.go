@@ -15,11 +15,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 )
-
-// CgroupRoot is where cgroup hierarchies are mounted.
-const CgroupRoot = "/sys/fs/cgroup"
 
 // Options say what to look at and what to spare.
 type Options struct {
@@ -27,7 +25,7 @@ type Options struct {
 	// the backend's own reconcile, and every session they hold keeps its cgroups. A dir that
 	// does not exist is skipped (never created).
 	StateDirs []string
-	// CgroupRoot defaults to CgroupRoot.
+	// CgroupRoot defaults to kernfile.CgroupRoot.
 	CgroupRoot string
 	// Match picks the top-level cgroups to look at, by name; nil means "airlock-*". It can
 	// only narrow that: a name without the prefix is never touched.
@@ -165,7 +163,7 @@ func isCgroupDir(p string) bool {
 func reapCgroups(rep *Report, o Options, live func(string) bool) error {
 	root := o.CgroupRoot
 	if root == "" {
-		root = CgroupRoot
+		root = kernfile.CgroupRoot
 	}
 	hs, err := hierarchies(root)
 	if err != nil {

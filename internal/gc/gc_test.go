@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -30,7 +31,7 @@ var v1 = []string{"freezer", "pids", "cpu", "cpuacct", "memory"}
 func cgDirs(rel string) []string {
 	var out []string
 	for _, h := range v1 {
-		out = append(out, filepath.Join(CgroupRoot, h, rel))
+		out = append(out, filepath.Join(kernfile.CgroupRoot, h, rel))
 	}
 	return out
 }
@@ -77,8 +78,8 @@ func removeTestTree(dirs []string) {
 // test made are looked at (Match): the host's own leftovers are not touched.
 func TestGC(t *testing.T) {
 	testutil.RequireRoot(t)
-	if _, err := os.Stat(filepath.Join(CgroupRoot, "freezer", "cgroup.procs")); err != nil {
-		t.Fatalf("this test needs cgroup v1 hierarchies at %s: %v", CgroupRoot, err)
+	if _, err := os.Stat(filepath.Join(kernfile.CgroupRoot, "freezer", "cgroup.procs")); err != nil {
+		t.Fatalf("this test needs cgroup v1 hierarchies at %s: %v", kernfile.CgroupRoot, err)
 	}
 	agent, cleanup, err := runcodetest.BuildAgent()
 	if err != nil {
@@ -220,8 +221,8 @@ func noReconcile(t *testing.T) func(context.Context, string) ([]string, error) {
 // rootless user's delegated cgroup is root's); without, it goes too.
 func TestGCKeepTops(t *testing.T) {
 	testutil.RequireRoot(t)
-	if _, err := os.Stat(filepath.Join(CgroupRoot, "freezer", "cgroup.procs")); err != nil {
-		t.Fatalf("this test needs cgroup v1 hierarchies at %s: %v", CgroupRoot, err)
+	if _, err := os.Stat(filepath.Join(kernfile.CgroupRoot, "freezer", "cgroup.procs")); err != nil {
+		t.Fatalf("this test needs cgroup v1 hierarchies at %s: %v", kernfile.CgroupRoot, err)
 	}
 	rnd := make([]byte, 4)
 	rand.Read(rnd)

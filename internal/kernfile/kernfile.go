@@ -1,4 +1,5 @@
-// Package kernfile reads and writes small kernel (cgroupfs, procfs) files with bare system calls.
+//go:build unix
+
 package kernfile
 
 import (

@@ -1,4 +1,4 @@
-// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock-front), which links nothing heavier.
+// Package runcli is airlock run's command line and its run in a parked spare, shared by the full CLI and the lean front (cmd/airlock), which links nothing heavier.
 package runcli
 
 import (
@@ -13,9 +13,12 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/runcode/core"
+	"github.com/airlock-sandbox/airlock/spec/imagearg"
 )
 
 const (
@@ -27,13 +30,8 @@ const (
 
 	// EnvSpares overrides --spares' default (0 turns spares off).
 	EnvSpares = "AIRLOCK_SPARES"
-	// SpareOutputCap is the output cap a spare's interpreter starts with: --max-output's
-	// default, so a run with that or a smaller cap can use it.
-	SpareOutputCap = 16 << 20
-	// MaxSpares bounds --spares (local.MaxSpares; pinned by a test of the full CLI).
-	MaxSpares = 8
 	// ImageHost is --image's value for the host image.
-	ImageHost = "host"
+	ImageHost = imagearg.HostString
 	// PlatformFlag is --platform's name (internal/cli declares it; the front reads it to hand
 	// other platforms over).
 	PlatformFlag = "platform"
@@ -56,13 +54,13 @@ type Flags struct {
 // Add declares run's flags on fs (--state-dir and --cgroup-parent are AddBackend's).
 func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.Lang, "lang", "l", "", "language: python, node, bash (aliases py, python3, js, javascript, sh, shell); default python, or from FILE's extension")
-	fs.DurationVarP(&f.Timeout, "timeout", "t", time.Duration(core.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
+	fs.DurationVar(&f.Timeout, "timeout", time.Duration(core.DefaultTimeoutSeconds)*time.Second, "wall-clock limit, whole seconds from 1s to 300s")
 	fs.BoolVarP(&f.Network, "network", "n", false, "allow connections to the public internet")
 	fs.StringVar(&f.Image, "image", ImageHost, `root filesystem: "host", a directory, an OCI layout ("oci:DIR"), a tarball, or an image reference`)
 	fs.StringArrayVarP(&f.Files, "file", "f", nil, "copy LOCAL into the sandbox as REMOTE (default: its base name in /workspace); repeatable")
 	fs.StringVarP(&f.Code, "code", "c", "", "the code to run")
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
-	fs.Int64Var(&f.MaxOutput, "max-output", SpareOutputCap, "cap on each of stdout and stderr, in bytes")
+	fs.Int64Var(&f.MaxOutput, "max-output", wire.DefaultOutputCap, "cap on each of stdout and stderr, in bytes")
 	fs.IntVar(&f.Spares, "spares", DefaultSpares(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvSpares+", else 1)")
 }
 
@@ -74,30 +72,36 @@ func AddBackend(fs *pflag.FlagSet, stateDir, cgroupParent *string) {
 	_ = fs.MarkHidden("cgroup-parent")
 }
 
-// The platform settings' names (platform's; pinned equal by a test of internal/cli): the front
-// reads them without linking the platforms.
+// Output formats for the root's -o/--output.
 const (
-	EnvPlatform       = "AIRLOCK_PLATFORM"
-	EnvConfig         = "AIRLOCK_CONFIG"
-	DefaultConfigFile = "/etc/airlock/config.yaml"
+	OutputText = "text"
+	OutputJSON = "json"
 )
 
-// LocalPlatform reports whether the platform settings can only mean the local runtime or
-// auto, which a parked spare serves: --platform's value (flagSet: given), else
-// $AIRLOCK_PLATFORM. A config file makes it false (its platform, and whether it is valid, are
-// the full CLI's to read: the front reads no YAML).
-func LocalPlatform(flag string, flagSet bool) bool {
-	if p := os.Getenv(EnvConfig); p != "" {
-		return false
+// RootFlags reads the root command's own flags at the start of args as cobra would: -o/--output
+// (its only persistent flag) and its value (output; "" when not given), and at, the index of the
+// first other argument (len(args) when none). ok is false when the last -o has no value.
+func RootFlags(args []string) (output string, at int, ok bool) {
+	for at < len(args) {
+		a := args[at]
+		switch {
+		case a == "-o" || a == "--output":
+			if at+1 >= len(args) {
+				return output, at, false
+			}
+			output = args[at+1]
+			at += 2
+		case strings.HasPrefix(a, "--output="):
+			output = strings.TrimPrefix(a, "--output=")
+			at++
+		case strings.HasPrefix(a, "-o"):
+			output = strings.TrimPrefix(strings.TrimPrefix(a, "-o"), "=")
+			at++
+		default:
+			return output, at, true
+		}
 	}
-	if _, err := os.Stat(DefaultConfigFile); err == nil {
-		return false
-	}
-	v := flag
-	if !flagSet {
-		v = os.Getenv(EnvPlatform)
-	}
-	return v == "" || v == "auto" || v == "local"
+	return output, at, true
 }
 
 // DefaultSpares is --spares' default: $AIRLOCK_SPARES, else 1.
@@ -117,11 +121,11 @@ func (f *Flags) Check(sparesChanged bool) error {
 	if f.MaxOutput < 1 {
 		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
 	}
-	if f.Spares < 0 || f.Spares > MaxSpares {
+	if f.Spares < 0 || f.Spares > spares.MaxSpares {
 		if !sparesChanged {
-			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvSpares, os.Getenv(EnvSpares), MaxSpares)
+			return cliexit.UsageError("$%s=%q: give 0 (no spares) to %d", EnvSpares, os.Getenv(EnvSpares), spares.MaxSpares)
 		}
-		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Spares, MaxSpares)
+		return cliexit.UsageError("--spares %d must be 0 (none) to %d", f.Spares, spares.MaxSpares)
 	}
 	return nil
 }
@@ -253,39 +257,32 @@ func languageFromExt(p string) string {
 type Image struct {
 	// Key names the image among the spares' aliases ("host", "dir:/abs/path"), as ImageKey.
 	Key string
-	// JSON is the image as spec.Image marshals it, for the filler's --image-json.
+	// JSON is the image as a JSON string (spec.Image reads that form), for the filler's
+	// --image-json.
 	JSON string
 }
 
-// LightImage reads --image's value when it is the host image or a directory, as
-// spec.ImageFromString (and cli.ParseImage's absolute path) read the same value: a test of
-// the full CLI pins the two together. ok is false for any other image (an OCI layout, a
-// tarball, a reference), which only the full CLI reads.
+// LightImage reads --image's value when it is the host image or a directory (a directory made
+// absolute, as the full CLI does). ok is false for any other image (an OCI layout, a tarball,
+// a reference), which only the full CLI reads.
 func LightImage(s string) (img Image, ok bool) {
-	var v struct {
-		Host bool   `json:"host,omitempty"`
-		Dir  string `json:"dir,omitempty"`
-	}
-	switch {
-	case s == ImageHost:
-		v.Host = true
-	case strings.HasPrefix(s, "oci:"), strings.HasPrefix(s, "oci-layout:"),
-		strings.HasSuffix(s, ".tar"), strings.HasSuffix(s, ".tar.gz"), strings.HasSuffix(s, ".tgz"):
-		return Image{}, false
-	case s == ".", s == "..", strings.HasPrefix(s, "/"), strings.HasPrefix(s, "./"), strings.HasPrefix(s, "../"):
-		abs, err := filepath.Abs(s)
+	var dir string
+	switch k, v := imagearg.Parse(s); k {
+	case imagearg.Host:
+	case imagearg.Dir:
+		abs, err := filepath.Abs(v)
 		if err != nil {
 			return Image{}, false
 		}
-		v.Dir = abs
+		dir, s = abs, abs
 	default:
 		return Image{}, false
 	}
-	b, err := json.Marshal(v)
+	b, err := json.Marshal(s)
 	if err != nil {
 		return Image{}, false
 	}
-	return Image{Key: ImageKey(v.Host, v.Dir), JSON: string(b)}, true
+	return Image{Key: ImageKey(dir == "", dir), JSON: string(b)}, true
 }
 
 // ImageKey names an image among the spares' aliases: "host" or "dir:" and its absolute path.

@@ -23,9 +23,6 @@ import (
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// ClaimMargin is how much lifetime a claimed spare must have beyond the run's timeout
-	// (runcode.ClaimMargin; pinned by a test of the full CLI).
-	ClaimMargin = 5 * time.Second
 	// gatedNice is the nice value of a gated filler until its gate opens (StartFiller).
 	gatedNice = 19
 	// killTimeout bounds the kill of a used spare.
@@ -165,7 +162,7 @@ func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, nil // never filled for this image
 	}
-	c, discarded, err := spares.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+ClaimMargin)
+	c, discarded, err := spares.Claim(ctx, r.StateDir, idx, time.Duration(r.Req.TimeoutSeconds)*time.Second+core.ClaimMargin)
 	out := Outcome{Discarded: discarded}
 	if err != nil {
 		// The spares are a speed-up: a run never fails for want of one.
@@ -185,7 +182,7 @@ func RunSpare(ctx context.Context, r SpareRun) (Outcome, error) {
 	workdir := c.Record.Spec.Workdir
 	out.Result, err = core.RunIn(ctx, c.Agent, pre, workdir, r.Req, r.Opts)
 	out.Result.SandboxID = c.Record.SandboxID
-	out.Result.Memory = core.DefaultMemory
+	out.Result.Memory = c.Record.Spec.Limits.Memory
 	return out, errors.Join(err, finish(c, r, discarded))
 }
 

@@ -39,10 +39,9 @@ const (
 	MaxCodeBytes = 1 << 20
 	// DefaultOutputBytes caps each of stdout and stderr.
 	DefaultOutputBytes = 1 << 20
-	// The sandbox a run gets.
-	DefaultMemory       = "512Mi"
-	DefaultCPU          = "1"
-	DefaultMaxProcesses = 256
+	// ClaimMargin is how much lifetime a claimed sandbox (a pool's, a parked spare) must have
+	// beyond the run's timeout.
+	ClaimMargin = 5 * time.Second
 	// terminateTimeout bounds the cleanup that runs even after the caller's ctx ended.
 	terminateTimeout = 30 * time.Second
 )
@@ -299,8 +298,7 @@ func (r Result) ExitStatus() int {
 
 // RunIn runs req in the sandbox whose agent is agent, with workdir its working directory
 // (the declaration's, defaults applied): req.Files first, then the code, in pre's waiting
-// interpreter for req's language when there is a usable one (every other one is removed
-// first), else cold (the code written to its file, the command exec'd), as also when that
+// interpreter for req's language when there is one (every other one is removed first), else cold (the code written to its file, the command exec'd), as also when that
 // interpreter had exited before it got the code. pre is what was pre-started in the sandbox,
 // or nil; agent nil means pre.Agent(). The result's SandboxID and Memory are the caller's to
 // set. RunIn closes neither agent nor pre: the caller does, after it (pre.Close closes pre's
@@ -337,12 +335,12 @@ func RunIn(ctx context.Context, agent sbtypes.Agent, pre *Prestarted, workdir st
 		if !ok {
 			return Result{}, fmt.Errorf("%w: the sandbox holds pre-started interpreters but this agent client cannot reach them", sbtypes.ErrUnsupported)
 		}
-		w, err := pre.take(ctx, pa, Language(req.Language), pre.usable(opts))
+		id, err := pre.take(ctx, pa, Language(req.Language))
 		if err != nil {
 			return Result{}, err
 		}
-		if w != nil {
-			res, err = runPrestarted(ctx, pa, w, req, stdin, opts, log)
+		if id != "" {
+			res, err = runPrestarted(ctx, pa, id, req, stdin, opts)
 			if err == nil {
 				log.Debug("run_code: ran in a pre-started interpreter", "language", req.Language)
 				res.Language, res.TimeoutCappedFrom = req.Language, req.askedTimeout
@@ -380,10 +378,7 @@ func Exec(ctx context.Context, agent sbtypes.Agent, req sbtypes.ExecRequest, opt
 	if err != nil {
 		return Result{}, err
 	}
-	res := c.result(ex, ex.TimedOut, false)
-	res.DurationMs = ex.Duration.Milliseconds()
-	res.TimeoutSeconds = int(req.Timeout / time.Second)
-	return res, nil
+	return c.resultOf(ex, int(req.Timeout/time.Second))
 }
 
 // outputCap is opts' per-stream output cap, defaulted.
@@ -394,16 +389,17 @@ func outputCap(opts Options) int64 {
 	return opts.MaxOutputBytes
 }
 
-// capture is a run's output: kept up to the cap, and streamed to opts' writers as it comes.
+// capture is a run's output: kept, and streamed to opts' writers as it comes. The cap is the
+// agent's to keep (the request carries it); more than it is an agent that did not.
 type capture struct {
 	capBytes, view int64
-	out, err       *capped
+	out, err       *kept
 	stdout, stderr io.Writer
 }
 
 func newCapture(opts Options) *capture {
 	c := &capture{capBytes: outputCap(opts), view: max(opts.ViewBytes, 0)}
-	c.out, c.err = &capped{max: c.capBytes}, &capped{max: c.capBytes}
+	c.out, c.err = &kept{max: c.capBytes}, &kept{max: c.capBytes}
 	c.stdout, c.stderr = io.Writer(c.out), io.Writer(c.err)
 	if opts.Stdout != nil {
 		c.stdout = io.MultiWriter(c.out, opts.Stdout)
@@ -414,6 +410,18 @@ func newCapture(opts Options) *capture {
 	return c
 }
 
+// resultOf is the Result of a run that ended as ex, with what was captured, timeoutSeconds its
+// timeout; an error when the agent sent more than the cap it was given.
+func (c *capture) resultOf(ex sbtypes.ExecResult, timeoutSeconds int) (Result, error) {
+	if c.out.overrun || c.err.overrun {
+		return Result{}, fmt.Errorf("%w: the agent sent more output than the cap of %d bytes per stream it was given", sbtypes.ErrOutcomeUnknown, c.capBytes)
+	}
+	res := c.result(ex)
+	res.DurationMs = ex.Duration.Milliseconds()
+	res.TimeoutSeconds = timeoutSeconds
+	return res, nil
+}
+
 // TimeoutExitCode is the exit code of a program killed at its timeout, on every surface
 // (the CLI's status, MCP's and the API's exit_code): coreutils timeout's.
 const TimeoutExitCode = 124
@@ -421,31 +429,27 @@ const TimeoutExitCode = 124
 // result is the Result of an exec that ended as ex, with what was captured; the caller sets
 // the duration and timeout. A program killed by a signal exits 128+signal, as a shell says;
 // one killed at its timeout TimeoutExitCode.
-func (c *capture) result(ex sbtypes.ExecResult, timedOut, dropped bool) Result {
-	if ex.Truncated {
-		// The agent's cap (the same as ours) may have cut a stream inside a character.
-		c.out.cutAtCap()
-		c.err.cutAtCap()
-	}
+func (c *capture) result(ex sbtypes.ExecResult) Result {
 	res := Result{
 		ExitCode:       ex.ExitCode,
 		Signal:         ex.Signal,
-		TimedOut:       timedOut,
+		TimedOut:       ex.TimedOut,
 		OOMKilled:      ex.OOMKilled,
-		Truncated:      ex.Truncated || c.out.over || c.err.over || dropped,
+		Truncated:      ex.Truncated,
 		OutputCapBytes: c.capBytes,
 	}
 	var cutOut, cutErr int64
 	var badOut, badErr bool
-	res.Stdout, cutOut, badOut = c.out.view(c.view)
-	res.Stderr, cutErr, badErr = c.err.view(c.view)
+	// The agent's cap may have cut a stream inside a character.
+	res.Stdout, cutOut, badOut = c.out.view(c.view, ex.Truncated)
+	res.Stderr, cutErr, badErr = c.err.view(c.view, ex.Truncated)
 	res.CutBytes, res.NotUTF8 = cutOut+cutErr, badOut || badErr
 	if res.ExitCode < 0 && res.Signal != "" {
 		if n := unix.SignalNum(res.Signal); n != 0 {
 			res.ExitCode = 128 + int(n)
 		}
 	}
-	if timedOut {
+	if ex.TimedOut {
 		res.ExitCode = TimeoutExitCode
 	}
 	return res
@@ -478,44 +482,29 @@ func writeFiles(ctx context.Context, agent sbtypes.Agent, workdir string, files 
 	return nil
 }
 
-// capped keeps at most max bytes, cut back to whole UTF-8 characters when read, and
-// remembers whether more came.
-type capped struct {
-	buf  bytes.Buffer
-	max  int64
-	over bool
+// kept is one stream of a run's output as the agent sent it; overrun: more than max came,
+// and the excess was not kept.
+type kept struct {
+	buf     bytes.Buffer
+	max     int64
+	overrun bool
 }
 
-func (c *capped) Write(p []byte) (int, error) {
-	room := c.max - int64(c.buf.Len())
-	if int64(len(p)) > room {
-		c.over = true
-		if room > 0 {
-			c.buf.Write(p[:room])
-		}
-		return len(p), nil
+func (k *kept) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := k.max - int64(k.buf.Len()); int64(n) > room {
+		k.overrun = true
+		p = p[:max(room, 0)]
 	}
-	c.buf.Write(p)
-	return len(p), nil
+	k.buf.Write(p)
+	return n, nil
 }
 
-// cutAtCap records that a cap upstream (the agent's) cut this stream if it holds a full cap.
-func (c *capped) cutAtCap() {
-	if int64(c.buf.Len()) >= c.max {
-		c.over = true
-	}
-}
-
-func (c *capped) String() string {
-	s, _, _ := c.view(0)
-	return s
-}
-
-// view is what the stream reads as (View of what was kept, less a character the cap split).
-func (c *capped) view(room int64) (s string, cut int64, bad bool) {
-	b := c.buf.Bytes()
-	if c.over {
-		// The cut may have split a character; drop its partial tail rather than emit U+FFFD.
+// view is what the stream reads as (View of what was kept); cut: the agent cut it at the cap,
+// perhaps inside a character, whose partial tail is dropped rather than shown as U+FFFD.
+func (k *kept) view(room int64, cut bool) (s string, cutBytes int64, bad bool) {
+	b := k.buf.Bytes()
+	if cut && int64(len(b)) >= k.max {
 		b = b[:len(b)-partialTail(b)]
 	}
 	return View(b, room)

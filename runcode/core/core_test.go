@@ -143,33 +143,33 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-func TestCapped(t *testing.T) {
-	c := &capped{max: 5}
-	for _, p := range []string{"ab", "cd", "é!"} { // é is two bytes: the cap splits it
-		if n, err := c.Write([]byte(p)); n != len(p) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v: a cap must never fail the writer", p, n, err)
+// TestCaptureOverrun: the cap is the agent's to keep; output past it is an agent that did
+// not, an error rather than a result cut a second time here.
+func TestCaptureOverrun(t *testing.T) {
+	c := newCapture(Options{MaxOutputBytes: 5})
+	for _, p := range []string{"ab", "cd", "e!"} {
+		if n, err := c.stdout.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v: a tee to the caller's writer must not fail", p, n, err)
 		}
 	}
-	if !c.over {
-		t.Fatal("over not set past the cap")
+	if _, err := c.resultOf(sbtypes.ExecResult{}, 1); !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
+		t.Fatalf("6 bytes under a cap of 5: %v, want ErrOutcomeUnknown", err)
 	}
-	if got := c.String(); got != "abcd" {
-		t.Fatalf("String() = %q, want the partial é dropped: %q", got, "abcd")
-	}
-	d := &capped{max: 10}
-	d.Write([]byte("héllo"))
-	if d.over || d.String() != "héllo" {
-		t.Fatalf("under the cap: %q over=%v", d.String(), d.over)
+	d := newCapture(Options{MaxOutputBytes: 5})
+	d.stdout.Write([]byte("héll")) // 5 bytes: at the cap, not over it
+	res, err := d.resultOf(sbtypes.ExecResult{}, 1)
+	if err != nil || res.Stdout != "héll" || res.Truncated {
+		t.Fatalf("at the cap: %+v %v", res, err)
 	}
 }
 
-// TestCaptureAgentCap: a stream the agent cut at the cap (ours is the same) ends at a
+// TestCaptureAgentCap: a stream the agent cut at the cap ends at a
 // character boundary too (issue 25: MCP output at the cap ended in U+FFFD).
 func TestCaptureAgentCap(t *testing.T) {
 	c := newCapture(Options{MaxOutputBytes: 5})
 	c.stdout.Write([]byte("abcd\xc3")) // the agent cut "abcdé" after é's first byte
 	c.stderr.Write([]byte("ok\xc3"))   // under the cap: the program's own bytes, flagged
-	res := c.result(sbtypes.ExecResult{Truncated: true}, false, false)
+	res := c.result(sbtypes.ExecResult{Truncated: true})
 	if res.Stdout != "abcd" || !res.Truncated {
 		t.Errorf("stdout %q truncated=%v, want %q cut before the partial character", res.Stdout, res.Truncated, "abcd")
 	}
@@ -184,7 +184,7 @@ func TestCaptureView(t *testing.T) {
 	c := newCapture(Options{MaxOutputBytes: 1 << 20, ViewBytes: 10})
 	c.stdout.Write([]byte("héllo, " + strings.Repeat("-", 100) + " the énd"))
 	c.stderr.Write([]byte("short"))
-	res := c.result(sbtypes.ExecResult{}, false, false)
+	res := c.result(sbtypes.ExecResult{})
 	// Head: 5 bytes is "héll" (é is two); tail: the last 5 bytes are " énd" minus nothing split.
 	want := "héll\n[... 107 bytes cut here ...]\n énd"
 	if res.Stdout != want {
@@ -201,7 +201,7 @@ func TestCaptureView(t *testing.T) {
 // TestTimeoutExitCode: a run killed at its timeout exits 124 on every surface.
 func TestTimeoutExitCode(t *testing.T) {
 	c := newCapture(Options{})
-	res := c.result(sbtypes.ExecResult{ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, true, false)
+	res := c.result(sbtypes.ExecResult{ExitCode: -1, Signal: "SIGKILL", TimedOut: true})
 	if res.ExitCode != TimeoutExitCode || res.ExitStatus() != 124 || !strings.HasPrefix(res.Text(), "Exit code: 124\n") {
 		t.Errorf("result %+v text %q", res, res.Text())
 	}

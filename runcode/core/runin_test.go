@@ -65,17 +65,8 @@ func (a *fakeAgent) Close() error {
 // interpreters a run does not use to be removed.
 type fakeProcessAgent struct{ *fakeAgent }
 
-func (a fakeProcessAgent) Attach(context.Context, string, bool) (*client.Stream, error) {
-	panic("attach: the run used a pre-started interpreter")
-}
-func (a fakeProcessAgent) WriteStdin(context.Context, string, io.Reader, bool) error {
-	panic("stdin: the run used a pre-started interpreter")
-}
-func (a fakeProcessAgent) WriteStdinDeadline(context.Context, string, io.Reader, bool, time.Duration) error {
-	panic("stdin: the run used a pre-started interpreter")
-}
-func (a fakeProcessAgent) RemoveProcess(context.Context, string) error {
-	panic("remove: the run used a pre-started interpreter")
+func (a fakeProcessAgent) Handoff(context.Context, string, client.HandoffRequest) (*client.Stream, error) {
+	panic("handoff: the run used a pre-started interpreter")
 }
 func (a fakeProcessAgent) Signal(_ context.Context, id, signal string) error {
 	a.mu.Lock()
@@ -148,8 +139,8 @@ func TestRunInRefuses(t *testing.T) {
 	}
 }
 
-// TestRunInPrestartedOthersRemoved: interpreters the run does not use (another language, or a
-// cap over theirs) are killed and waited for before the code runs cold, alone; pre's agent
+// TestRunInPrestartedOthersRemoved: interpreters the run does not use (another language) are
+// killed and waited for before the code runs cold, alone; pre's agent
 // runs it when the caller gives none, and stays open.
 func TestRunInPrestartedOthersRemoved(t *testing.T) {
 	tests := []struct {
@@ -160,12 +151,11 @@ func TestRunInPrestartedOthersRemoved(t *testing.T) {
 		killed []string
 	}{
 		{"other language", Request{Language: "bash", Code: "echo 4"}, Options{}, "bash main.sh", []string{"p-node SIGKILL", "p-py SIGKILL"}},
-		{"cap over theirs", Request{Language: "python", Code: "print(4)"}, Options{MaxOutputBytes: 2 << 20}, "python3 main.py", []string{"p-node SIGKILL", "p-py SIGKILL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := fakeProcessAgent{&fakeAgent{exec: echoExec}}
-			pre := NewPrestarted(a, 1<<20, map[Language]Waiting{Python: {ID: "p-py", ReadySeq: 1}, Node: {ID: "p-node", ReadySeq: 1}})
+			pre := NewPrestarted(a, map[Language]string{Python: "p-py", Node: "p-node"})
 			res, err := RunIn(t.Context(), nil, pre, "/work", tt.req, tt.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -192,7 +182,7 @@ func TestRunInPrestartedOthersRemoved(t *testing.T) {
 // reach background processes is an error, not a silent cold run next to them.
 func TestRunInPrestartedNeedsProcesses(t *testing.T) {
 	a := &fakeAgent{exec: echoExec}
-	pre := NewPrestarted(a, 1<<20, map[Language]Waiting{Python: {ID: "p-py", ReadySeq: 1}})
+	pre := NewPrestarted(a, map[Language]string{Python: "p-py"})
 	if _, err := RunIn(t.Context(), nil, pre, "/work", Request{Language: "python", Code: "x"}, Options{}); !errors.Is(err, sbtypes.ErrUnsupported) {
 		t.Errorf("got %v, want ErrUnsupported", err)
 	}
@@ -211,32 +201,61 @@ func TestProgram(t *testing.T) {
 	}
 }
 
-// oldAgent is a process agent older than handed deadlines: it refuses deadlineMs (as an agent
-// refuses any query parameter it does not know), before reading the code.
-type oldAgent struct {
+// refusingAgent answers a handoff with err and records what it was handed.
+type refusingAgent struct {
 	fakeProcessAgent
-	removed []string
+	err    error
+	handed []client.HandoffRequest
 }
 
-func (a *oldAgent) WriteStdinDeadline(context.Context, string, io.Reader, bool, time.Duration) error {
-	return fmt.Errorf("%w: query parameter \"deadlineMs\" is not known here (allowed: close)", sbtypes.ErrInvalid)
-}
-
-func (a *oldAgent) RemoveProcess(_ context.Context, id string) error {
-	a.removed = append(a.removed, id)
-	return nil
-}
-
-// TestRunInPrestartedOldAgent: a waiting interpreter whose agent refuses the handed deadline
-// is removed and the code runs cold, with its exec's deadline, instead of the run failing.
-func TestRunInPrestartedOldAgent(t *testing.T) {
-	a := &oldAgent{fakeProcessAgent: fakeProcessAgent{&fakeAgent{exec: echoExec}}}
-	pre := NewPrestarted(a, 1<<20, map[Language]Waiting{Python: {ID: "p-py", ReadySeq: 1}})
-	res, err := RunIn(t.Context(), nil, pre, "/work", Request{Language: "python", Code: "print(4)", TimeoutSeconds: 7}, Options{})
-	if err != nil {
-		t.Fatal(err)
+func (a *refusingAgent) Handoff(_ context.Context, id string, req client.HandoffRequest) (*client.Stream, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if req.More != nil {
+		panic("an in-memory stdin went as a stream")
 	}
-	if res.ExitCode != 3 || a.execReq == nil || a.execReq.Timeout != 7*time.Second || !slices.Equal(a.removed, []string{"p-py"}) {
-		t.Errorf("result %+v exec %+v removed %v: want a cold run with its deadline, the interpreter removed", res, a.execReq, a.removed)
+	a.handed = append(a.handed, req)
+	return nil, a.err
+}
+
+// TestRunInPrestartedHandoff: the run's code goes to the waiting interpreter in one handoff
+// with the run's deadline and caps (the agent keeps them). An agent that has no such process
+// any more (exited: conflict) or no handoff at all (older: not found) gets the code cold, its
+// exec keeping the deadline, after the interpreter is killed; any other refusal is the run's
+// error, never a second attempt.
+func TestRunInPrestartedHandoff(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		cold bool
+	}{
+		{"exited", fmt.Errorf("%w: process p-py has exited", sbtypes.ErrConflict), true},
+		{"older agent", fmt.Errorf("%w: no endpoint POST /v1/processes/p-py/handoff", sbtypes.ErrNotFound), true},
+		{"unreachable", fmt.Errorf("%w: dial", sbtypes.ErrUnreachable), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &refusingAgent{fakeProcessAgent: fakeProcessAgent{&fakeAgent{exec: echoExec}}, err: tt.err}
+			pre := NewPrestarted(a, map[Language]string{Python: "p-py"})
+			res, err := RunIn(t.Context(), nil, pre, "/work", Request{Language: "python", Code: "print(4)", Stdin: "in", TimeoutSeconds: 7}, Options{MaxOutputBytes: 99})
+			want := client.HandoffRequest{Timeout: 7 * time.Second, MaxStdout: 99, MaxStderr: 99, Input: []byte("8 1\nprint(4)in")}
+			if len(a.handed) != 1 || fmt.Sprint(a.handed[0]) != fmt.Sprint(want) {
+				t.Errorf("handed %+v, want %+v", a.handed, want)
+			}
+			if !tt.cold {
+				if !errors.Is(err, tt.err) || a.execReq != nil {
+					t.Errorf("got %+v %v (exec %+v), want the refusal as the run's error", res, err, a.execReq)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != 3 || res.Stdout != "out:in" || a.execReq == nil || a.execReq.Timeout != 7*time.Second || a.execReq.MaxStdout != 99 {
+				t.Errorf("result %+v exec %+v: want a cold run with its deadline, caps and stdin from the start", res, a.execReq)
+			}
+			if !slices.Equal(a.killed, []string{"p-py SIGKILL"}) || !slices.Equal(a.waited, []string{"p-py"}) {
+				t.Errorf("killed %v waited %v: the interpreter must be gone before the cold run", a.killed, a.waited)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/backoff"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -189,7 +190,7 @@ func refusals(err error) func(func(*plan.Refusal) bool) {
 func (s *suite) waitGone(id string, what string) {
 	s.t.Helper()
 	ctx := s.ctx()
-	for delay := 50 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+	for wait := backoff.New(50*time.Millisecond, time.Second); ; {
 		_, err := s.b.Get(ctx, id)
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return
@@ -197,10 +198,8 @@ func (s *suite) waitGone(id string, what string) {
 		if err != nil && ctx.Err() == nil {
 			s.t.Fatalf("Get(%s) while waiting for %s: %v", id, what, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			s.t.Fatalf("session %s still there after %v: %s did not end it", id, s.opts.OpTimeout, what)
-		case <-time.After(delay):
 		}
 	}
 }

@@ -80,7 +80,25 @@ type Health struct {
 	ProtocolVersion int             `json:"protocolVersion"`
 	SandboxID       string          `json:"sandboxId"`
 	Features        map[string]bool `json:"features"`
-	// Guarantees says how this agent enforces exec kill ("cgroup-v1", "cgroup-v2", "pidns",
-	// "process-group") so a caller knows what survives a deadline.
+	// KillScope says how this agent enforces exec kill (one of the KillScope constants) so a
+	// caller knows what survives a deadline.
 	KillScope string `json:"killScope"`
+}
+
+// Kill scopes an agent reports (Health.KillScope).
+const (
+	KillScopeCgroupV1  = "cgroup-v1"
+	KillScopeCgroupV2  = "cgroup-v2"
+	KillScopeSubreaper = "subreaper"     // a reaper per exec kills every descendant
+	KillScopePgrp      = "process-group" // a setsid'd descendant escapes it
+)
+
+// KillsWholeTree reports whether an exec's deadline, cancel and end reach every process it
+// started, setsid'd and double-forked ones included.
+func (h Health) KillsWholeTree() bool {
+	switch h.KillScope {
+	case KillScopeCgroupV1, KillScopeCgroupV2, KillScopeSubreaper:
+		return true
+	}
+	return false
 }

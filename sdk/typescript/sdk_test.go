@@ -43,7 +43,7 @@ func run(t *testing.T, name string, args ...string) {
 
 // TestTypeScriptSDK installs the package's dependencies from package-lock.json when
 // node_modules is missing, fails when src/gen is stale (npm run check-generated), compiles it,
-// builds cmd/airlock with airlock-server and airlock-agent beside it, and runs the node suites
+// builds cmd/airlock-full (as airlock) with airlock-server and airlock-agent beside it, and runs the node suites
 // (test/): the wire table, the shared declaration corpus, and the client against a real
 // `airlock serve` the suite starts, with the README's examples run from the npm pack output.
 // Afterwards no sandbox may survive the daemon.
@@ -59,7 +59,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	run(t, npm, "run", "--silent", "check-generated")
 	run(t, npm, "run", "--silent", "build")
 
-	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock", "airlock")
+	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock-full", "airlock")
 	if err != nil {
 		t.Fatal(err)
 	}

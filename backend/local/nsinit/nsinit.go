@@ -188,7 +188,6 @@ func serve(cfg *Config, status *os.File) error {
 	acfg := cfg.Agent
 	acfg.Listen = "unix:" + AgentSocket
 	acfg.FilesRoot = "/"
-	acfg.DenyPaths = []string{AirlockDir, "/dev", "/proc", "/sys"}
 	acfg.CodeUID, acfg.CodeGID = CodeUID, CodeGID
 	if cfg.CgroupVersion == 2 {
 		acfg.CgroupV2 = fmt.Sprintf("/proc/self/fd/%d", FDCgroup)

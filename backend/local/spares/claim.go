@@ -18,6 +18,10 @@ import (
 	"github.com/airlock-sandbox/airlock/token"
 )
 
+// MaxSpares bounds how many spares of one template are kept parked (the full CLI's --spares
+// and the runtime's fill both refuse more).
+const MaxSpares = 8
+
 // HealthTimeout bounds a claim's wait for a spare's agent: a parked one answers in well under
 // a millisecond, so one that does not within this is dead to the claimer.
 const HealthTimeout = 2 * time.Second

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -32,7 +33,7 @@ func TestOpenRefuses(t *testing.T) {
 	// An empty cgroup, frozen: what a paused spare's freezer shows.
 	rel := "airlock-spares-test-" + strings.TrimPrefix(filepath.Base(state), "Test")
 	version, frozen := 1, "FROZEN"
-	if _, err := os.Stat(filepath.Join(CgroupRoot, "freezer")); err != nil {
+	if _, err := os.Stat(filepath.Join(kernfile.CgroupRoot, "freezer")); err != nil {
 		version, frozen = 2, "1"
 	}
 	fz := FreezerOf(&RecordCore{Cgroup: "/" + rel, CgroupVersion: version})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/backend/local/spares"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -60,8 +61,8 @@ func newBackend(t *testing.T) testBackend {
 			}
 		}
 		b.Close()
-		parents, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", local.CgroupParentFor(dir)))
-		for _, d := range append(parents, filepath.Join(spares.CgroupRoot, local.CgroupParentFor(dir))) {
+		parents, _ := filepath.Glob(filepath.Join(kernfile.CgroupRoot, "*", local.CgroupParentFor(dir)))
+		for _, d := range append(parents, filepath.Join(kernfile.CgroupRoot, local.CgroupParentFor(dir))) {
 			_ = os.Remove(d)
 		}
 	})
@@ -88,8 +89,8 @@ func park(t *testing.T, b testBackend, n int) string {
 // hierarchy.
 func cgroupProcs(t *testing.T, rel string) []int {
 	t.Helper()
-	dirs, _ := filepath.Glob(filepath.Join(spares.CgroupRoot, "*", rel))
-	dirs = append(dirs, filepath.Join(spares.CgroupRoot, rel))
+	dirs, _ := filepath.Glob(filepath.Join(kernfile.CgroupRoot, "*", rel))
+	dirs = append(dirs, filepath.Join(kernfile.CgroupRoot, rel))
 	var pids []int
 	for _, d := range dirs {
 		_ = filepath.WalkDir(d, func(p string, de fs.DirEntry, err error) error {

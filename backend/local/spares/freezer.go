@@ -8,13 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 )
-
-// CgroupRoot is where the host mounts its cgroup hierarchies.
-const CgroupRoot = "/sys/fs/cgroup"
 
 // Freezer is one sandbox's freezer control, whichever the cgroup version. The kernel's freezer
 // state is the only record of a pause: every process sharing the state dir sees it.
@@ -26,9 +21,9 @@ type Freezer struct {
 // FreezerOf is the freezer of rec's sandbox.
 func FreezerOf(rec *RecordCore) Freezer {
 	if rec.CgroupVersion == 2 {
-		return Freezer{Version: 2, Dir: filepath.Join(CgroupRoot, rec.Cgroup)}
+		return Freezer{Version: 2, Dir: filepath.Join(kernfile.CgroupRoot, rec.Cgroup)}
 	}
-	return Freezer{Version: 1, Dir: filepath.Join(CgroupRoot, "freezer", rec.Cgroup)}
+	return Freezer{Version: 1, Dir: filepath.Join(kernfile.CgroupRoot, "freezer", rec.Cgroup)}
 }
 
 // StateFile is the file that says whether a freeze was asked for.
@@ -89,7 +84,7 @@ func (f Freezer) Thaw() error {
 	var errs []error
 	err := filepath.WalkDir(f.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if CgroupGone(err) {
+			if kernfile.CgroupGone(err) {
 				return nil
 			}
 			return err
@@ -97,18 +92,11 @@ func (f Freezer) Thaw() error {
 		if d.IsDir() {
 			// ENODEV: the cgroup was removed between the walk and the write (an exec's cgroup
 			// the agent removes, or another process's terminate of the same sandbox).
-			if err := kernfile.Write(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !CgroupGone(err) {
+			if err := kernfile.Write(filepath.Join(p, "freezer.state"), "THAWED"); err != nil && !kernfile.CgroupGone(err) {
 				errs = append(errs, err)
 			}
 		}
 		return nil
 	})
 	return errors.Join(append(errs, err)...)
-}
-
-// CgroupGone reports whether err means the cgroup (or the file) is not there: never made, or
-// removed meanwhile. A cgroup removed after its file was opened answers ENODEV, not ENOENT
-// (another process terminating the same sandbox, an exec cgroup the agent removed).
-func CgroupGone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV)
 }

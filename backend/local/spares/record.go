@@ -47,13 +47,17 @@ type RecordCore struct {
 	Creator string `json:"creator,omitempty"`
 }
 
-// Record is session.json as a claimer reads it: the core and the two fields of the spec it
-// needs, without decoding (or linking) the rest.
+// Record is session.json as a claimer reads it: the core and the fields of the spec it needs,
+// without decoding (or linking) the rest.
 type Record struct {
 	RecordCore
 	Spec struct {
 		Workdir string            `json:"workdir,omitempty"`
 		Labels  map[string]string `json:"labels,omitempty"`
+		Limits  struct {
+			// Memory is the sandbox's limit as declared ("512Mi"), which a run reports.
+			Memory string `json:"memory,omitempty"`
+		} `json:"limits"`
 	} `json:"spec"`
 }
 

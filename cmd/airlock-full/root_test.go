@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
@@ -80,5 +82,31 @@ func TestRunBuildsOnlyTheNamedCommand(t *testing.T) {
 		if code != wcode || out != wout || errs != werrs {
 			t.Errorf("%q: with %d commands: exit %d\nstdout %q\nstderr %q\nwith all: exit %d\nstdout %q\nstderr %q", tt.args, len(lazy), code, out, errs, wcode, wout, werrs)
 		}
+	}
+}
+
+// TestShorthandsMeanOneThing: a one-letter flag names the same long flag in every command that
+// has it (-t is --tty, as in docker exec -it; run's --timeout has no letter).
+func TestShorthandsMeanOneThing(t *testing.T) {
+	seen := map[string]string{} // shorthand → "long (first command)"
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Shorthand == "" {
+				return
+			}
+			if prev, ok := seen[f.Shorthand]; ok && !strings.HasPrefix(prev, f.Name+" ") {
+				t.Errorf("-%s is --%s in %q but %s", f.Shorthand, f.Name, c.CommandPath(), prev)
+				return
+			}
+			seen[f.Shorthand] = f.Name + " (" + c.CommandPath() + ")"
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if got := seen["t"]; !strings.HasPrefix(got, "tty ") {
+		t.Errorf("-t is %q, want --tty", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/gc"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/platform"
 )
 
@@ -31,7 +32,7 @@ container engine and a cluster clean up after themselves.
 
   - session records in each --state-dir whose sandbox is gone, by the local runtime's own
     reconcile (live sandboxes there are adopted and left running);
-  - cgroups named airlock-* in every hierarchy under ` + gc.CgroupRoot + `, child by child: a child tree
+  - cgroups named airlock-* in every hierarchy under ` + kernfile.CgroupRoot + `, child by child: a child tree
     goes when no process is in it (in any hierarchy), it is not a session of a state dir,
     and it has not changed for --min-age; the airlock-* cgroup itself once it is empty.
 

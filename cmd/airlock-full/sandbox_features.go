@@ -206,13 +206,13 @@ func newSandboxSnapshotsCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 func newSandboxForkCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 	var n int
 	cmd := &cobra.Command{
-		Use:   "fork SESSION [-n N]",
+		Use:   "fork SESSION [--count N]",
 		Short: "Start N new sandboxes from a running sandbox's files and print their session ids",
 		Long: `Snapshot the sandbox and start N new sandboxes from it, all or none. Each has the
 sandbox's files and declaration and none of its processes; a write in one is seen by no other.
 The snapshot stays (each new session's spec.image.snapshot names it) until
 'airlock sandbox snapshots rm'.`,
-		Example: `  airlock sandbox fork s-0123456789abcdef -n 3`,
+		Example: `  airlock sandbox fork s-0123456789abcdef --count 3`,
 		Args:    argsUsage("SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 {
@@ -236,6 +236,6 @@ The snapshot stays (each new session's spec.image.snapshot names it) until
 			return nil
 		},
 	}
-	cmd.Flags().IntVarP(&n, "count", "n", 1, "how many sandboxes to start (at most 64 on the local runtime)")
+	cmd.Flags().IntVar(&n, "count", 1, "how many sandboxes to start (at most 64 on the local runtime)")
 	return cmd
 }

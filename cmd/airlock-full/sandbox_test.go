@@ -385,7 +385,7 @@ func TestSandboxFeatureCommands(t *testing.T) {
 	if code, _, errs := cliIn(t, "", "sandbox", "snapshot", id); code != 2 {
 		t.Errorf("snapshot without a name: %d %s", code, errs)
 	}
-	code, out, errs = cliIn(t, "", "sandbox", "fork", id, "-n", "2")
+	code, out, errs = cliIn(t, "", "sandbox", "fork", id, "--count", "2")
 	kids := strings.Fields(out)
 	if code != 0 || len(kids) != 2 {
 		t.Fatalf("fork: %d %q %s", code, out, errs)
@@ -396,8 +396,8 @@ func TestSandboxFeatureCommands(t *testing.T) {
 			t.Errorf("exec in fork %s: %d %q %s", k, code, out, errs)
 		}
 	}
-	if code, _, errs := cliIn(t, "", "sandbox", "fork", id, "-n", "0"); code != 2 || !strings.Contains(errs, "at least 1") {
-		t.Errorf("fork -n 0: %d %s", code, errs)
+	if code, _, errs := cliIn(t, "", "sandbox", "fork", id, "--count", "0"); code != 2 || !strings.Contains(errs, "at least 1") {
+		t.Errorf("fork --count 0: %d %s", code, errs)
 	}
 	kid, err := c.Get(ctx, kids[0])
 	if err != nil {

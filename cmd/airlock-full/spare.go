@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/backend/local"
+	"github.com/airlock-sandbox/airlock/backend/local/spares"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/platform"
@@ -121,8 +122,8 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
 		return cli.UsageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
 	}
-	if f.count < 1 || f.count > local.MaxSpares {
-		return cli.UsageError("--count %d must be 1 to %d", f.count, local.MaxSpares)
+	if f.count < 1 || f.count > spares.MaxSpares {
+		return cli.UsageError("--count %d must be 1 to %d", f.count, spares.MaxSpares)
 	}
 	logw, err := openFillLog(f.backend.StateDir)
 	if err != nil {
@@ -175,7 +176,7 @@ func runSparesFill(cmd *cobra.Command, f *sparesFillFlags) error {
 		log.Error("spares: linking the image's spares failed", "err", err)
 		return err
 	}
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, MaxOutputBytes: runcli.SpareOutputCap, Logger: log})
+	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, Logger: log})
 	if err != nil {
 		return err
 	}

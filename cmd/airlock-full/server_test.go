@@ -63,7 +63,7 @@ func TestCLILinksNoServer(t *testing.T) {
 // directory; it returns airlock's path.
 func buildCLI(t *testing.T, withServer bool) string {
 	t.Helper()
-	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock", "airlock")
+	bin, cleanup, err := runcodetest.Build("github.com/airlock-sandbox/airlock/cmd/airlock-full", "airlock")
 	if err != nil {
 		t.Fatal(err)
 	}

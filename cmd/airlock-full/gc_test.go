@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/gc"
+	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
@@ -35,7 +36,7 @@ func TestGCDryRun(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := make([]byte, 4)
 	rand.Read(b)
-	orphan := filepath.Join(gc.CgroupRoot, "freezer", "airlock-gccli-"+hex.EncodeToString(b))
+	orphan := filepath.Join(kernfile.CgroupRoot, "freezer", "airlock-gccli-"+hex.EncodeToString(b))
 	if err := os.Mkdir(orphan, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestFrontRunsInSpares(t *testing.T) {
 	}
 	t.Cleanup(cleanup)
 	dir := t.TempDir()
-	for _, b := range []struct{ out, pkg string }{{"airlock", "."}, {"airlock-full", "../airlock"}} {
+	for _, b := range []struct{ out, pkg string }{{"airlock", "."}, {"airlock-full", "../airlock-full"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -134,5 +134,48 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestInstallAll: `go install ./cmd/...` installs every binary under the name the others look
+// for: the installed airlock, with nothing set to point it anywhere and no airlock on PATH,
+// finds the full CLI beside it, which runs the code and leaves nothing behind.
+func TestInstallAll(t *testing.T) {
+	testutil.RequireRoot(t)
+	gobin := t.TempDir()
+	install := exec.Command("go", "install", "github.com/airlock-sandbox/airlock/cmd/...")
+	install.Env = append(os.Environ(), "GOBIN="+gobin, "CGO_ENABLED=0")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install ./cmd/...: %v\n%s", err, out)
+	}
+	for _, name := range []string{"airlock", "airlock-full", "airlock-agent", "airlock-server", "airlock-operator"} {
+		if _, err := os.Stat(filepath.Join(gobin, name)); err != nil {
+			t.Errorf("go install ./cmd/... installed no %s: %v", name, err)
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIRLOCK_") && !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	// No spares: nothing outlives the run (the front hands it to the full CLI, whose path
+	// this is about), and PATH without gobin: the siblings are found beside the executable.
+	env = append(env, "AIRLOCK_SPARES=0", "PATH=/usr/local/bin:/usr/bin:/bin")
+	stateDir, parent := runcodetest.StateDir(t), runcodetest.CgroupParent(t)
+	run := exec.Command(filepath.Join(gobin, "airlock"), "run", "--state-dir", stateDir, "--cgroup-parent", parent, "-c", "print(42)")
+	run.Env = env
+	var stdout, stderr bytes.Buffer
+	run.Stdout, run.Stderr = &stdout, &stderr
+	if err := run.Run(); err != nil || stdout.String() != "42\n" {
+		t.Fatalf("installed airlock run: %v, stdout %q, stderr %s", err, stdout.String(), stderr.String())
+	}
+	b, err := local.New(context.Background(), local.Options{StateDir: stateDir, CgroupParent: parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if list, _ := b.List(context.Background()); len(list) != 0 {
+		t.Errorf("%d sandboxes outlived the run", len(list))
 	}
 }
