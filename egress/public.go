@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -113,4 +114,13 @@ func checkExtraPublic(ps []netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// NonPublicPrefixes are the ranges IsPublic refuses, for a platform that enforces public-only
+// egress with address blocks (a Kubernetes NetworkPolicy) rather than by asking IsPublic: the
+// IPv4 ones; IPv6 global unicast (2000::/3, the only IPv6 space that can be public); and the
+// IPv6 ones inside it. NAT64 of a public IPv4 address, which IsPublic allows, lies outside
+// 2000::/3, so a block list built from these refuses it.
+func NonPublicPrefixes() ([]netip.Prefix, netip.Prefix, []netip.Prefix) {
+	return slices.Clone(nonPublic4), global6, slices.Clone(nonPublic6)
 }

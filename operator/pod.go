@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/netip"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -27,6 +30,31 @@ type PodOptions struct {
 	OperatorNS      string            // where the broker runs
 	BrokerSelector  map[string]string // the broker pods' labels
 	GVisorClassName string            // RuntimeClass used for runtime gvisor
+	// ExtraPublic are documentation prefixes (TEST-NET) public-only egress may reach: a lab's
+	// fake internet, as $AIRLOCK_EGRESS_PUBLIC is for the local runtime. ParseExtraPublic
+	// refuses anything else.
+	ExtraPublic []netip.Prefix
+}
+
+// ParseExtraPublic reads a comma-separated list of documentation prefixes (the operator's
+// -egress-public): only those may be declared public.
+func ParseExtraPublic(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for f := range strings.SplitSeq(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a prefix such as 203.0.113.0/24: %v", f, err)
+		}
+		if !egress.DocumentationPrefix(p) {
+			return nil, fmt.Errorf("%s is not inside a documentation range (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32, 3fff::/20): only those may be declared public, for a lab's fake internet", p)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Generation of every pool pod: a pod serves one session and is never reused, so its agent's
@@ -224,11 +252,26 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 
 func ptr[T any](v T) *T { return &v }
 
-// privateRanges are refused to a public-only sandbox: RFC 1918, CGNAT, link-local (cloud
-// metadata), loopback, and their IPv6 counterparts.
-var privateRanges = map[bool][]string{
-	false: {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8"},
-	true:  {"fc00::/7", "fe80::/10", "::1/128"},
+// publicPeers are the NetworkPolicy peers of public-only egress: the public internet exactly as
+// the local runtime's egress gateway judges it (egress.IsPublic's ranges, one list), and the
+// documentation prefixes a test declared public (PodOptions.ExtraPublic) as peers of their own.
+func publicPeers(extra []netip.Prefix) []networkingv1.NetworkPolicyPeer {
+	v4, global6, v6 := egress.NonPublicPrefixes()
+	except := func(ps []netip.Prefix) []string {
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = p.String()
+		}
+		return out
+	}
+	peers := []networkingv1.NetworkPolicyPeer{
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: except(v4)}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: global6.String(), Except: except(v6)}},
+	}
+	for _, p := range extra {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: p.Masked().String()}})
+	}
+	return peers
 }
 
 // BuildNetworkPolicy returns the policy for sb's pods: ingress only to the agent port and only
@@ -264,10 +307,7 @@ func BuildNetworkPolicy(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions) *net
 	}
 	switch d.Egress.Mode {
 	case spec.EgressAllow:
-		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
-			{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: privateRanges[false]}},
-			{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: privateRanges[true]}},
-		}}}
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: publicPeers(o.ExtraPublic)}}
 	case spec.EgressOpen:
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
 	}

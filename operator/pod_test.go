@@ -3,6 +3,8 @@ package operator
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -235,12 +237,77 @@ func TestNetworkPolicy(t *testing.T) {
 			if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].To) != 2 || len(np.Spec.Egress[0].Ports) != 0 {
 				t.Fatalf("egress %+v", np.Spec.Egress)
 			}
+			// The local runtime's public internet, one list: documentation, benchmarking,
+			// multicast and reserved space is refused too (the test cluster's node lives in
+			// TEST-NET-1, which an RFC 1918-only list let a public-only pod reach).
 			v4 := np.Spec.Egress[0].To[0].IPBlock
-			for _, private := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8", "100.64.0.0/10"} {
-				if !slices.Contains(v4.Except, private) {
-					t.Errorf("public-only egress reaches %s", private)
+			if v4.CIDR != "0.0.0.0/0" {
+				t.Fatalf("v4 block %+v", v4)
+			}
+			for _, nonPublic := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8",
+				"100.64.0.0/10", "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4"} {
+				if !slices.Contains(v4.Except, nonPublic) {
+					t.Errorf("public-only egress reaches %s", nonPublic)
 				}
 			}
+			v6 := np.Spec.Egress[0].To[1].IPBlock
+			if v6.CIDR != "2000::/3" || !slices.Contains(v6.Except, "2001:db8::/32") || !slices.Contains(v6.Except, "2002::/16") {
+				t.Errorf("v6 block %+v, want global unicast less documentation and 6to4", v6)
+			}
 		})
+	}
+}
+
+// TestNetworkPolicyExtraPublic: a lab's fake internet is a peer of its own in public-only
+// egress, and nowhere else.
+func TestNetworkPolicyExtraPublic(t *testing.T) {
+	o := testPodOpts
+	o.ExtraPublic = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	for _, mode := range []spec.EgressMode{spec.EgressDeny, spec.EgressAllow, spec.EgressOpen} {
+		sb := sbx("box", func(s *v1alpha1.SandboxSpec) { s.Egress.Mode = mode })
+		d, err := Accept(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		np := BuildNetworkPolicy(sb, d, o)
+		var cidrs []string
+		for _, r := range np.Spec.Egress {
+			for _, p := range r.To {
+				if p.IPBlock != nil && len(p.IPBlock.Except) == 0 {
+					cidrs = append(cidrs, p.IPBlock.CIDR)
+				}
+			}
+		}
+		var want []string
+		if mode == spec.EgressAllow {
+			want = []string{"203.0.113.0/24"}
+		}
+		if !slices.Equal(cidrs, want) {
+			t.Errorf("%s: plain peers %v, want %v", mode, cidrs, want)
+		}
+	}
+}
+
+func TestParseExtraPublic(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{"", "[]", ""},
+		{"203.0.113.0/24", "[203.0.113.0/24]", ""},
+		{" 198.51.100.7/24 , 2001:db8:1::/48", "[198.51.100.0/24 2001:db8:1::/48]", ""},
+		{"10.0.0.0/8", "", "10.0.0.0/8 is not inside a documentation range"},
+		{"203.0.0.0/8", "", "203.0.0.0/8 is not inside a documentation range"},
+		{"203.0.113.1", "", `"203.0.113.1" is not a prefix`},
+	} {
+		got, err := ParseExtraPublic(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseExtraPublic(%q) = %v, %v; want error containing %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("ParseExtraPublic(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/agent/client"
 	kb "github.com/airlock-sandbox/airlock/backend/kubernetes"
+	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/operator/brokerapi"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
@@ -183,15 +184,15 @@ func ctxT(t *testing.T) context.Context {
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend("app")
-	// Every subtest but one, and so no capability walk (conformance.Options.Subtests), until this
-	// cluster can exercise what the binding's set claims (issue 27):
-	//   EgressDenyOnlyLoopback: the test cluster's bridge CNI does not enforce NetworkPolicy, and
-	//     the subtest checks the local runtime's mechanism (only lo) rather than a refused
-	//     connection; a pod always has eth0.
-	skip := []string{"EgressDenyOnlyLoopback"}
-	opts := conformance.Options{Decl: baseDecl, Subtests: slices.DeleteFunc(conformance.SubtestNames(), func(n string) bool {
-		return slices.Contains(skip, n)
-	})}
+	// EgressDenyOnlyLoopback checks the local runtime's mechanism (a sandbox with only lo); a pod
+	// always has eth0, and its NetworkPolicy (enforced on the test cluster by kube-router) is
+	// proven by traffic instead, for every egress mode.
+	opts := conformance.Options{Decl: baseDecl, Extra: []conformance.Subtest{{
+		Name:      "EgressByTraffic",
+		Exercises: []capability.Name{capability.EgressDeny, capability.PublicOnlyEgress},
+		Replaces:  "EgressDenyOnlyLoopback",
+		Run:       func(t *testing.T) { egressByTraffic(t, e, b) },
+	}}}
 	decls := conformance.Declarations(opts, b.Capabilities(ctxT(t)))
 	for _, d := range decls {
 		e.sandboxCR(d, 1, 0) // the operator holds every default, process limit and idle timeout included

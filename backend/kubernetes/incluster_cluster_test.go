@@ -5,6 +5,7 @@ package kubernetes_test
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -34,9 +35,14 @@ func TestInClusterDiscovery(t *testing.T) {
 	kubectl(t, "", "-n", e.ns, "create", "configmap", "broker-ca", "--from-file=ca.crt="+brokerCA)
 	nodeIP := kubectl(t, "", "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`)
 	brokerIP := strings.TrimSuffix(strings.TrimPrefix(e.broker, "https://"), ":8080")
+	// The idle pool pod's agent: the pod waits until the Sandbox's policy lets it reach it.
+	agentAddr := net.JoinHostPort(kubectl(t, "", "-n", e.ns, "get", "pod", "-l", "airlock.dev/sandbox=inpod,airlock.dev/state=idle",
+		"-o", "jsonpath={.items[0].status.podIP}"), "7070")
 	pod := map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": "incluster", "namespace": e.ns},
+		// An application pod reaches a sandbox's agent only with the client label: the Sandbox's
+		// NetworkPolicy admits it and the broker, nothing else (enforced on the test cluster).
+		"metadata": map[string]any{"name": "incluster", "namespace": e.ns, "labels": map[string]string{"airlock.dev/client": "true"}},
 		"spec": map[string]any{
 			"serviceAccountName": "app",
 			"restartPolicy":      "Never",
@@ -49,6 +55,7 @@ func TestInClusterDiscovery(t *testing.T) {
 					map[string]string{"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
 					map[string]string{"name": "AIRLOCK_K8S_IN_POD", "value": "inpod"},
 					map[string]string{"name": "AIRLOCK_K8S_IN_POD_BROKER", "value": "airlock-system/airlock-broker:8080"},
+					map[string]string{"name": "AIRLOCK_K8S_IN_POD_AGENT", "value": agentAddr},
 				},
 				"volumeMounts": []any{
 					map[string]any{"name": "ca", "mountPath": "/var/run/secrets/airlock", "readOnly": true},
@@ -103,6 +110,21 @@ func TestInPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// The Sandbox's policy admits this pod to the agent port by its label, and the policy
+	// controller (kube-router) adds a new pod's address moments after the pod starts:
+	// NetworkPolicy is applied asynchronously. Wait until a pool pod's agent port accepts this
+	// pod (a TCP connect, no claim), as an application started with its sandbox would retry.
+	agentAddr := os.Getenv("AIRLOCK_K8S_IN_POD_AGENT")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", agentAddr, 5*time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool pod's agent %s refused this pod for a minute: %v", agentAddr, err)
+		}
+	}
 	sess, err := b.Create(ctx, baseDecl(name))
 	if err != nil {
 		t.Fatal(err)

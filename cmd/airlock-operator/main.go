@@ -111,6 +111,7 @@ func run(args []string) error {
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
 		leaderElect  = fs.Bool("leader-elect", false, "run the pool controller on the elected replica only (a Lease in -namespace); the broker serves on every replica")
 		drainTimeout = fs.Duration("drain-timeout", 20*time.Second, "on SIGTERM, how long the broker lets claims in flight finish (keep it below the pod's terminationGracePeriodSeconds)")
+		egressPublic = fs.String("egress-public", "", "documentation prefixes (TEST-NET, comma-separated) that public-only egress may reach: a lab's fake internet, never real space")
 		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
 			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
 	)
@@ -136,6 +137,10 @@ func run(args []string) error {
 	uidFirst, uidLast, err := operator.ParseUIDRange(*uidRange)
 	if err != nil {
 		return fmt.Errorf("-code-uid-range: %w", err)
+	}
+	extraPublic, err := operator.ParseExtraPublic(*egressPublic)
+	if err != nil {
+		return fmt.Errorf("-egress-public: %w", err)
 	}
 	sel, err := labels.ConvertSelectorToLabelsMap(*brokerLabels)
 	if err != nil || len(sel) == 0 {
@@ -181,7 +186,7 @@ func run(args []string) error {
 	keys := &operator.Keys{Reader: mgr.GetAPIReader(), Namespace: *namespace, Secret: *secret, TTL: 30 * time.Second}
 	pods := operator.PodOptions{
 		AirlockImage: *image, PullPolicy: pp, AgentPort: int32(*agentPort),
-		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass,
+		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass, ExtraPublic: extraPublic,
 	}
 	uids := &operator.CodeUIDs{Reader: mgr.GetClient(), First: uidFirst, Last: uidLast}
 	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}

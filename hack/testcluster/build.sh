@@ -13,7 +13,7 @@ COMPONENTS=(kube-apiserver kubelet kube-scheduler kube-controller-manager kubect
 log() { printf '[build %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 install_apt() {
-  local want=(etcd-server containerd runc containernetworking-plugins openssl iproute2)
+  local want=(etcd-server containerd runc containernetworking-plugins openssl iproute2 ipset iptables)
   local missing=()
   for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -97,6 +97,25 @@ build_helm() {
   echo "$want" >"$BIN/.helm-stamp"
 }
 
+# kube-router, run with only its network policy controller: the bridge CNI enforces no
+# NetworkPolicy, and kube-router's does it with iptables + ipset (kube-network-policies needs
+# the kernel's nft "queue" expression, CONFIG_NFT_QUEUE, which this kernel lacks). Pinned here;
+# `go install` builds it from the Go module proxy.
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+build_kube_router() {
+  local want; want="$KUBE_ROUTER_VERSION $(go env GOVERSION)"
+  if [[ -x "$BIN/kube-router" && -f "$BIN/.kube-router-stamp" && "$(cat "$BIN/.kube-router-stamp")" == "$want" ]]; then
+    log "kube-router cached in $BIN"; return
+  fi
+  log "go install kube-router $KUBE_ROUTER_VERSION — a clean build takes ~9 min"
+  mkdir -p "$BIN" "$CACHE/gobin"
+  (cd "$CACHE" && CGO_ENABLED=0 GOFLAGS= GOBIN="$CACHE/gobin" go install -trimpath \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION")
+  mv "$CACHE/gobin/kube-router" "$BIN/kube-router"
+  echo "$want" >"$BIN/.kube-router-stamp"
+}
+
 install_apt
 build_k8s
 build_helm
+build_kube_router

@@ -24,10 +24,14 @@ if ! kc -n "$NS" get secret airlock-broker-tls >/dev/null 2>&1; then
     -extfile "$TLS/ext" -out "$TLS/tls.crt" 2>/dev/null
   kc -n "$NS" create secret tls airlock-broker-tls --cert "$TLS/tls.crt" --key "$TLS/tls.key" >&2
 fi
+# The egress tests' fake internet (a TEST-NET range in a network namespace they make on the node)
+# counts as public for public-only sandboxes; the node's own address stays non-public.
+FAKE_INTERNET=203.0.113.0/24
 # No kube-proxy runs here, so the kubernetes Service IP does not route: point the operator's
 # in-cluster config at the API server's node address (its certificate names it).
 "$BIN/helm" --kubeconfig "$KUBECONFIG_OUT" upgrade --install airlock "$REPO/deploy/helm/airlock" \
   --namespace "$NS" --set masterSecret.create=true --set sandboxImagePullPolicy=IfNotPresent \
+  --set-json "egressPublic=[\"$FAKE_INTERNET\"]" \
   --set-json "extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"$(cat "$STATE/node-ip")\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"6443\"}]" \
   --wait --timeout 3m >&2
 kc wait --for condition=established --timeout=60s crd/sandboxes.airlock.dev >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # down.sh: stop the test cluster up.sh started — only the processes whose pids it recorded (and the
 # containerd shims serving our private socket), unmount everything below $STATE, remove our pod
-# cgroups and the CNI bridge, and delete $STATE. The build cache ($AIRLOCK_K8S_CACHE) stays.
+# cgroups, kube-router's iptables chains and ipsets and the CNI bridge, and delete $STATE. The build cache ($AIRLOCK_K8S_CACHE) stays.
 # Safe to run when nothing is up.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -32,6 +32,27 @@ stop() {
   rm -f "$PIDS/$name"
 }
 
+# npc_cleanup removes kube-router's network policy rules: the jumps from INPUT/FORWARD/OUTPUT,
+# its chains (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*) and ipsets (KUBE-SRC-*, KUBE-DST-*).
+# By name, because kube-router v2.1.0's own --cleanup-config leaves them all and then panics in
+# its IPVS cleanup. Only the filter table holds them (no service proxy, no router runs).
+npc_cleanup() {
+  local c rule
+  command -v iptables >/dev/null || return 0
+  for c in INPUT FORWARD OUTPUT; do
+    while read -r rule; do
+      [[ -n "$rule" ]] && eval "iptables -w 5 ${rule/#-A/-D}"
+    done < <(iptables -w 5 -S "$c" 2>/dev/null | grep -- "-j KUBE-ROUTER-$c\$")
+  done
+  local chains
+  mapfile -t chains < <(iptables -w 5 -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^(KUBE-ROUTER-|KUBE-POD-FW-|KUBE-NWPLCY-)/ {print $2}')
+  for c in "${chains[@]}"; do iptables -w 5 -F "$c"; done
+  for c in "${chains[@]}"; do iptables -w 5 -X "$c"; done
+  if command -v ipset >/dev/null; then
+    ipset list -n 2>/dev/null | grep -E '^KUBE-(SRC|DST)-' | while read -r c; do ipset destroy "$c"; done
+  fi
+}
+
 # The kubelet goes first so it does not restart what we are about to stop.
 stop kubelet
 if pid_alive containerd; then
@@ -53,6 +74,11 @@ for p in /proc/[0-9]*; do
     kill -KILL "${p#/proc/}" 2>/dev/null
   fi
 done
+stop kube-router
+npc_cleanup
+if [[ -f "$STATE/bridge-nf-call-iptables.orig" ]]; then
+  cat "$STATE/bridge-nf-call-iptables.orig" >/proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null
+fi
 stop kube-controller-manager
 stop kube-scheduler
 stop kube-apiserver

@@ -6,7 +6,8 @@
 #
 # Host changes, all undone by down.sh: processes recorded in $STATE/pids, mounts below $STATE,
 # the CNI bridge "airlock0" (pods 10.244.0.0/24; the bridge plugin also turns on ip_forward), and the
-# cgroup "airlock-k8s" below each cgroup v1 hierarchy. No iptables rules are written.
+# cgroup "airlock-k8s" below each cgroup v1 hierarchy, bridge-nf-call-iptables set to 1, and
+# kube-router's iptables chains and ipsets (its own --cleanup-config removes them).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
@@ -17,7 +18,7 @@ export KUBECONFIG="$KUBECONFIG_OUT"
 kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" "$@"; }
 
 healthy() {
-  for p in etcd kube-apiserver containerd kubelet kube-scheduler kube-controller-manager; do
+  for p in etcd kube-apiserver containerd kubelet kube-scheduler kube-controller-manager kube-router; do
     pid_alive "$p" || return 1
   done
   kc get --raw /readyz >/dev/null 2>&1 || return 1
@@ -274,7 +275,21 @@ untainted() { [[ -z "$(kc get node "$NODE_NAME" -o jsonpath='{.spec.taints}')" ]
 wait_for "node $NODE_NAME untainted" 120 untainted
 sa_ready() { kc -n default get serviceaccount default; }
 wait_for "default ServiceAccount" 60 sa_ready
-for p in etcd kube-apiserver containerd kubelet kube-scheduler kube-controller-manager; do
+
+# ---------------------------------------------------------------- NetworkPolicy (kube-router)
+# Only its network policy controller: pods keep the bridge CNI; kube-router filters their
+# traffic in the FORWARD/INPUT/OUTPUT chains by pod IP (ipsets), which sees bridged pod-to-pod
+# traffic only with bridge-nf-call-iptables on (the value found is restored by down.sh).
+BRNF=/proc/sys/net/bridge/bridge-nf-call-iptables
+[[ -f "$BRNF" ]] || die "$BRNF missing: the kernel needs br_netfilter for NetworkPolicy between pods on one bridge"
+cat "$BRNF" >"$STATE/bridge-nf-call-iptables.orig"
+echo 1 >"$BRNF"
+start kube-router "$BIN/kube-router" --kubeconfig "$KUBECONFIG_OUT" --hostname-override "$NODE_NAME" \
+  --run-router=false --run-service-proxy=false --run-firewall=true --enable-cni=false \
+  --service-cluster-ip-range "$SERVICE_CIDR" --health-port 0 --metrics-port 0 --iptables-sync-period 1m
+npc_ready() { iptables -w 5 -S KUBE-ROUTER-FORWARD; }
+wait_for "kube-router's iptables chains" 60 npc_ready
+for p in etcd kube-apiserver containerd kubelet kube-scheduler kube-controller-manager kube-router; do
   pid_alive "$p" || die "$p exited (log: $LOGS/$p.log)"
 done
 log "cluster up: KUBECONFIG=$KUBECONFIG_OUT"

@@ -56,6 +56,16 @@ type Subtest struct {
 	Name      string
 	Exercises []capability.Name
 	Run       func(t *testing.T)
+	// Replaces names a suite subtest that checks the same capability by another platform's
+	// mechanism (EgressDenyOnlyLoopback: a sandbox with only lo), which this one proves
+	// its own way instead (a pod always has eth0; its policy refuses the traffic): the
+	// suite's is not run, nor its sandboxes declared, and this one must exercise what it did.
+	Replaces string
+}
+
+// replaced reports whether an Extra subtest stands in for the suite subtest name.
+func (o Options) replaced(name string) bool {
+	return !o.Basic && slices.ContainsFunc(o.Extra, func(x Subtest) bool { return x.Replaces == name })
 }
 
 // Run runs the suite. newBackend is called once per subtest; the backend it returns is the
@@ -79,6 +89,23 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, opts Optio
 			}
 		}
 		tests = slices.DeleteFunc(tests, func(tc suiteTest) bool { return !slices.Contains(opts.Subtests, tc.name) })
+	}
+	if !opts.Basic {
+		for _, x := range opts.Extra {
+			if x.Replaces == "" {
+				continue
+			}
+			i := slices.IndexFunc(tests, func(tc suiteTest) bool { return tc.name == x.Replaces })
+			if i < 0 {
+				t.Fatalf("conformance: Extra %s replaces %q, which is not a subtest of this run", x.Name, x.Replaces)
+			}
+			for _, n := range tests[i].needs {
+				if !slices.Contains(x.Exercises, n) {
+					t.Fatalf("conformance: Extra %s replaces %s but does not exercise %s, which it did", x.Name, x.Replaces, n)
+				}
+			}
+			tests = slices.Delete(tests, i, i+1)
+		}
 	}
 	// exercisedBy is the walk's table: capability → the subtests that exercise it. The image
 	// kind the suite's own declaration uses is exercised by every subtest.
@@ -307,7 +334,7 @@ var declIDs = map[string][]string{
 func Declarations(opts Options, caps capability.Set) []spec.Sandbox {
 	var out []spec.Sandbox
 	for _, tc := range suiteTests() {
-		if opts.Basic && !slices.Contains(basic, tc.name) || opts.Subtests != nil && !slices.Contains(opts.Subtests, tc.name) {
+		if opts.Basic && !slices.Contains(basic, tc.name) || opts.Subtests != nil && !slices.Contains(opts.Subtests, tc.name) || opts.replaced(tc.name) {
 			continue
 		}
 		if slices.ContainsFunc(tc.needs, func(n capability.Name) bool { return !caps.Has(n) }) {

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,40 @@ func TestWalk(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplacedSubtestIsNotDeclared: a suite subtest an Extra replaces creates nothing, so
+// Declarations (what a platform pre-declares, a cluster's Sandbox objects) leaves its sandboxes
+// out; without a replacement they are in.
+func TestReplacedSubtestIsNotDeclared(t *testing.T) {
+	decl := func(id string) spec.Sandbox { return spec.Sandbox{ID: id, Image: spec.Image{Ref: "img"}} }
+	ids := func(opts Options) []string {
+		var out []string
+		all := capability.Set{Platform: "fake", Entries: map[capability.Name]capability.Status{}}
+		for _, n := range capability.Names {
+			all.Entries[n] = capability.Status{Supported: true}
+		}
+		for _, d := range Declarations(opts, all) {
+			out = append(out, d.ID)
+		}
+		return out
+	}
+	plain := Options{Decl: decl}
+	if !slices.Contains(ids(plain), "conf-deny") {
+		t.Fatalf("declarations %v lack conf-deny", ids(plain))
+	}
+	replaced := Options{Decl: decl, Extra: []Subtest{{Name: "EgressByTraffic", Exercises: []capability.Name{capability.EgressDeny}, Replaces: "EgressDenyOnlyLoopback"}}}
+	got := ids(replaced)
+	if slices.Contains(got, "conf-deny") {
+		t.Errorf("declarations %v include conf-deny, whose subtest an Extra replaces", got)
+	}
+	if len(got) != len(ids(plain))-1 {
+		t.Errorf("declarations %v, want all of %v but conf-deny", got, ids(plain))
+	}
+	basic := replaced
+	basic.Basic = true
+	if !slices.Equal(ids(basic), ids(Options{Decl: decl, Basic: true})) {
+		t.Errorf("a Basic run's declarations change with Extra: %v", ids(basic))
 	}
 }
