@@ -93,23 +93,31 @@ func (f *frameWriter) write(b []byte, flush bool) {
 	}
 }
 
-// execHandler serves POST /v1/exec: JSON header, then (stdin: true) stdin bytes in the same
-// body; the response is a frame stream ending in exactly one exit or error frame.
-func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
+// readHeader decodes a streaming request's JSON header (bounded, unknown fields refused) into v
+// and returns the rest of the body: the bytes after the header.
+func readHeader(r *http.Request, v any) (io.Reader, error) {
 	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	var req wire.ExecRequest
 	hdr := &limitedReader{r: r.Body, n: maxRequestHeader}
 	dec := json.NewDecoder(hdr)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, jsonError(err))
-		return
+	if err := dec.Decode(v); err != nil {
+		return nil, jsonError(err)
 	}
 	hdr.n = -1
-	rest := io.MultiReader(dec.Buffered(), r.Body)
+	return io.MultiReader(dec.Buffered(), r.Body), nil
+}
+
+// execHandler serves POST /v1/exec: JSON header, then (stdin: true) stdin bytes in the same
+// body; the response is a frame stream ending in exactly one exit or error frame.
+func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
+	var req wire.ExecRequest
+	rest, err := readHeader(r, &req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	if !req.Stdin {
 		var one [1]byte
 		if n, _ := io.ReadFull(rest, one[:]); n > 0 {

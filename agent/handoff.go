@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -21,20 +19,12 @@ import (
 // process, as an exec's does; a caller that stays but stops reading stretches nothing: the
 // deadline is kept here.
 func (s *server) handoffHandler(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r); err != nil {
+	var req wire.HandoffRequest
+	input, err := readHeader(r, &req)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var req wire.HandoffRequest
-	hdr := &limitedReader{r: r.Body, n: maxRequestHeader}
-	dec := json.NewDecoder(hdr)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, jsonError(err))
-		return
-	}
-	hdr.n = -1
-	input := io.MultiReader(dec.Buffered(), r.Body)
 	timeout, err := s.deadline(req.TimeoutMs)
 	if err != nil {
 		writeError(w, err)

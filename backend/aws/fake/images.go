@@ -288,16 +288,26 @@ func (s *Server) settle(img *image, v *version) {
 	}
 }
 
-func (s *Server) createImage(body []byte) (int, any, *Fault) {
+// decodeBody decodes a request body into req, refusing unknown fields as the service does, and
+// returns its members as given (which ones were sent at all, null or not).
+func decodeBody(body []byte, req any) (map[string]json.RawMessage, *Fault) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return 0, nil, bad("body: %v", err)
+		return nil, bad("body: %v", err)
 	}
-	var req awsb.CreateImageRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return 0, nil, bad("body: %v", err)
+	if err := dec.Decode(req); err != nil {
+		return nil, bad("body: %v", err)
+	}
+	return raw, nil
+}
+
+func (s *Server) createImage(body []byte) (int, any, *Fault) {
+	var req awsb.CreateImageRequest
+	raw, f := decodeBody(body, &req)
+	if f != nil {
+		return 0, nil, f
 	}
 	if _, ok := raw["name"]; !ok {
 		return 0, nil, bad("1 validation error detected: Value null at 'name' failed to satisfy constraint: Member must not be null")
@@ -327,15 +337,10 @@ func (s *Server) createImage(body []byte) (int, any, *Fault) {
 }
 
 func (s *Server) updateImage(id string, body []byte) (int, any, *Fault) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return 0, nil, bad("body: %v", err)
-	}
 	var req awsb.UpdateImageRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return 0, nil, bad("body: %v", err)
+	raw, f := decodeBody(body, &req)
+	if f != nil {
+		return 0, nil, f
 	}
 	if f := checkBuildInput(req, raw); f != nil {
 		return 0, nil, f
