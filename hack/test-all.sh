@@ -54,7 +54,13 @@ done
 # ./... includes the node suites: e2e/mcp (the official MCP TypeScript client) and sdk/typescript
 # (the TypeScript SDK: its generation check, build, and suites against a real airlock serve).
 echo "== go test -race (unit and root suites)"
-go test -race -count=1 -timeout 40m ./...
+# backend/docker runs on its own, after the rest: twice (two CI runs of session 12/13) its
+# containers misbehaved while backend/local's suite ran beside it — an agent's root without
+# /bin/sh, a scratch dir busy after its unmount. One cause was found and fixed (the local
+# runtime's root clone unmounted host mounts below it: TestRootCloneDetachSparesHostMounts);
+# whether another remains is open (left in the closing note of that session).
+go test -race -count=1 -timeout 40m $(go list ./... | grep -vx 'github.com/airlock-sandbox/airlock/backend/docker')
+go test -race -count=1 -timeout 20m ./backend/docker
 
 echo "== cgroup v2: backend/local's suite in a VM booted with cgroup_no_v1=all (hack/v2vm, docs/cgroups.md)"
 ./hack/v2vm/test-local.sh
