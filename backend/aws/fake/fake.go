@@ -362,6 +362,40 @@ func (s *Server) verify(r *http.Request, body []byte, service string) *Fault {
 	return nil
 }
 
+// operations maps the API's routes (below /<APIVersion>/) to their operation names; the mux
+// only matches, it serves nothing.
+var operations = map[string]string{
+	"POST /microvms":                                     "RunMicrovm",
+	"GET /microvms":                                      "ListMicrovms",
+	"GET /microvms/{id}":                                 "GetMicrovm",
+	"DELETE /microvms/{id}":                              "TerminateMicrovm",
+	"POST /microvms/{id}/suspend":                        "SuspendMicrovm",
+	"POST /microvms/{id}/resume":                         "ResumeMicrovm",
+	"POST /microvms/{id}/auth-token":                     "CreateMicrovmAuthToken",
+	"POST /microvm-images":                               "CreateMicrovmImage",
+	"PUT /microvm-images/{id}":                           "UpdateMicrovmImage",
+	"GET /microvm-images/{id}":                           "GetMicrovmImage",
+	"GET /microvm-images/{id}/versions/{version}":        "GetMicrovmImageVersion",
+	"GET /microvm-images/{id}/versions/{version}/builds": "ListMicrovmImageBuilds",
+}
+
+var operationMux = func() *http.ServeMux {
+	mux := http.NewServeMux()
+	for pattern := range operations {
+		mux.Handle(pattern, http.NotFoundHandler())
+	}
+	return mux
+}()
+
+// operation names the operation a request for path rest (below /<APIVersion>/) is, or "".
+func operation(method, rest string) string {
+	if method == http.MethodHead {
+		return "" // the mux lets HEAD match a GET route; the service has no HEAD operations
+	}
+	_, pattern := operationMux.Handler(&http.Request{Method: method, URL: &url.URL{Path: "/" + rest}})
+	return operations[pattern]
+}
+
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
@@ -374,33 +408,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seg := strings.Split(rest, "/")
-	op := ""
-	switch {
-	case len(seg) == 1 && seg[0] == "microvms" && r.Method == http.MethodPost:
-		op = "RunMicrovm"
-	case len(seg) == 1 && seg[0] == "microvms" && r.Method == http.MethodGet:
-		op = "ListMicrovms"
-	case len(seg) == 2 && seg[0] == "microvms" && r.Method == http.MethodGet:
-		op = "GetMicrovm"
-	case len(seg) == 2 && seg[0] == "microvms" && r.Method == http.MethodDelete:
-		op = "TerminateMicrovm"
-	case len(seg) == 3 && seg[0] == "microvms" && r.Method == http.MethodPost && seg[2] == "suspend":
-		op = "SuspendMicrovm"
-	case len(seg) == 3 && seg[0] == "microvms" && r.Method == http.MethodPost && seg[2] == "resume":
-		op = "ResumeMicrovm"
-	case len(seg) == 3 && seg[0] == "microvms" && r.Method == http.MethodPost && seg[2] == "auth-token":
-		op = "CreateMicrovmAuthToken"
-	case len(seg) == 1 && seg[0] == "microvm-images" && r.Method == http.MethodPost:
-		op = "CreateMicrovmImage"
-	case len(seg) == 2 && seg[0] == "microvm-images" && r.Method == http.MethodPut:
-		op = "UpdateMicrovmImage"
-	case len(seg) == 2 && seg[0] == "microvm-images" && r.Method == http.MethodGet:
-		op = "GetMicrovmImage"
-	case len(seg) == 4 && seg[0] == "microvm-images" && seg[2] == "versions" && r.Method == http.MethodGet:
-		op = "GetMicrovmImageVersion"
-	case len(seg) == 5 && seg[0] == "microvm-images" && seg[2] == "versions" && seg[4] == "builds" && r.Method == http.MethodGet:
-		op = "ListMicrovmImageBuilds"
-	default:
+	op := operation(r.Method, rest)
+	if op == "" {
 		writeErr(w, Fault{Status: 404, Body: "<UnknownOperationException/>"})
 		return
 	}
