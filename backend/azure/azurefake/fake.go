@@ -677,13 +677,8 @@ func (f *Fake) exec(w http.ResponseWriter, r *http.Request, id string) {
 		writeError(w, http.StatusBadRequest, "InvalidRequestContent", fmt.Sprintf("command is required (%v)", err))
 		return
 	}
-	local, ok := f.running(w, id)
+	a, ok := f.agent(w, r, id)
 	if !ok {
-		return
-	}
-	a, err := f.cfg.Local.Connect(r.Context(), local)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
 	}
 	defer a.Close()
@@ -709,19 +704,29 @@ func (f *Fake) exec(w http.ResponseWriter, r *http.Request, id string) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// agent connects to the local sandbox standing for running sandbox id; on false it has
+// answered the request.
+func (f *Fake) agent(w http.ResponseWriter, r *http.Request, id string) (sandbox.Agent, bool) {
+	local, ok := f.running(w, id)
+	if !ok {
+		return nil, false
+	}
+	a, err := f.cfg.Local.Connect(r.Context(), local)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
+		return nil, false
+	}
+	return a, true
+}
+
 func (f *Fake) files(w http.ResponseWriter, r *http.Request, id string) {
 	p := r.URL.Query().Get("path")
 	if !path.IsAbs(p) {
 		writeError(w, http.StatusBadRequest, "InvalidPath", "path must be absolute")
 		return
 	}
-	local, ok := f.running(w, id)
+	a, ok := f.agent(w, r, id)
 	if !ok {
-		return
-	}
-	a, err := f.cfg.Local.Connect(r.Context(), local)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "InternalError", err.Error())
 		return
 	}
 	defer a.Close()
