@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
@@ -428,5 +429,46 @@ func TestExecOOMScore(t *testing.T) {
 	// The agent itself is back at its own score once the command is forked.
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", h.proc.Process.Pid)); err != nil || string(b) != "0\n" {
 		t.Errorf("the agent's oom_score_adj after a fork: %q %v, want 0", b, err)
+	}
+}
+
+// TestExecOOMScoreRefills: below a reaper the agent never takes the code's score, not even
+// while the next exec's reaper is started in the background after each exec (the reaper
+// raises its own). Without that, a reader of the agent's score saw 1000 between execs.
+func TestExecOOMScoreRefills(t *testing.T) {
+	testutil.RequireRoot(t)
+	h := newHarness(t).start()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if hl, err := h.cl.Health(ctx); err != nil || hl.KillScope != "subreaper" {
+		t.Fatalf("health %+v %v, want killScope subreaper", hl, err)
+	}
+	path := fmt.Sprintf("/proc/%d/oom_score_adj", h.proc.Process.Pid)
+	stop := make(chan struct{})
+	seen := make(chan string, 1)
+	go func() {
+		defer close(seen)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if b, err := os.ReadFile(path); err == nil && string(b) != "0\n" {
+				seen <- string(b)
+				return
+			}
+		}
+	}()
+	for i := 0; i < 40; i++ {
+		var out bytes.Buffer
+		res, err := h.cl.Exec(ctx, sbtypes.ExecRequest{Shell: "cat /proc/self/oom_score_adj", Timeout: time.Minute}, &out, io.Discard)
+		if err != nil || res.ExitCode != 0 || out.String() != "1000\n" {
+			t.Fatalf("exec %d: %+v %q %v, want the code at 1000", i, res, out.String(), err)
+		}
+	}
+	close(stop)
+	if s, ok := <-seen; ok {
+		t.Errorf("the agent's oom_score_adj between execs: %q, want 0 throughout", s)
 	}
 }

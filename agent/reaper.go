@@ -105,6 +105,12 @@ func reaperMain() int {
 		for range drop {
 		}
 	}()
+	// The reaper counts as its command: most killable, and the command inherits the score
+	// (raising needs no privilege; where it fails the command keeps the agent's, as in spawn).
+	if f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0); err == nil {
+		_, _ = f.WriteString(codeOOMScoreAdj)
+		f.Close()
+	}
 	spec, stdio, err := readSpec(r.ctl)
 	if err == io.EOF {
 		return 0 // the agent dropped this reaper before giving it a command

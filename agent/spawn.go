@@ -285,14 +285,17 @@ func (s *spawner) spawn(req *spawnRequest) spawnReply {
 	s.mu.Lock()
 	// The command is born the most killable (codeOOMScoreAdj), for the fork's span the agent
 	// with it: a score is the process's, not the thread's, and the kernel has no other way
-	// to give a child a score before it runs.
-	if s.oomFD >= 0 {
+	// to give a child a score before it runs. Not for a reaper: it raises its own score
+	// before it forks (reaperMain), and refills run beside other execs, so the agent would
+	// otherwise spend every refill at the code's score.
+	raise := s.oomFD >= 0 && !req.reaper
+	if raise {
 		if _, err := unix.Pwrite(s.oomFD, []byte(codeOOMScoreAdj), 0); err != nil {
 			s.closeOOMScore()
 		}
 	}
 	pid, err := syscall.ForkExec(req.argv0, req.argv, &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys})
-	if s.oomFD >= 0 {
+	if raise && s.oomFD >= 0 {
 		if _, err := unix.Pwrite(s.oomFD, s.oomBase, 0); err != nil {
 			s.closeOOMScore()
 		}
