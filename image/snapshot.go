@@ -1,3 +1,5 @@
+//go:build linux
+
 package image
 
 // Snapshot layers and the snapshot store.
