@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/internal/strictjson"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -323,6 +324,7 @@ func decodeJSON(body io.Reader, v any) error {
 func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	name, unknown := strictjson.UnknownField(err)
 	switch {
 	case errors.Is(err, sbtypes.ErrTooLarge):
 		return err
@@ -330,8 +332,8 @@ func jsonError(err error) error {
 		return fmt.Errorf("%w: field %q: %s is not allowed, want %s", sbtypes.ErrInvalid, te.Field, te.Value, te.Type)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: request body is not valid JSON at offset %d: %v", sbtypes.ErrInvalid, se.Offset, err)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("%w: unknown field %s", sbtypes.ErrInvalid, strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case unknown:
+		return fmt.Errorf("%w: unknown field %s", sbtypes.ErrInvalid, name)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: request body ends before the JSON object does", sbtypes.ErrInvalid)
 	}
