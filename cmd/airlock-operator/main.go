@@ -1,4 +1,4 @@
-// Command airlock-operator runs the Sandbox warm-pool controller and the session broker.
+// Command airlock-operator runs the Sandbox pool controller and the session broker.
 package main
 
 import (
