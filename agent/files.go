@@ -672,12 +672,8 @@ func (f *files) mkdirFresh(parent *os.Root, name, sp string, mode os.FileMode) e
 // mkdir is mkdir -p, one verified directory at a time so no component is resolved twice.
 func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.MkdirRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -744,12 +740,8 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.RemoveRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -787,12 +779,8 @@ func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) rename(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.RenameRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

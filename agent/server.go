@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -305,6 +306,27 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 		}
 	}
 	return nil
+}
+
+// queryBool is query parameter name as a boolean (strconv.ParseBool's forms), def when absent.
+func queryBool(r *http.Request, name string, def bool) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: query parameter %s=%q is not a boolean", sbtypes.ErrInvalid, name, v)
+	}
+	return b, nil
+}
+
+// readRequest reads a request that takes no query parameters and whose body is one JSON object.
+func readRequest(r *http.Request, v any) error {
+	if err := onlyQuery(r); err != nil {
+		return err
+	}
+	return decodeJSON(r.Body, v)
 }
 
 // decodeJSON reads exactly one JSON object from body, refusing unknown fields and trailing data.
