@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/seccomp"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
@@ -489,7 +490,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// parked sandbox) or reconcile.
-	go func() { _, _ = seccompFor(b.cg.version()) }()
+	go func() { _, _ = seccomp.For(b.cg.version()) }()
 	// What this backend's own set says no to is refused, naming the capability: the set plan
 	// and 'airlock capabilities' read (capabilities.go).
 	if err := plan.CheckSandbox(decl, b.caps()); err != nil {
@@ -499,7 +500,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if err != nil {
 		return nil, err
 	}
-	prog, err := seccompFor(b.cg.version())
+	prog, err := seccomp.For(b.cg.version())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -534,7 +535,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 
 // start creates the state dir and cgroup, starts init and waits until the agent answers.
 // On error the caller destroys what was made (s may be nil or partial).
-func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccompProgram) (*session, error) {
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccomp.Program) (*session, error) {
 	// The /etc copy is checked against its sources while the cgroups are made and init
 	// starts; only the config needs it.
 	etcc := make(chan etcResult, 1)
