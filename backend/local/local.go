@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/backend/local/seccomp"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
@@ -45,7 +46,7 @@ const (
 	defaultImageCacheDir = "/var/lib/airlock/images"
 	defaultUIDBase       = 100000
 	// idRange is how many ids the sandbox's user namespace maps (0..65535).
-	idRange = 65536
+	idRange = idrange.Size
 	// defaultCgroupParent is the cgroup the default state dir's sandboxes live under.
 	defaultCgroupParent = "airlock"
 	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
@@ -75,10 +76,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// UIDBase starts the host ids native sandboxes map (default 100000): UIDBase..+65535 own
 	// unpacked images and no sandbox maps them; each live sandbox maps its ids 0..65535 onto
-	// a range of its own after that (uidrange.go).
+	// a range of its own after that (idrange).
 	UIDBase int
 	// UIDRanges is how many such ranges follow UIDBase's own, so how many native sandboxes
-	// may live at once in this state dir (default defaultUIDRanges).
+	// may live at once in this state dir (default idrange.DefaultRanges).
 	UIDRanges int
 	// ImageProgress, if set, is called while an OCI image is unpacked.
 	ImageProgress func(done, total int64)
@@ -106,10 +107,10 @@ type Backend struct {
 	master    []byte
 	cg        cgroupDriver
 	etc       *etcCache
-	ids       *idAllocator          // uidrange.go
+	ids       *idrange.Allocator    // idrange
 	caps      func() capability.Set // the published set (capabilities.go)
 	runscPath string                // found on first use
-	rootless  *rootless             // rootless.go; nil when root
+	rootless  *idrange.Subordinate  // rootless.go; nil when root
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -186,7 +187,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		opts.UIDBase = defaultUIDBase
 	}
 	if opts.UIDRanges == 0 {
-		opts.UIDRanges = defaultUIDRanges
+		opts.UIDRanges = idrange.DefaultRanges
 	}
 	if last := int64(opts.UIDBase) + int64(opts.UIDRanges+1)*idRange - 1; opts.UIDBase < 1 || opts.UIDRanges < 1 || last > 1<<32-2 {
 		return nil, fmt.Errorf("%w: uidBase %d, uidRanges %d: the host ids %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDRanges, opts.UIDBase, last, uint32(1<<32-2))
@@ -231,7 +232,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := prepareStateDir(opts.StateDir, asRoot); err != nil {
 		return nil, err
 	}
-	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
+	if b.ids, err = idrange.NewAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
 	b.caps = b.capabilitySet() // probed (or read from the state dir) in the background
@@ -550,14 +551,14 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	etc := sync.OnceValue(func() etcResult { return <-etcc })
 	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
-	// The sandbox's own host ids (uidrange.go); s.rec carries them from here on, so a failed
+	// The sandbox's own host ids (idrange); s.rec carries them from here on, so a failed
 	// create's destroy frees them. Rootless, the user's own (rootless.go).
 	idr, idBase := 0, 0
 	if b.rootless != nil {
-		idBase = b.rootless.uid
+		idBase = b.rootless.UID
 	} else {
 		var err error
-		if idr, idBase, err = b.ids.claim(id); err != nil {
+		if idr, idBase, err = b.ids.Claim(id); err != nil {
 			return nil, err
 		}
 	}

@@ -78,8 +78,8 @@ func (b *Backend) reconcile(ctx context.Context) error {
 	if err := b.sweepParkedIndex(); err != nil {
 		errs = append(errs, err)
 	}
-	// uidrange.go: ranges of sessions that are gone (adopted ones keep theirs).
-	if err := b.ids.sweep(b.opts.StateDir); err != nil {
+	// idrange: ranges of sessions that are gone (adopted ones keep theirs).
+	if err := b.ids.Sweep(b.opts.StateDir); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -409,7 +409,7 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 		return nil, err
 	}
 	done := func() { os.Remove(p) }
-	// Init reads it as the sandbox's root, mapped to idBase (uidrange.go).
+	// Init reads it as the sandbox's root, mapped to idBase (idrange).
 	err = out.Chown(idBase, idBase)
 	if err == nil {
 		_, err = image.RemapLayer(ctx, out, rc, []image.LayerMapping{
