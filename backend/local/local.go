@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/backend/local/seccomp"
@@ -385,7 +386,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	switch decl.Runtime {
 	case "", spec.RuntimeNative:
 	case spec.RuntimeGVisor:
-		if _, err := findRunsc(b.opts.RunscPath); err != nil {
+		if _, err := gvisor.Find(b.opts.RunscPath); err != nil {
 			return nil, err
 		}
 		r.gvisor = true

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -189,7 +190,7 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	}
 	yes(capability.Preview) // preview.go
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
-	if _, err := findRunsc(runsc); err != nil {
+	if _, err := gvisor.Find(runsc); err != nil {
 		no(capability.GVisor, err.Error())
 	} else if cg == nil {
 		no(capability.GVisor, "no usable cgroup hierarchy")
