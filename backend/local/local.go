@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/pause"
 	"github.com/airlock-sandbox/airlock/backend/local/seccomp"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
@@ -1026,7 +1027,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 		return nil, err
 	}
 	if c := s.takeCachedClient(); c != nil {
-		return &pausableAgent{Client: c, fz: freezerOf(&s.rec), id: s.rec.ID}, nil
+		return pause.NewAgent(c, freezerOf(&s.rec), s.rec.ID), nil
 	}
 	return b.pausableClient(s), nil // pause.go: refuses calls while paused
 }

@@ -47,6 +47,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/pause"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -159,7 +160,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	}
 	if !wasPaused {
 		if err := setFrozen(ctx, fz, true); err != nil {
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pause.Timeout)
 			defer cancel()
 			if terr := setFrozen(tctx, fz, false); terr != nil {
 				return stats, fmt.Errorf("%w: snapshot %s: freeze: %v (and thawing again failed: %v)", sandbox.ErrOutcomeUnknown, s.rec.ID, err, terr)
@@ -169,7 +170,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	}
 	stats, cerr := b.readWritable(ctx, s, w)
 	if !wasPaused {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pause.Timeout)
 		defer cancel()
 		if err := setFrozen(tctx, fz, false); err != nil {
 			return stats, fmt.Errorf("%w: snapshot %s: thaw after capture: %v", sandbox.ErrOutcomeUnknown, s.rec.ID, err)
