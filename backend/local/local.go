@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
 	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
@@ -394,7 +395,7 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
 	}
-	if err := checkEgress(decl.Egress, r.gvisor, b.egressEnforceable); err != nil { // egress.go
+	if err := egresswire.Check(decl.Egress, r.gvisor, b.egressEnforceable); err != nil { // egress.go
 		return nil, err
 	}
 	if len(decl.PreviewPorts) > 0 && r.gvisor { // preview.go

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
 	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
@@ -197,7 +198,7 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	} else {
 		yes(capability.GVisor)
 	}
-	egressCapabilities(set.Entries) // egress.go: publicOnlyEgress, domainEgressRules
+	egresswire.Capabilities(set.Entries) // publicOnlyEgress, domainEgressRules
 	return set
 }
 
