@@ -53,9 +53,6 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-// SnapshotInfo describes a stored snapshot.
-type SnapshotInfo = sandbox.SnapshotInfo
-
 var _ sandbox.Snapshotter = (*Backend)(nil)
 
 // MaxFork bounds how many sandboxes one Fork makes.
@@ -75,17 +72,17 @@ func (b *Backend) snapshotStore() (*image.SnapshotStore, error) {
 
 // Snapshot captures the session's writable layer as the snapshot name (1 to 64 letters,
 // digits, '_' and '-'; sandbox.ErrConflict if taken).
-func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
+func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (sandbox.SnapshotInfo, error) {
 	snap, err := b.snapshot(ctx, sessionID, name)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return sandbox.SnapshotInfo{}, err
 	}
 	return snapshotInfo(snap), nil
 }
 
 // snapshotInfo is what the contract says of a stored snapshot.
-func snapshotInfo(s image.Snapshot) SnapshotInfo {
-	return SnapshotInfo{
+func snapshotInfo(s image.Snapshot) sandbox.SnapshotInfo {
+	return sandbox.SnapshotInfo{
 		Name: s.Name, CreatedAt: s.CreatedAt, SessionID: s.SessionID, SandboxID: s.SandboxID,
 		Base: s.Base.Kind, Digest: s.Digest, Size: s.Size, Files: s.Stats.Files,
 	}
@@ -430,7 +427,7 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 }
 
 // ListSnapshots returns every stored snapshot, oldest first.
-func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
+func (b *Backend) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
 	store, err := b.snapshotStore()
 	if err != nil {
 		return nil, err
@@ -439,7 +436,7 @@ func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SnapshotInfo, len(list))
+	out := make([]sandbox.SnapshotInfo, len(list))
 	for i, x := range list {
 		out[i] = snapshotInfo(x)
 	}
