@@ -25,24 +25,18 @@ import (
 
 // Runtime gvisor (package gvisor drives runsc): the session around a runsc container.
 
-// runscBinary finds runsc once per backend.
-func (b *Backend) runscBinary() (string, error) {
+// runsc is runsc's command runner, runsc found once per backend.
+func (b *Backend) runsc() (gvisor.Runsc, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.runscPath == "" {
 		p, err := gvisor.Find(b.opts.RunscPath)
 		if err != nil {
-			return "", err
+			return gvisor.Runsc{}, err
 		}
 		b.runscPath = p
 	}
-	return b.runscPath, nil
-}
-
-// runsc is runsc's command runner, runsc found once per backend.
-func (b *Backend) runsc() (gvisor.Runsc, error) {
-	bin, err := b.runscBinary()
-	return gvisor.Runsc{Bin: bin}, err
+	return gvisor.Runsc{Bin: b.runscPath}, nil
 }
 
 // startGVisor is start for runtime gvisor.
