@@ -105,7 +105,8 @@ func newBackend(b *testing.B, stateDir string) *local.Backend {
 
 // stateDir is a fresh state dir whose parents the sandbox's mapped root can traverse, under
 // $AIRLOCK_BENCH_STATE_PARENT (default /run: ext4 on this machine, where a host's /run is
-// usually a tmpfs; give a tmpfs to measure that case).
+// usually a tmpfs). The runtime makes the dir itself, so on a disk parent it mounts a tmpfs of
+// its own there; AIRLOCK_BENCH_STATE_ON_DISK=1 makes it beforehand, which keeps it on disk.
 func stateDir(b *testing.B) string {
 	b.Helper()
 	parent := os.Getenv("AIRLOCK_BENCH_STATE_PARENT")
@@ -126,8 +127,17 @@ func stateDirIn(b *testing.B, parent string) string {
 		b.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
+	if os.Getenv("AIRLOCK_BENCH_STATE_ON_DISK") == "1" {
+		// Made here, not by the runtime: it stays on the parent's filesystem (no tmpfs of the
+		// runtime's own), as before issue 26.
+		if err := os.Mkdir(state, 0o711); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Cleanup(func() {
-		os.RemoveAll(dir)
+		if err := local.RemoveStateDir(dir); err != nil {
+			b.Errorf("remove %s: %v", dir, err)
+		}
 		// The CLI runs' and backends' default parent for this state dir, empty by now.
 		runcodetest.RemoveCgroupParent(b, local.CgroupParentFor(state))
 	})

@@ -305,8 +305,19 @@ func CgroupParentFor(stateDir string) string {
 // (by others: a root runtime's sandbox root is an id of its own; a rootless one's is the user,
 // rootless.go, who made the dir).
 func prepareStateDir(dir string, asRoot bool) error {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
+	}
+	made := true
+	if err := os.Mkdir(dir, 0o711); errors.Is(err, fs.ErrExist) {
+		made = false
+	} else if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if asRoot {
+		if err := ownTmpfs(dir, made); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
 	}
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return fmt.Errorf("state dir: %w", err)
