@@ -113,11 +113,11 @@ func stateDir(b *testing.B) string {
 	if parent == "" {
 		parent = "/run"
 	}
-	return stateDirIn(b, parent)
+	return stateDirIn(b, parent, os.Getenv("AIRLOCK_BENCH_STATE_ON_DISK") == "1")
 }
 
-// stateDirIn is stateDir under parent.
-func stateDirIn(b *testing.B, parent string) string {
+// stateDirIn is stateDir under parent, made beforehand if onDisk.
+func stateDirIn(b *testing.B, parent string, onDisk bool) string {
 	b.Helper()
 	dir, err := os.MkdirTemp(parent, "airlock-bench-")
 	if err != nil {
@@ -127,7 +127,7 @@ func stateDirIn(b *testing.B, parent string) string {
 		b.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	if os.Getenv("AIRLOCK_BENCH_STATE_ON_DISK") == "1" {
+	if onDisk {
 		// Made here, not by the runtime: it stays on the parent's filesystem (no tmpfs of the
 		// runtime's own), as before issue 26.
 		if err := os.Mkdir(state, 0o711); err != nil {
