@@ -90,9 +90,12 @@ func mountPoints(r io.Reader) ([]string, error) {
 	return out, sc.Err()
 }
 
+// mountInfo is the mount table unmountUnder reads (a variable for a test).
+var mountInfo = "/proc/self/mountinfo"
+
 // unmountUnder detaches every host mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open(mountInfo)
 	if err != nil {
 		return err
 	}
