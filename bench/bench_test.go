@@ -172,7 +172,12 @@ func freshRunTimed(ctx context.Context, be sandbox.Backend) (phases, error) {
 		return p, err
 	}
 	p.created = time.Since(start)
-	defer be.Terminate(context.WithoutCancel(ctx), s.ID)
+	terminated := false
+	defer func() {
+		if !terminated { // a failed call's sandbox; a second Terminate is work no caller does
+			be.Terminate(context.WithoutCancel(ctx), s.ID)
+		}
+	}()
 	ag, err := be.Connect(ctx, s.ID)
 	if err != nil {
 		return p, err
@@ -187,6 +192,7 @@ func freshRunTimed(ctx context.Context, be sandbox.Backend) (phases, error) {
 		return p, fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
 	}
 	p.result = time.Since(start)
+	terminated = true
 	if err := be.Terminate(ctx, s.ID); err != nil {
 		return p, err
 	}
