@@ -170,8 +170,17 @@ func ownTmpfs(dir string, made bool) error {
 // RemoveStateDir removes a state dir for good: every mount at or below it (its own tmpfs, a
 // sandbox's leftovers) is detached first, then the tree goes. The sandboxes must be gone.
 func RemoveStateDir(dir string) error {
-	if err := unmountUnder(filepath.Clean(dir)); err != nil {
-		return err
+	dir = filepath.Clean(dir)
+	var err error
+	// A mount that appears meanwhile (a start on the dir, finding only the marker, mounts its
+	// tmpfs again) fails the removal with EBUSY: detached and tried again, a few times.
+	for range 3 {
+		if err = unmountUnder(dir); err != nil {
+			return err
+		}
+		if err = os.RemoveAll(dir); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
 	}
-	return os.RemoveAll(dir)
+	return err
 }
