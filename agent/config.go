@@ -90,28 +90,10 @@ const (
 	maxProcesses     = 256     // background processes retained (running + exited)
 )
 
-// envNamePattern is the grammar isEnvName checks, for messages (a loop, not a regexp compiled at
-// every agent start).
-const envNamePattern = `^[A-Za-z_][A-Za-z0-9_]*$`
-
-func isEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		letter := c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
-		if !letter && (i == 0 || c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
-
 // validateEnvName refuses names a process environment cannot carry unambiguously.
 func validateEnvName(field, name string) error {
-	if !isEnvName(name) {
-		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sbtypes.ErrInvalid, field, name, envNamePattern)
+	if !sbtypes.IsEnvName(name) {
+		return fmt.Errorf("%w: %s: environment variable name %q must match %s", sbtypes.ErrInvalid, field, name, sbtypes.EnvNamePattern)
 	}
 	return nil
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -93,6 +95,24 @@ func (f *frameWriter) write(b []byte, flush bool) {
 	}
 }
 
+// interruptBody ends a read of the request body still blocked once the handler is done with it
+// (done is closed when the reader returns; nil: no reader): the body must not be read after the
+// handler returns. That leaves the connection unusable: abort reports it, and the caller closes
+// the connection after its terminal frame (http.ErrAbortHandler) instead of keeping it alive.
+func interruptBody(rc *http.ResponseController, done <-chan struct{}) (abort bool) {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+	}
+	_ = rc.SetReadDeadline(time.Now())
+	<-done
+	return true
+}
+
 // readHeader decodes a streaming request's JSON header (bounded, unknown fields refused) into v
 // and returns the rest of the body: the bytes after the header.
 func readHeader(r *http.Request, v any) (io.Reader, error) {
@@ -171,19 +191,7 @@ func (s *server) execHandler(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	ex, err := s.supervise(ctx, j)
-	abort := false
-	if stdinDone != nil {
-		select {
-		case <-stdinDone:
-		default:
-			// The body must not be read after the handler returns: interrupt the blocked
-			// read. That leaves the connection unusable, so it is closed after the terminal
-			// frame (ErrAbortHandler) instead of being kept alive.
-			_ = rc.SetReadDeadline(time.Now())
-			<-stdinDone
-			abort = true
-		}
-	}
+	abort := interruptBody(rc, stdinDone)
 	defer func() {
 		if abort {
 			panic(http.ErrAbortHandler)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -182,6 +184,25 @@ func (f *files) parent(field, rel string) (*parentDir, error) {
 	return &parentDir{root: sub, file: d, base: base, sp: target}, nil
 }
 
+// The refusals of os.Root of its own (not the kernel's): unexported errors.New values in package
+// os with no sentinel to match, so their text is the only signal; rootRefusal reads it here alone
+// and TestRootRefusal fails should a Go release change it.
+const (
+	rootOther  = iota
+	rootNotDir // "not a directory": a root that is not a directory
+	rootEscape // "path escapes from parent": a name or symlink leading out of the root
+)
+
+func rootRefusal(err error) int {
+	switch err.Error() {
+	case "not a directory":
+		return rootNotDir
+	case "path escapes from parent":
+		return rootEscape
+	}
+	return rootOther
+}
+
 // fsError maps a filesystem error to a sandbox error class with a message that says what.
 func (f *files) fsError(err error) error {
 	var pe *fs.PathError
@@ -194,10 +215,10 @@ func (f *files) fsError(err error) error {
 		}
 		p = path.Clean("/" + p)
 		msg = pe.Op + " " + p + ": " + pe.Err.Error()
-		if pe.Err.Error() == "not a directory" { // os.Root's own error for a non-directory root
+		switch rootRefusal(pe.Err) {
+		case rootNotDir:
 			return fmt.Errorf("%w: %s", sbtypes.ErrInvalid, msg)
-		}
-		if pe.Err.Error() == "path escapes from parent" {
+		case rootEscape:
 			return fmt.Errorf("%w: %s (the files API is confined to its root; absolute symlinks are not followed)", sbtypes.ErrForbidden, msg)
 		}
 	}
@@ -651,12 +672,8 @@ func (f *files) mkdirFresh(parent *os.Root, name, sp string, mode os.FileMode) e
 // mkdir is mkdir -p, one verified directory at a time so no component is resolved twice.
 func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.MkdirRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -723,12 +740,8 @@ func (s *server) mkdir(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.RemoveRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -766,12 +779,8 @@ func (s *server) remove(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) rename(w http.ResponseWriter, r *http.Request) {
 	f := s.files
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.RenameRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -83,16 +85,7 @@ func (s *server) handoffHandler(w http.ResponseWriter, r *http.Request, p *proc)
 		p.cancel() // the client went away: the work dies with it, as an exec does
 		<-p.done
 	}
-	abort := false
-	select {
-	case <-stdinDone:
-	default:
-		// The body must not be read after the handler returns (as exec: the connection is
-		// closed after the terminal frame).
-		_ = rc.SetReadDeadline(time.Now())
-		<-stdinDone
-		abort = true
-	}
+	abort := interruptBody(rc, stdinDone)
 	defer func() {
 		if abort {
 			panic(http.ErrAbortHandler)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -6,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,12 +124,8 @@ func (s *server) procHandler(h func(http.ResponseWriter, *http.Request, *proc)) 
 }
 
 func (s *server) startProcess(w http.ResponseWriter, r *http.Request) {
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.ExecRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -229,14 +226,10 @@ func (s *server) attach(w http.ResponseWriter, r *http.Request, p *proc) {
 		writeError(w, err)
 		return
 	}
-	follow := true
-	if v := r.URL.Query().Get("follow"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, fmt.Errorf("%w: query parameter follow=%q is not a boolean", sbtypes.ErrInvalid, v))
-			return
-		}
-		follow = b
+	follow, err := queryBool(r, "follow", true)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	var cursor uint64
 	switch from := r.URL.Query().Get("from"); from {
@@ -300,14 +293,10 @@ func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
 		writeError(w, err)
 		return
 	}
-	closeAfter := false
-	if v := r.URL.Query().Get("close"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, fmt.Errorf("%w: query parameter close=%q is not a boolean", sbtypes.ErrInvalid, v))
-			return
-		}
-		closeAfter = b
+	closeAfter, err := queryBool(r, "close", false)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	if !p.j.spec.stdin {
 		writeError(w, fmt.Errorf("%w: process %s was started with stdin false", sbtypes.ErrConflict, p.j.id))
@@ -332,12 +321,8 @@ func (s *server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
 }
 
 func (s *server) signalProcess(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.SignalRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -385,12 +370,8 @@ func (s *server) waitProcess(w http.ResponseWriter, r *http.Request, p *proc) {
 }
 
 func (s *server) resizeProcess(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := onlyQuery(r); err != nil {
-		writeError(w, err)
-		return
-	}
 	var req wire.ResizeRequest
-	if err := decodeJSON(r.Body, &req); err != nil {
+	if err := readRequest(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}

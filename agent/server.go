@@ -1,3 +1,5 @@
+//go:build linux
+
 package agent
 
 import (
@@ -10,11 +12,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/internal/strictjson"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 	"github.com/airlock-sandbox/airlock/token"
 )
@@ -304,6 +308,27 @@ func onlyQuery(r *http.Request, allowed ...string) error {
 	return nil
 }
 
+// queryBool is query parameter name as a boolean (strconv.ParseBool's forms), def when absent.
+func queryBool(r *http.Request, name string, def bool) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: query parameter %s=%q is not a boolean", sbtypes.ErrInvalid, name, v)
+	}
+	return b, nil
+}
+
+// readRequest reads a request that takes no query parameters and whose body is one JSON object.
+func readRequest(r *http.Request, v any) error {
+	if err := onlyQuery(r); err != nil {
+		return err
+	}
+	return decodeJSON(r.Body, v)
+}
+
 // decodeJSON reads exactly one JSON object from body, refusing unknown fields and trailing data.
 func decodeJSON(body io.Reader, v any) error {
 	dec := json.NewDecoder(io.LimitReader(body, maxRequestHeader))
@@ -321,6 +346,7 @@ func decodeJSON(body io.Reader, v any) error {
 func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	name, unknown := strictjson.UnknownField(err)
 	switch {
 	case errors.Is(err, sbtypes.ErrTooLarge):
 		return err
@@ -328,8 +354,8 @@ func jsonError(err error) error {
 		return fmt.Errorf("%w: field %q: %s is not allowed, want %s", sbtypes.ErrInvalid, te.Field, te.Value, te.Type)
 	case errors.As(err, &se):
 		return fmt.Errorf("%w: request body is not valid JSON at offset %d: %v", sbtypes.ErrInvalid, se.Offset, err)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("%w: unknown field %s", sbtypes.ErrInvalid, strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case unknown:
+		return fmt.Errorf("%w: unknown field %s", sbtypes.ErrInvalid, name)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: request body ends before the JSON object does", sbtypes.ErrInvalid)
 	}

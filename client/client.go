@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/capability"
+	"github.com/airlock-sandbox/airlock/internal/jsonhttp"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server/api"
@@ -222,32 +223,19 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 }
 
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any, mutating bool) error {
-	var body io.Reader
+	body, err := jsonhttp.Body(path, in)
+	if err != nil {
+		return err
+	}
 	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("%w: encode %s body: %v", sandbox.ErrInvalid, path, err)
-		}
-		body, ct = bytes.NewReader(b), api.ContentTypeJSON
+	if body != nil {
+		ct = api.ContentTypeJSON
 	}
 	resp, err := c.do(ctx, method, path, q, body, ct, mutating)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		class := sandbox.ErrUnreachable
-		if mutating {
-			class = sandbox.ErrOutcomeUnknown
-		}
-		return fmt.Errorf("%w: %s %s: decode answer: %v", class, method, path, err)
-	}
-	return nil
+	return jsonhttp.Answer(resp, out, method, path, mutating)
 }
 
 func sandboxPath(id string, suffix string) string {

@@ -43,12 +43,14 @@ echo "== go vet"
 go vet ./...
 
 # The client side builds where users are. Today: the Go SDK, the daemon's API types and the
-# packages a plan or a declaration needs; the CLI itself (cmd/airlock, cmd/airlock-full) links the
-# local runtime's Linux-only packages and is not yet on this list (issue 28, item 5).
+# packages a plan or a declaration needs, and the two CLI binaries: off Linux the local runtime's
+# packages are not linked (build tags) and what only it does refuses naming the platform.
 echo "== cross-compile the client side (darwin, windows)"
 for goos in darwin windows; do
   GOOS=$goos go build ./client ./sdk/... ./server/api ./spec/... ./capability ./plan ./token \
     ./sandbox ./sandbox/sbtypes ./platform/setting ./internal/kernfile ./internal/backoff
+  GOOS=$goos go build -o /dev/null ./cmd/airlock
+  GOOS=$goos go build -o /dev/null ./cmd/airlock-full
 done
 
 # ./... includes the node suites: e2e/mcp (the official MCP TypeScript client) and sdk/typescript

@@ -1,3 +1,5 @@
+//go:build linux
+
 package image
 
 // Snapshot layers and the snapshot store.
@@ -33,6 +35,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -474,7 +477,7 @@ func OpenSnapshotStore(dir string) (*SnapshotStore, error) {
 		}
 	}
 	s := &SnapshotStore{dir: dir, oci: layout.Path(filepath.Join(dir, "oci"))}
-	unlock, err := s.lock(unix.LOCK_EX)
+	unlock, err := s.lock(statedir.LockExclusive)
 	if err != nil {
 		return nil, err
 	}
@@ -490,22 +493,14 @@ func OpenSnapshotStore(dir string) (*SnapshotStore, error) {
 // Dir is the store's directory.
 func (s *SnapshotStore) Dir() string { return s.dir }
 
+// lock takes the store's lock (statedir.LockExclusive or LockShared): the store is a
+// directory with a .lock file, as a state dir is.
 func (s *SnapshotStore) lock(how int) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_RDONLY|os.O_CREATE, 0o600)
+	release, err := statedir.Lock(s.dir, how)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("snapshot store lock: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return release, nil
 }
 
 func (s *SnapshotStore) metaPath(name string) string {
@@ -519,7 +514,7 @@ func (s *SnapshotStore) Put(ctx context.Context, snap Snapshot, base v1.Image, l
 	if err := CheckSnapshotName(snap.Name); err != nil {
 		return Snapshot{}, err
 	}
-	unlock, err := s.lock(unix.LOCK_EX)
+	unlock, err := s.lock(statedir.LockExclusive)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -688,7 +683,7 @@ func (s *SnapshotStore) Delete(name string) error {
 	if err := CheckSnapshotName(name); err != nil {
 		return err
 	}
-	unlock, err := s.lock(unix.LOCK_EX)
+	unlock, err := s.lock(statedir.LockExclusive)
 	if err != nil {
 		return err
 	}
@@ -765,7 +760,7 @@ func (s *SnapshotStore) StoredBase(manifest string) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: base digest %q: %v", sandbox.ErrInvalid, manifest, err)
 	}
-	unlock, err := s.lock(unix.LOCK_SH)
+	unlock, err := s.lock(statedir.LockShared)
 	if err != nil {
 		return nil, err
 	}
@@ -781,7 +776,7 @@ func (s *SnapshotStore) StoredBase(manifest string) (v1.Image, error) {
 // OpenLayer opens the snapshot layer, uncompressed. The open blob stays readable if the
 // snapshot is deleted meanwhile.
 func (s *SnapshotStore) OpenLayer(snap Snapshot) (io.ReadCloser, error) {
-	unlock, err := s.lock(unix.LOCK_SH)
+	unlock, err := s.lock(statedir.LockShared)
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -205,8 +205,8 @@ func (s *Server) processOutput(ctx context.Context, in processInput) (processOut
 		switch {
 		case exit.TimedOut:
 			code = runcode.TimeoutExitCode
-		case code < 0 && exit.Signal != "":
-			code = 128 + int(unix.SignalNum(exit.Signal))
+		default:
+			code = wire.ShellExitCode(code, exit.Signal)
 		}
 		out.ExitCode = &code
 		out.Dropped = out.Dropped || exit.Truncated

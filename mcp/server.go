@@ -20,6 +20,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/strictjson"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -353,11 +354,11 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var ute *json.UnmarshalTypeError
+		name, unknown := strictjson.UnknownField(err)
 		switch {
 		case errors.As(err, &ute):
 			return fmt.Errorf("%w: argument %s must be %s, not a JSON %s", sandbox.ErrInvalid, ute.Field, jsonKind(ute.Type), ute.Value)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		case unknown:
 			return fmt.Errorf("%w: unknown argument %s: allowed are %s", sandbox.ErrInvalid, name, strings.Join(argNames(v), ", "))
 		}
 		return fmt.Errorf("%w: arguments: %v", sandbox.ErrInvalid, err)

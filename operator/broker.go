@@ -97,7 +97,7 @@ func (k *KubeReviewer) Authorize(ctx context.Context, u authnv1.UserInfo, namesp
 // pod labels and annotations, so a restarted broker serves the same sessions.
 type Broker struct {
 	Client client.Client // writes (claims, deletes)
-	// Reader is the informer cache: the warm path reads Sandboxes and idle pods from it. A stale
+	// Reader is the informer cache: the claim path reads Sandboxes and idle pods from it. A stale
 	// idle pod costs a resourceVersion conflict, never a double claim; an empty answer falls
 	// back to APIReader (uncached) before the pool is called empty.
 	Reader    client.Reader

@@ -79,7 +79,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	st := v1alpha1.SandboxStatus{ObservedGeneration: sb.Generation, Conditions: slices.Clone(sb.Status.Conditions)}
 	d, reason, err := r.accept(ctx, &sb)
 	if err != nil {
-		// Nothing of a refused declaration stays warm; claimed sessions run to their end.
+		// No pod of a refused declaration stays in its pool; claimed sessions run to their end.
 		for i := range live {
 			if live[i].Labels[LabelState] == StateIdle {
 				r.delete(ctx, &live[i], "declaration refused")

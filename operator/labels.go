@@ -1,4 +1,4 @@
-// Package operator is airlock on Kubernetes: the Sandbox warm-pool controller and the session broker.
+// Package operator is airlock on Kubernetes: the Sandbox pool controller and the session broker.
 package operator
 
 // Pod labels and annotations. Pod labels are the source of truth for sessions: the broker keeps

@@ -62,7 +62,7 @@ func ParseExtraPublic(v string) ([]netip.Prefix, error) {
 const podGeneration = 1
 
 // CPU requests are a fraction of the limit (memory requests equal the limit): the limit is what
-// is enforced; the request only reserves scheduling room, and a warm pool of mostly idle pods
+// is enforced; the request only reserves scheduling room, and a pool of mostly idle pods
 // reserving whole cores would leave the node empty.
 const cpuRequestDivisor = 10
 

@@ -12,7 +12,7 @@ import (
 )
 
 // CachingReviewer remembers successful reviews for TTL, taking the API server's two round trips
-// off the warm-claim path. Failures are never cached. The cost is that a revoked token or a
+// off the claim path. Failures are never cached. The cost is that a revoked token or a
 // removed RoleBinding keeps working for up to TTL (the API server's own webhook caches keep
 // allowed decisions for minutes); docs/kubernetes.md says so.
 type CachingReviewer struct {

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // TestGrammarsMatchPatterns: the hand-written checks accept exactly what the published
@@ -15,7 +17,7 @@ func TestGrammarsMatchPatterns(t *testing.T) {
 		check   func(string) bool
 	}{
 		{"id", IDPattern, IsValidID},
-		{"env name", EnvNamePattern, isEnvName},
+		{"env name", EnvNamePattern, sbtypes.IsEnvName},
 	}
 	inputs := []string{"", "a", "A", "0", "_", "-", "a-b_C9", "9abc", "_x", "-x", "x-", "a b", "a.b", "a/b",
 		"é", "a\n", "\na", "a\x00", "ZZ", "z", "`", "@", "[", "{", ":", "/",
@@ -46,8 +48,8 @@ func FuzzIsValidID(f *testing.F) {
 		if IsValidID(s) != re.MatchString(s) {
 			t.Errorf("IsValidID(%q) = %v, pattern says %v", s, IsValidID(s), re.MatchString(s))
 		}
-		if isEnvName(s) != env.MatchString(s) {
-			t.Errorf("isEnvName(%q) = %v, pattern says %v", s, isEnvName(s), env.MatchString(s))
+		if sbtypes.IsEnvName(s) != env.MatchString(s) {
+			t.Errorf("isEnvName(%q) = %v, pattern says %v", s, sbtypes.IsEnvName(s), env.MatchString(s))
 		}
 	})
 }

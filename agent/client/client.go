@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/internal/jsonhttp"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
@@ -179,30 +180,15 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 }
 
 func (c *Client) doJSON(ctx context.Context, method, path string, q url.Values, in, out any, want int, mutating bool) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("%w: encode %s body: %v", sbtypes.ErrInvalid, path, err)
-		}
-		body = bytes.NewReader(b)
+	body, err := jsonhttp.Body(path, in)
+	if err != nil {
+		return err
 	}
 	resp, err := c.do(ctx, method, path, q, body, want, mutating)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		if mutating {
-			return fmt.Errorf("%w: %s %s: decode answer: %v", sbtypes.ErrOutcomeUnknown, method, path, err)
-		}
-		return fmt.Errorf("%w: %s %s: decode answer: %v", sbtypes.ErrUnreachable, method, path, err)
-	}
-	return nil
+	return jsonhttp.Answer(resp, out, method, path, mutating)
 }
 
 // Health reports the agent's version, features and kill scope. It needs no token.

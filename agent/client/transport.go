@@ -9,10 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // transport is the http.RoundTripper of a Client made by New: HTTP/1.1 to one agent over a few
@@ -103,32 +100,6 @@ func (t *transport) put(c *conn) {
 	if c != nil {
 		c.Close()
 	}
-}
-
-// stillIdle reports whether a kept connection can carry a request: nothing arrived on it since
-// its last answer and the agent has not closed it (a peek that does not wait says "would
-// block"). A connection it cannot look into is trusted.
-func stillIdle(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return true
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	idle := false
-	err = rc.Control(func(fd uintptr) {
-		var b [1]byte
-		for {
-			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if err != unix.EINTR {
-				idle = err == unix.EAGAIN
-				return
-			}
-		}
-	})
-	return err == nil && idle
 }
 
 // RoundTrip sends req on a connection of its own and returns the answer, whose body holds the

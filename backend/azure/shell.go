@@ -22,6 +22,7 @@ import (
 	agentwire "github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
 // rawList decodes a list answer in either shape.
@@ -122,7 +123,7 @@ func (a *shellAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, 
 	}
 	names := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
-		if !envNameRE(k) {
+		if !sbtypes.IsEnvName(k) {
 			return sandbox.ExecResult{}, fmt.Errorf("%w: exec env: name %q must match ^[A-Za-z_][A-Za-z0-9_]*$", sandbox.ErrInvalid, k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
@@ -179,20 +180,6 @@ func (a *shellAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, 
 	capOut(stdout, res.Stdout, req.MaxStdout)
 	capOut(stderr, errText, req.MaxStderr)
 	return out, nil
-}
-
-func envNameRE(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		letter := c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z'
-		if !letter && (i == 0 || c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
 }
 
 func newNonce() (string, error) {

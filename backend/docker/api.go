@@ -244,12 +244,19 @@ func (e *apiEngine) remove(ctx context.Context, id string) error {
 	switch {
 	case err == nil, cerrdefs.IsNotFound(err):
 		return nil
-	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+	case cerrdefs.IsConflict(err) && removalInProgress(err.Error()):
 		// The auto-remove of an exited container is under way; the caller confirms absence.
 		return nil
 	}
 	return e.classify("remove container "+id, err)
 }
+
+// removalInProgress reports whether an engine's refusal to remove a container (msg: the API's
+// 409 message, the CLI's stderr) says it is removing it already: "removal of container … is
+// already in progress". The Engine API gives every conflict the same status and the moby client
+// the same errdefs class (a name in use, a running container, this), and the CLIs only text,
+// with no code of its own: the message is the only signal, read here alone.
+func removalInProgress(msg string) bool { return strings.Contains(msg, "already in progress") }
 
 func (e *apiEngine) networkInspect(ctx context.Context, name string) (networkInfo, error) {
 	r, err := e.c.NetworkInspect(ctx, name, client.NetworkInspectOptions{})

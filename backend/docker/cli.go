@@ -269,7 +269,7 @@ func (e *cliEngine) remove(ctx context.Context, id string) error {
 	if err == nil {
 		return nil
 	}
-	if ce := (*cliError)(nil); errors.As(err, &ce) && (ce.notFound() || strings.Contains(ce.stderr, "already in progress")) {
+	if ce := (*cliError)(nil); errors.As(err, &ce) && (ce.notFound() || removalInProgress(ce.stderr)) {
 		return nil // gone, or its auto-remove is under way: the caller confirms absence
 	}
 	return err

@@ -20,7 +20,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
@@ -228,7 +227,7 @@ func (b *Backend) Capabilities(ctx context.Context) capability.Set { return b.ca
 // reconcile removes session directories whose container no longer exists (an agent that died
 // takes its auto-removed container with it; a crashed creator leaves a half-made directory).
 func (b *Backend) reconcile(ctx context.Context) error {
-	release, err := flock(b.opts.StateDir, unix.LOCK_EX)
+	release, err := flock(b.opts.StateDir, lockExclusive)
 	if err != nil {
 		return err
 	}
@@ -262,7 +261,7 @@ func (b *Backend) reconcile(ctx context.Context) error {
 		if !e.IsDir() || checkSessionID(e.Name()) != nil || alive[e.Name()] {
 			continue
 		}
-		if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
+		if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), e.Name())); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
 		}
 	}
@@ -469,7 +468,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 		defer cancel()
 	}
 	// Shared: creates run side by side; a reconcile (exclusive) waits for them.
-	release, err := flock(b.opts.StateDir, unix.LOCK_SH)
+	release, err := flock(b.opts.StateDir, lockShared)
 	if err != nil {
 		return nil, err
 	}
@@ -825,7 +824,7 @@ func (b *Backend) Terminate(ctx context.Context, sessionID string) error {
 			return fmt.Errorf("%w: terminate %s: container %s still exists (%s): %v", sandbox.ErrOutcomeUnknown, sessionID, cs[0].ID, cs[0].Status, ctx.Err())
 		}
 	}
-	if err := kernfile.RemoveCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
+	if err := removeCgroupTree(ctx, filepath.Join(b.freezerParent(), sessionID)); err != nil {
 		return fmt.Errorf("%w: terminate %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	if err := removeSessionDir(filepath.Join(b.opts.StateDir, sessionID)); err != nil {

@@ -11,9 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -32,6 +29,8 @@ var (
 	checkSessionID = statedir.CheckSessionID
 	loadMaster     = statedir.LoadMaster
 	flock          = statedir.Lock
+	lockExclusive  = statedir.LockExclusive
+	lockShared     = statedir.LockShared
 )
 
 // stateTag names a state dir in container labels, so that two backends over different state
@@ -50,8 +49,8 @@ func makeScratch(dir string, diskBytes int64) (workspace, tmp string, err error)
 		return "", "", err
 	}
 	data := "size=" + strconv.FormatInt(diskBytes, 10) + ",mode=0755"
-	if err := unix.Mount("tmpfs", rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
-		return "", "", fmt.Errorf("mount the scratch tmpfs on %s: %w", rw, err)
+	if err := mountTmpfs(rw, data); err != nil {
+		return "", "", err
 	}
 	workspace, tmp = filepath.Join(rw, "workspace"), filepath.Join(rw, "tmp")
 	if err := os.Mkdir(workspace, 0o755); err != nil {
@@ -72,25 +71,8 @@ func makeScratch(dir string, diskBytes int64) (workspace, tmp string, err error)
 // removeSessionDir unmounts the scratch tmpfs and removes the session directory, confirming
 // both are gone. An absent directory is not an error.
 func removeSessionDir(dir string) error {
-	rw := filepath.Join(dir, rwDir)
-	for range 8 { // a tmpfs mounted twice (should never happen) needs two unmounts
-		// Only a mount point is unmounted: a user other than root has no scratch of its
-		// own, and may not even try (EPERM).
-		if mounted, err := isMountPoint(rw); err != nil || !mounted {
-			break
-		}
-		err := unix.Unmount(rw, unix.UMOUNT_NOFOLLOW)
-		if err == unix.EINVAL || err == unix.ENOENT {
-			break // not a mount point (any more), or no such directory
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", rw, err)
-		}
-	}
-	if mounted, err := isMountPoint(rw); err != nil {
+	if err := unmountScratch(filepath.Join(dir, rwDir)); err != nil {
 		return err
-	} else if mounted {
-		return fmt.Errorf("%s is still a mount point", rw)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
@@ -99,21 +81,6 @@ func removeSessionDir(dir string) error {
 		return fmt.Errorf("session dir %s still exists", dir)
 	}
 	return nil
-}
-
-// isMountPoint reports whether p is a mount point (false when p does not exist).
-func isMountPoint(p string) (bool, error) {
-	var st, parent unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false, nil
-		}
-		return false, err
-	}
-	if err := unix.Lstat(filepath.Dir(p), &parent); err != nil {
-		return false, err
-	}
-	return st.Dev != parent.Dev, nil
 }
 
 // resolveAgent finds the agent binary (statedir.ResolveAgent). It must be statically linked:
@@ -135,13 +102,6 @@ func checkStatic(p string) error {
 		}
 	}
 	return nil
-}
-
-// freezerV1 reports whether the host has a cgroup v1 freezer hierarchy the agent can be given
-// a part of.
-func freezerV1() bool {
-	var st unix.Statfs_t
-	return unix.Statfs(filepath.Join(kernfile.CgroupRoot, "freezer"), &st) == nil && st.Type == unix.CGROUP_SUPER_MAGIC
 }
 
 // makeFreezer creates a session's freezer cgroup. Only the freezer hierarchy is delegated:

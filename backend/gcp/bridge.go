@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -26,11 +24,10 @@ func (b *Backend) dialBridge(ctx context.Context, name string) (net.Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	ours, theirs, err := socketpair()
 	if err != nil {
 		return nil, fmt.Errorf("bridge socketpair: %w", err)
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "bridge"), os.NewFile(uintptr(fds[1]), "bridge-launcher")
 	defer theirs.Close()
 	cmd := exec.Command(b.launcher, argv...)
 	cmd.Stdin, cmd.Stdout = theirs, theirs

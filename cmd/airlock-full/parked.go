@@ -5,20 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
-
-	"github.com/airlock-sandbox/airlock/backend/local"
-	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
-	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -27,19 +19,8 @@ import (
 // Parked sandboxes for airlock run (docs/pool.md#parked-sandboxes-airlock-run): a run claims a sandbox parked in the state dir by
 // an earlier run's filler, and starts a filler that parks the next one.
 
-const (
-	// parkedMaxAge retires a parked sandbox this old; it lives at most this plus the longest run.
-	parkedMaxAge = 5 * time.Minute
-	// fillLog is the filler's log in the state dir's parked sandboxes directory (it has no terminal).
-	fillLog     = "fill.log"
-	fillLogSize = 1 << 20
-	// fillTimeout bounds a filler's whole life.
-	fillTimeout = 2 * time.Minute
-)
-
-func init() {
-	commands = append(commands, cli.Command{Names: []string{"__pool-fill"}, New: newPoolFillCmd})
-}
+// parkedMaxAge retires a parked sandbox this old; it lives at most this plus the longest run.
+const parkedMaxAge = 5 * time.Minute
 
 // parkedTemplate is the sandbox a parked sandbox for runs with image img is: what runcode.Run would
 // declare for them, living long enough for the longest run after parkedMaxAge parked.
@@ -78,7 +59,7 @@ func newFiller(b *cli.BackendFlags, img spec.Image, count int) (runcli.Filler, e
 }
 
 // terminateAll terminates sandboxes this process owns when no filler could be started to.
-func terminateAll(b *local.Backend, ids []string) error {
+func terminateAll(b sandbox.Backend, ids []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
@@ -88,144 +69,4 @@ func terminateAll(b *local.Backend, ids []string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-type poolFillFlags struct {
-	imageJSON string
-	count     int
-	terminate []string
-	gateFD    int
-	raise     bool
-	backend   cli.BackendFlags
-}
-
-func newPoolFillCmd(g *cli.Globals) *cobra.Command {
-	f := &poolFillFlags{}
-	cmd := &cobra.Command{
-		Use:    "__pool-fill --image-json JSON [--count N] [--terminate SESSION]...",
-		Short:  "Park sandboxes in the state dir for airlock run's pool (started by airlock run itself)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE:   func(cmd *cobra.Command, _ []string) error { return runPoolFill(cmd, f) },
-	}
-	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
-	cmd.Flags().IntVar(&f.count, "count", 1, "parked sandboxes to keep parked")
-	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used parked sandbox airlock run killed, to terminate first; repeatable")
-	cmd.Flags().BoolVar(&f.raise, "raise-after-gate", false, "the starting run lowered this filler's priority: raise it to nice 0 once the gate opens")
-	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
-	f.backend.Add(cmd)
-	return cmd
-}
-
-func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
-	var img spec.Image
-	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
-		return cli.UsageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
-	}
-	if f.count < 1 || f.count > sessions.MaxParked {
-		return cli.UsageError("--count %d must be 1 to %d", f.count, sessions.MaxParked)
-	}
-	logw, err := openFillLog(f.backend.StateDir)
-	if err != nil {
-		return err
-	}
-	defer logw.Close()
-	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("pid", os.Getpid())
-	// Bounded: a filler stuck in a create would hold the key's lock, and every later run's
-	// filler would leave at once.
-	ctx, cancel := context.WithTimeout(cmd.Context(), fillTimeout)
-	defer cancel()
-	if f.gateFD >= 0 {
-		if err := awaitGate(ctx, f.gateFD); err != nil {
-			log.Error("parked sandboxes: waiting for the run failed", "err", err)
-			return err
-		}
-		if f.raise {
-			if err := syscall.Setpriority(syscall.PRIO_PGRP, 0, 0); err != nil {
-				log.Error("parked sandboxes: raising the filler's priority back failed", "err", err)
-				return err
-			}
-		}
-	}
-	b, err := platform.Local(ctx, platform.LocalConfig{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent}, log)
-	if err != nil {
-		log.Error("parked sandboxes: starting the local runtime failed", "err", err)
-		return err
-	}
-	defer b.Close()
-	tmpl := parkedTemplate(img)
-	// First the remains of the run that started this filler (its New may have reaped them
-	// already: then they are absent, which Terminate accepts).
-	for _, id := range f.terminate {
-		if err := b.Terminate(ctx, id); err != nil {
-			log.Error("parked sandboxes: terminating a used parked sandbox failed", "session", id, "err", err)
-		}
-	}
-	// A run in a parked sandbox (runcli.RunParked) does not check its declaration against the
-	// capabilities: it fits the template (the same image, limits and egress, a lifetime no
-	// longer), which is checked here, before any parked sandbox of it is parked.
-	if err := runcode.Check(ctx, b, tmpl, false); err != nil {
-		log.Error("parked sandboxes: the runs' sandbox is refused here; parking none", "err", err)
-		return err
-	}
-	key, err := local.PoolKey(tmpl)
-	if err != nil {
-		return err
-	}
-	if err := runcli.WriteAlias(f.backend.StateDir, imageKey(img), key); err != nil {
-		log.Error("parked sandboxes: linking the image's parked sandboxes failed", "err", err)
-		return err
-	}
-	pf, err := runcode.Prestart(runcode.PrestartOptions{Languages: []runcode.Language{runcode.Python}, Logger: log})
-	if err != nil {
-		return err
-	}
-	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge,
-		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
-			pre, err := pf(ctx, sess, a)
-			if err != nil {
-				return nil, err
-			}
-			return runcode.PrestartedState(pre) // the client is closed by the caller
-		}}
-	if err := b.FillParked(ctx, tmpl, opts); err != nil {
-		log.Error("parked sandboxes: filling failed", "err", err)
-		return err
-	}
-	return nil
-}
-
-// awaitGate returns once the pipe on fd reads EOF: the run that started this filler closed
-// its write end, or exited.
-func awaitGate(ctx context.Context, fd int) error {
-	f := os.NewFile(uintptr(fd), "gate")
-	if f == nil {
-		return fmt.Errorf("--gate-fd %d: not an open file", fd)
-	}
-	defer f.Close()
-	done := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(io.Discard, f)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("the run that started this filler did not open its gate: %w", context.Cause(ctx))
-	}
-}
-
-// openFillLog opens the filler's log for appending, starting it over past fillLogSize.
-func openFillLog(stateDir string) (*os.File, error) {
-	dir := local.ParkedDir(stateDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	p := filepath.Join(dir, fillLog)
-	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	if fi, err := os.Stat(p); err == nil && fi.Size() > fillLogSize {
-		flags |= os.O_TRUNC
-	}
-	return os.OpenFile(p, flags, 0o600)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
@@ -155,7 +154,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		// After the run (its sandbox gone): the filler's start would compete with it.
 		if _, ferr := filler.Start(discarded, false); ferr != nil {
 			log.Warn("parked sandboxes: starting the filler failed", "err", ferr)
-			err = errors.Join(err, terminateAll(b.(*local.Backend), discarded))
+			err = errors.Join(err, terminateAll(b, discarded))
 		}
 	}
 	return report(ctx, cmd, g, res, err)

@@ -67,6 +67,27 @@ func (d *daemonFlags) client() (*client.Client, error) {
 	return c, nil
 }
 
+// each calls do on every argument with one daemon client, printing each argument it did when
+// print is set; the failures are joined, each naming op and its argument.
+func (d *daemonFlags) each(cmd *cobra.Command, op string, args []string, print bool, do func(ctx context.Context, c *client.Client, arg string) error) error {
+	c, err := d.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var errs []error
+	for _, arg := range args {
+		if err := do(cmd.Context(), c, arg); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", op, arg, daemonError(err)))
+			continue
+		}
+		if print {
+			fmt.Fprintln(cmd.OutOrStdout(), arg)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // daemonError adds what to do to the errors a person can act on.
 func daemonError(err error) error {
 	var ce *client.Error
@@ -501,27 +522,12 @@ func newSandboxStateCmd(g *cli.Globals, d *daemonFlags, op string) *cobra.Comman
 		Short: strings.ToUpper(op[:1]) + op[1:] + " sandboxes",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var errs []error
-			for _, id := range args {
-				sb := c.Sandbox(id)
-				fn := sb.Pause
+			return d.each(cmd, op, args, g.Output == cli.OutputText, func(ctx context.Context, c *client.Client, id string) error {
 				if op == "resume" {
-					fn = sb.Resume
+					return c.Sandbox(id).Resume(ctx)
 				}
-				if err := fn(cmd.Context()); err != nil {
-					errs = append(errs, fmt.Errorf("%s %s: %w", op, id, daemonError(err)))
-					continue
-				}
-				if g.Output == cli.OutputText {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			return errors.Join(errs...)
+				return c.Sandbox(id).Pause(ctx)
+			})
 		},
 	}
 }
@@ -533,20 +539,9 @@ func newSandboxRmCmd(d *daemonFlags) *cobra.Command {
 		Short:   "Terminate sandboxes (done when the command returns)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var errs []error
-			for _, id := range args {
-				if err := c.Sandbox(id).Terminate(cmd.Context()); err != nil {
-					errs = append(errs, fmt.Errorf("rm %s: %w", id, daemonError(err)))
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), id)
-			}
-			return errors.Join(errs...)
+			return d.each(cmd, "rm", args, true, func(ctx context.Context, c *client.Client, id string) error {
+				return c.Sandbox(id).Terminate(ctx)
+			})
 		},
 	}
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -184,20 +185,9 @@ func newSandboxSnapshotsCmd(g *cli.Globals, d *daemonFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := d.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var errs []error
-			for _, name := range args {
-				if err := c.DeleteSnapshot(cmd.Context(), name); err != nil {
-					errs = append(errs, fmt.Errorf("rm %s: %w", name, daemonError(err)))
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), name)
-			}
-			return errors.Join(errs...)
+			return d.each(cmd, "rm", args, true, func(ctx context.Context, c *client.Client, name string) error {
+				return c.DeleteSnapshot(ctx, name)
+			})
 		},
 	})
 	return cmd

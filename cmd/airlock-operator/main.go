@@ -1,4 +1,4 @@
-// Command airlock-operator runs the Sandbox warm-pool controller and the session broker.
+// Command airlock-operator runs the Sandbox pool controller and the session broker.
 package main
 
 import (
@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -252,8 +251,14 @@ func run(args []string) error {
 		<-mgrErr
 	}
 	stopMgr()
-	if first != nil && !errors.Is(first, context.Canceled) && !strings.Contains(first.Error(), "context canceled") {
-		return first
+	return failure(first)
+}
+
+// failure is the error the operator exits with, given the first of its manager's and broker's:
+// nil when that is the cancellation a signal started (they wrap context.Canceled).
+func failure(first error) error {
+	if errors.Is(first, context.Canceled) {
+		return nil
 	}
-	return nil
+	return first
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cliexit"
@@ -302,8 +302,7 @@ func isTerminal(w io.Writer) bool {
 	if !ok {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // progressBar draws image-unpack progress on one terminal line.

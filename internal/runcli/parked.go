@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
@@ -91,7 +90,7 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 		args = append(args, "--raise-after-gate")
 	}
 	cmd := exec.Command(f.Exe, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = ownSession()
 	var w *os.File
 	if gated {
 		r, pw, err := os.Pipe() // close-on-exec: no other child inherits the write end
@@ -110,21 +109,12 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 		return nil, err
 	}
 	if lower {
-		_ = syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, gatedNice)
+		lowerGroup(cmd.Process.Pid, gatedNice)
 	}
 	if w == nil {
 		return nil, cmd.Process.Release()
 	}
 	return w, cmd.Process.Release()
-}
-
-// OwnNice is this thread's nice value (-20..19; the system call answers 20 - nice).
-func OwnNice() int {
-	p, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
-	if err != nil {
-		return -1
-	}
-	return 20 - p
 }
 
 // ParkedRun is one run in a parked sandbox.

@@ -10,8 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
+	"runtime"
 
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
@@ -100,29 +99,6 @@ func ReadMaster(stateDir string) ([]byte, error) {
 	return key, nil
 }
 
-// Lock takes the state dir's lock (unix.LOCK_EX or unix.LOCK_SH), so that a reconcile never
-// reaps a sandbox that is still being created.
-func Lock(stateDir string, how int) (release func(), err error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, LockFile), os.O_RDONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return func() {
-		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-		f.Close()
-	}, nil
-}
-
 // ResolveAgent finds the agent binary: opt, $AIRLOCK_AGENT, "airlock-agent" next to this
 // executable, on PATH, else this executable run as "__agent" (args then start with it).
 // accept is the backend's own demand on a regular file (executable by others, static...).
@@ -169,7 +145,12 @@ func ResolveAgent(opt string, args []string, accept func(abs string, fi fs.FileI
 	}
 	p, err := check(self)
 	if err != nil {
-		return "", nil, fmt.Errorf("no usable agent binary (looked at the agent option, $AIRLOCK_AGENT, airlock-agent next to %s and on PATH, and %s itself): %w", self, self, err)
+		err = fmt.Errorf("no usable agent binary (looked at the agent option, $AIRLOCK_AGENT, airlock-agent next to %s and on PATH, and %s itself): %w", self, self, err)
+		if runtime.GOOS != "linux" {
+			// This executable is not a Linux one, and a sandbox runs Linux whatever the host.
+			err = fmt.Errorf("%w; this host runs %s: give the agent built for Linux (CGO_ENABLED=0 GOOS=linux go build ./cmd/airlock-agent) as $AIRLOCK_AGENT or airlock-agent next to %s", err, runtime.GOOS, self)
+		}
+		return "", nil, err
 	}
 	return p, append([]string{"__agent"}, args...), nil
 }

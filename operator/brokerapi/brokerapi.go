@@ -76,7 +76,7 @@ const (
 	CodeRefused         = "refused"
 	CodeOutcomeUnknown  = "outcome_unknown"
 	CodeInternal        = sbtypes.CodeInternal
-	// CodeUnavailable (503, with Retry-After): the apiserver or a warm pod is not there yet;
+	// CodeUnavailable (503, with Retry-After): the apiserver, or a ready pod of the pool, is not there yet;
 	// to a client it is sandbox.ErrUnreachable.
 	CodeUnavailable = "unavailable"
 )

@@ -16,8 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/airlock-sandbox/airlock/agent/wire"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
 )
 
@@ -444,11 +443,7 @@ func (c *capture) result(ex sbtypes.ExecResult) Result {
 	res.Stdout, cutOut, badOut = c.out.view(c.view, ex.Truncated)
 	res.Stderr, cutErr, badErr = c.err.view(c.view, ex.Truncated)
 	res.CutBytes, res.NotUTF8 = cutOut+cutErr, badOut || badErr
-	if res.ExitCode < 0 && res.Signal != "" {
-		if n := unix.SignalNum(res.Signal); n != 0 {
-			res.ExitCode = 128 + int(n)
-		}
-	}
+	res.ExitCode = wire.ShellExitCode(res.ExitCode, res.Signal)
 	if ex.TimedOut {
 		res.ExitCode = TimeoutExitCode
 	}

@@ -44,7 +44,7 @@ func AddToScheme(s *runtime.Scheme) error {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.id) || self.spec.id == '' || self.spec.id == self.metadata.name",message="spec.id must equal metadata.name (or be left out: a Go client writes it empty)"
 
-// Sandbox is a sandbox declaration the operator keeps a warm pool of pods for; each pod is one
+// Sandbox is a sandbox declaration the operator keeps a pool of ready pods for; each pod is one
 // session, claimed through the broker.
 type Sandbox struct {
 	metav1.TypeMeta   `json:",inline"`
