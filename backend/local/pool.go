@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -74,11 +75,10 @@ type PoolOptions struct {
 	// started before failing. ctx ends when the pool closes or after prestartTimeout.
 	//
 	// agent is a client of the sandbox's agent. When Prestart succeeds it owns agent (it may keep
-	// it, with its open connections, in its value for the claimer, or close it); the value, when
-	// it is an io.Closer, is closed if the pool terminates the sandbox unclaimed or a claim
-	// drops it (Claim), and is the claimer's to close otherwise. When Prestart fails, the pool
-	// closes agent.
-	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
+	// it, with its open connections, in its value for the claimer, or close it); the value is
+	// closed if the pool terminates the sandbox unclaimed or a claim drops it (Claim), and is the
+	// claimer's to close otherwise. When Prestart fails, the pool closes agent.
+	Prestart prestarted.Func
 }
 
 // PoolStats count what a pool did.
@@ -134,7 +134,7 @@ type pooled struct {
 	s     *session
 	since time.Time
 	// prestarted is what PoolOptions.Prestart returned for this sandbox.
-	prestarted any
+	prestarted prestarted.Interpreters
 }
 
 // PoolKey is the pool name for a template: a hash of everything that shapes a sandbox (image,
@@ -256,9 +256,9 @@ func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
 }
 
 // release closes what Prestart returned, when nobody will use it.
-func release(pre any) {
-	if c, ok := pre.(io.Closer); ok {
-		_ = c.Close()
+func release(pre prestarted.Interpreters) {
+	if pre != nil {
+		_ = pre.Close()
 	}
 }
 
@@ -268,11 +268,11 @@ func release(pre any) {
 // created the sandbox cold), and it records no claim on disk: should this process die, the
 // next process's reconcile reaps the sandbox as an unclaimed one, which is right, its user
 // being gone too. (Writing that record is most of a claim's time on a busy disk: 0.1-1 ms.)
-func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
+func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.Interpreters, error) {
 	return p.claim(ctx, false)
 }
 
-func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, error) {
+func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, prestarted.Interpreters, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -494,7 +494,7 @@ func (p *Pool) createOne() bool {
 			err = fmt.Errorf("session %s is not registered", sess.ID)
 		}
 	}
-	var pre any
+	var pre prestarted.Interpreters
 	if err == nil {
 		pre = p.warmUp(sess)
 	}
@@ -531,7 +531,7 @@ func (p *Pool) createOne() bool {
 // and that belongs off the claimer's path. It runs "true" (found on PATH, or failing to be: the
 // spawn path is exercised either way) and leaves nothing behind; its result does not matter.
 // Then PoolOptions.Prestart, whose result it returns.
-func (p *Pool) warmUp(sess *sandbox.Session) any {
+func (p *Pool) warmUp(sess *sandbox.Session) prestarted.Interpreters {
 	id := sess.ID
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()

@@ -186,7 +186,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 			if err != nil {
 				return nil, err
 			}
-			return runcode.PrestartedState(pre) // the client is closed by the caller
+			return pre.State() // the client is closed by the caller
 		}}
 	if err := b.FillParked(ctx, tmpl, opts); err != nil {
 		log.Error("parked sandboxes: filling failed", "err", err)
