@@ -57,10 +57,18 @@ const (
 type PoolOptions struct {
 	// Size is how many ready sandboxes the pool keeps (at least 1).
 	Size int
-	// Max is the most the pool keeps, ready or being created (default Size, at most
-	// MaxPoolSize). Each claim that finds the pool empty raises the pool's target by one, up to
-	// Max; each sandbox that expires unclaimed lowers it by one, down to Size.
+	// Max is the most the pool keeps, ready or being created (default Size, or MaxPoolSize
+	// when Memory is set, at most MaxPoolSize). Each claim that finds the pool empty raises the
+	// pool's target by one, up to Max and within Memory; each sandbox that expires unclaimed
+	// lowers it by one, down to Size. So the pool grows to the call rate it sees: calls that come
+	// faster than one refill find it empty and raise it.
 	Max int
+	// Memory (the pool memory) bounds the host memory the pool's sandboxes hold while they
+	// wait, in bytes (0: only Max bounds it): the target is raised past Size only while
+	// target+1 sandboxes of the most memory one has been measured to hold (its memory cgroup's
+	// usage once ready, interpreters pre-started: PoolStats.SandboxMemory) fit in it. Size
+	// sandboxes are kept whatever they hold.
+	Memory int64
 	// IdleExpiry is how long a ready sandbox may wait unclaimed before it is terminated and
 	// replaced (default DefaultPoolIdleExpiry); it must be shorter than the template's lifetime,
 	// and a claimed sandbox has at least lifetime - IdleExpiry left.
@@ -98,6 +106,9 @@ type PoolStats struct {
 	// ReapFailures those terminations that failed (logged).
 	Reaping      int
 	ReapFailures uint64
+	// SandboxMemory is the most host memory one ready sandbox was measured to hold (bytes;
+	// 0 until one is), what PoolOptions.Memory is counted in.
+	SandboxMemory int64
 }
 
 // Pool keeps sandboxes of one template created and their agents answering, so that a claim is
@@ -166,6 +177,9 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	}
 	if opts.Max == 0 {
 		opts.Max = opts.Size
+		if opts.Memory > 0 {
+			opts.Max = MaxPoolSize
+		}
 	}
 	if opts.IdleExpiry == 0 {
 		opts.IdleExpiry = DefaultPoolIdleExpiry
@@ -180,6 +194,8 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		return nil, bad("size", opts.Size, "must be at least 1")
 	case opts.Max < opts.Size || opts.Max > MaxPoolSize:
 		return nil, bad("max", opts.Max, fmt.Sprintf("must be %d (size) to %d", opts.Size, MaxPoolSize))
+	case opts.Memory < 0:
+		return nil, bad("memory", opts.Memory, "must be 0 (no bound) or a number of bytes")
 	case opts.IdleExpiry < time.Second:
 		return nil, bad("idleExpiry", opts.IdleExpiry, "must be at least 1s")
 	case opts.IdleExpiry >= life:
@@ -247,6 +263,19 @@ func (p *Pool) Stats() PoolStats {
 	return st
 }
 
+// fits reports whether n sandboxes fit in PoolOptions.Memory, counted at the most one was
+// measured to hold (none measured yet: one more than Size may be tried, to measure it). Called
+// with mu held.
+func (p *Pool) fits(n int) bool {
+	if p.opts.Memory == 0 || n <= p.opts.Size {
+		return true
+	}
+	if p.stats.SandboxMemory == 0 {
+		return n <= p.opts.Size+1
+	}
+	return int64(n)*p.stats.SandboxMemory <= p.opts.Memory
+}
+
 // Claim hands out a ready sandbox no other claim gets, or, when none is ready, creates one (a
 // miss, counted). The caller owns the sandbox: it is single-use, terminate it when done.
 func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
@@ -282,7 +311,7 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, presta
 		n := len(p.ready)
 		if n == 0 {
 			p.stats.Misses++
-			if p.target < p.opts.Max {
+			if p.target < p.opts.Max && p.fits(p.target+1) {
 				p.target++
 			}
 			p.deferUntil = time.Time{}
@@ -495,8 +524,10 @@ func (p *Pool) createOne() bool {
 		}
 	}
 	var pre prestarted.Interpreters
+	var mem int64
 	if err == nil {
 		pre = p.warmUp(sess)
+		mem = p.memoryOf(s)
 	}
 	p.mu.Lock()
 	p.stats.Creating--
@@ -522,6 +553,10 @@ func (p *Pool) createOne() bool {
 	}
 	p.ready = append(p.ready, pooled{sess: sess, s: s, since: time.Now(), prestarted: pre})
 	p.stats.Refills++
+	p.stats.SandboxMemory = max(p.stats.SandboxMemory, mem)
+	for p.target > p.opts.Size && !p.fits(p.target) {
+		p.target-- // measured bigger than counted: back within the pool memory
+	}
 	p.mu.Unlock()
 	return true
 }
@@ -557,6 +592,20 @@ func (p *Pool) warmUp(sess *sandbox.Session) prestarted.Interpreters {
 		return nil
 	}
 	return pre // a is Prestart's now
+}
+
+// memoryOf is the host memory s holds now as its memory cgroup counts it (every process of
+// it, the waiting interpreters included), 0 when it cannot be read (logged).
+func (p *Pool) memoryOf(s *session) int64 {
+	if p.opts.Memory == 0 {
+		return 0
+	}
+	st, err := readStats(s.rec.CgroupVersion, s.rec.Cgroup)
+	if err != nil {
+		p.log.Warn("pool: reading a ready sandbox's memory failed; the pool memory counts the most measured so far", "err", err)
+		return 0
+	}
+	return st.MemoryBytes
 }
 
 // expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -155,6 +156,7 @@ func TestPoolRefusals(t *testing.T) {
 	}{
 		{"size 0", poolTemplate(), PoolOptions{Size: 0}},
 		{"max below size", poolTemplate(), PoolOptions{Size: 3, Max: 2}},
+		{"negative pool memory", poolTemplate(), PoolOptions{Size: 1, Memory: -1}},
 		{"max too large", poolTemplate(), PoolOptions{Size: 1, Max: MaxPoolSize + 1}},
 		{"idle expiry under a second", poolTemplate(), PoolOptions{Size: 1, IdleExpiry: time.Millisecond}},
 		{"idle expiry past the lifetime", short, PoolOptions{Size: 1, IdleExpiry: 5 * time.Second}},
@@ -547,5 +549,61 @@ func TestPoolStaleEtc(t *testing.T) {
 	defer a.Close()
 	if out, _, _ := run(t, a, "cat /etc/motd"); out != "two\n" {
 		t.Errorf("/etc/motd: %q", out)
+	}
+}
+
+// TestPoolMemory: misses raise the target past Size only while the sandboxes fit in the pool
+// memory, counted at the most one ready sandbox was measured to hold; without a pool memory
+// (and no Max) the target stays at Size.
+func TestPoolMemory(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	probe := newTestPool(t, b, PoolOptions{Size: 1, Memory: 1 << 40}, nil)
+	waitReady(t, probe, 1)
+	m := probe.Stats().SandboxMemory
+	if m <= 0 {
+		t.Fatalf("a ready sandbox's memory was not measured: %+v", probe.Stats())
+	}
+	t.Logf("one ready sandbox holds %d KiB", m>>10)
+	tests := []struct {
+		name   string
+		memory int64
+		want   int
+	}{
+		{"no pool memory", 0, 1},
+		{"room for three", 3*m + m/2, 3},
+		{"room for all", 1 << 40, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The first create fills the pool (and measures it); later ones wait for the test.
+			gate := make(chan struct{})
+			var creates atomic.Int32
+			p := newTestPool(t, b, PoolOptions{Size: 1, Memory: tt.memory}, func(ctx context.Context) {
+				if creates.Add(1) == 1 {
+					return
+				}
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			})
+			waitReady(t, p, 1)
+			for range 5 {
+				s, err := p.Claim(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Discard(s.ID)
+			}
+			st := p.Stats()
+			if st.Hits != 1 || st.Misses != 4 || st.Target != tt.want {
+				t.Errorf("after 1 hit and 4 misses: %+v, want target %d", st, tt.want)
+			}
+			if tt.memory > 0 && st.SandboxMemory <= 0 {
+				t.Errorf("sandbox memory not measured: %+v", st)
+			}
+			close(gate)
+		})
 	}
 }
