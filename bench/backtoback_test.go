@@ -42,6 +42,7 @@ func backToBack(b *testing.B, name string, row func() error) {
 		}
 	}
 	load := loadAvg()
+	defer func() { b.Logf("DEBUG %s %.0f", name, rowMS) }()
 	for b.Loop() {
 		for range backToBackBlocks {
 			block(host, &hostMS)
@@ -72,24 +73,46 @@ func pct(xs []float64, p int) float64 {
 }
 
 // BenchmarkBackToBackMCP is run_code called back to back through the shipped `airlock mcp`
-// (the full CLI's, over stdio, as an MCP client starts it) with its default settings, host
-// image: the pool as a user gets it.
+// (the full CLI's, over stdio, as an MCP client starts it), host image: "default" with its
+// default settings, the pool as a user gets it; "pool-memory-0" the pool held at --pool
+// (issue 26's measurement before the pool grew with the call rate).
 func BenchmarkBackToBackMCP(b *testing.B) {
-	needRoot(b)
-	full := filepath.Join(binDir, "airlock-full")
-	if _, err := os.Stat(full); err != nil {
-		b.Skip("the full CLI did not build")
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"default", nil},
+		{"pool-memory-0", []string{"--pool-memory", "0"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			needRoot(b)
+			full := filepath.Join(binDir, "airlock-full")
+			if _, err := os.Stat(full); err != nil {
+				b.Skip("the full CLI did not build")
+			}
+			call := startMCP(b, append([]string{"mcp", "--state-dir", stateDir(b)}, c.flags...))
+			if err := call(); err != nil { // the server up, its pool started
+				b.Fatal(err)
+			}
+			backToBack(b, "mcp", call)
+		})
 	}
-	state := stateDir(b)
+}
+
+// startMCP starts `airlock-full args` as an MCP client starts a stdio server and returns a
+// run_code call of snippet; the server ends with the benchmark.
+func startMCP(b *testing.B, args []string) func() error {
 	ctx := context.Background()
-	cmd := exec.Command(full, "mcp", "--state-dir", state)
+	cmd := exec.Command(filepath.Join(binDir, "airlock-full"), args...)
+	// The defaults, not the caller's environment's.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "AIRLOCK_POOL") })
 	cmd.Stderr = os.Stderr
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "airlock-bench", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cs.Close() })
-	call := func() error {
+	return func() error {
 		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": snippet}})
 		if err != nil {
 			return err
@@ -105,10 +128,6 @@ func BenchmarkBackToBackMCP(b *testing.B) {
 		}
 		return nil
 	}
-	if err := call(); err != nil { // the server up, its pool started
-		b.Fatal(err)
-	}
-	backToBack(b, "mcp", call)
 }
 
 // BenchmarkBackToBackRun is `airlock run -c` (the lean front, with its default parked sandboxes)

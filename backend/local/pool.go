@@ -51,6 +51,10 @@ const (
 	// (on 2 cores a claim-to-first-exec goes from ~4 ms to ~10 ms). A Discard, or a claim that
 	// empties the pool, refills at once.
 	refillDefer = time.Second
+	// maxMissWait bounds how long a claim that found the pool empty waits for the create in
+	// flight before it creates its own (a create takes ~50-100 ms here, seconds on a machine
+	// under heavy load).
+	maxMissWait = 5 * time.Second
 )
 
 // PoolOptions configure a Pool.
@@ -91,9 +95,10 @@ type PoolOptions struct {
 
 // PoolStats count what a pool did.
 type PoolStats struct {
-	// Hits are claims served from the pool; Misses claims that found it empty and fell back to
-	// a cold create.
-	Hits, Misses uint64
+	// Hits are claims served from the pool; Misses claims that found it empty: of them, Waited
+	// got the sandbox a background create was making (they waited for it), the rest created
+	// one cold.
+	Hits, Misses, Waited uint64
 	// Size is how many sandboxes are ready now; Creating how many are being created; Target
 	// how many the pool aims to hold.
 	Size, Creating, Target int
@@ -133,8 +138,13 @@ type Pool struct {
 	target int
 	// deferUntil holds refills back until then (zero: refill now); see refillDefer.
 	deferUntil time.Time
-	closed     bool
-	stats      PoolStats
+	// inflight counts background creates under way (past beforeCreate); waiters the claims
+	// waiting for one of them (at most one each); changed is closed and replaced whenever one
+	// ends or the pool closes.
+	inflight, waiters int
+	changed           chan struct{}
+	closed            bool
+	stats             PoolStats
 
 	// beforeCreate, when set (tests), runs before each background create.
 	beforeCreate func(ctx context.Context)
@@ -230,6 +240,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		b: b, tmpl: tmpl, key: key, filler: filler, opts: opts,
 		log: opts.Logger.With("pool", key), ctx: pctx, cancel: cancel,
 		wake: make(chan struct{}, 1), reapQ: make(chan string, reapQueue), target: opts.Size,
+		changed:      make(chan struct{}),
 		beforeCreate: beforeCreate,
 	}
 	p.wg.Add(2)
@@ -302,6 +313,8 @@ func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.In
 }
 
 func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, prestarted.Interpreters, error) {
+	missed := false
+	var waitEnd time.Time // set once this claim has waited for a create in flight
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -310,11 +323,34 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, presta
 		}
 		n := len(p.ready)
 		if n == 0 {
-			p.stats.Misses++
-			if p.target < p.opts.Max && p.fits(p.target+1) {
-				p.target++
+			if !missed {
+				missed = true
+				p.stats.Misses++
+				if p.target < p.opts.Max && p.fits(p.target+1) {
+					p.target++
+				}
 			}
 			p.deferUntil = time.Time{}
+			// A create in flight has done part of the work a cold create would start from
+			// scratch, and a second create beside it slows both on a busy machine: wait for it,
+			// one claimer per create in flight, for at most maxMissWait.
+			if waitEnd.IsZero() {
+				waitEnd = time.Now().Add(maxMissWait)
+			}
+			if wait := time.Until(waitEnd); p.waiters < p.inflight && wait > 0 {
+				p.waiters++
+				changed := p.changed
+				p.mu.Unlock()
+				p.signal()
+				err := waitChange(ctx, changed, wait)
+				p.mu.Lock()
+				p.waiters--
+				p.mu.Unlock()
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 			p.mu.Unlock()
 			p.signal()
 			sess, err := p.b.Create(ctx, p.decl(false))
@@ -354,9 +390,34 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, presta
 				continue
 			}
 		}
-		p.count(func(st *PoolStats) { st.Hits++ })
+		p.count(func(st *PoolStats) {
+			if missed {
+				st.Waited++
+			} else {
+				st.Hits++
+			}
+		})
 		return it.sess, it.prestarted, nil
 	}
+}
+
+// waitChange waits until changed is closed or wait has passed (nil) or ctx ends (its error).
+func waitChange(ctx context.Context, changed <-chan struct{}, wait time.Duration) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// changedLocked wakes the claims waiting for a create in flight. Called with mu held.
+func (p *Pool) changedLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // Discard terminates a claimed sandbox in the background, off the caller's path; Close waits
@@ -513,6 +574,9 @@ func (p *Pool) createOne() bool {
 	if p.beforeCreate != nil {
 		p.beforeCreate(p.ctx)
 	}
+	p.mu.Lock()
+	p.inflight++
+	p.mu.Unlock()
 	sess, err := p.b.Create(p.ctx, p.decl(true))
 	var s *session
 	if err == nil {
@@ -531,6 +595,8 @@ func (p *Pool) createOne() bool {
 	}
 	p.mu.Lock()
 	p.stats.Creating--
+	p.inflight--
+	p.changedLocked()
 	if err != nil {
 		closed := p.closed
 		if !closed {
@@ -666,6 +732,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	p.changedLocked()
 	ready := p.ready
 	p.ready = nil
 	close(p.reapQ) // no sender left: every send holds mu and checks closed

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -605,5 +606,62 @@ func TestPoolMemory(t *testing.T) {
 			}
 			close(gate)
 		})
+	}
+}
+
+// TestPoolMissWaitsForCreate: a claim that finds the pool empty while a background create is
+// under way waits for that sandbox instead of creating a second one beside it (one claim per
+// create in flight: the next creates its own), and counts a miss that waited.
+func TestPoolMissWaitsForCreate(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	gate := make(chan struct{})
+	// The create stays in flight, its sandbox made, until the test opens the gate.
+	hold := func(ctx context.Context, _ *sandbox.Session, _ sandbox.Agent) (prestarted.Interpreters, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("nothing pre-started by the test")
+	}
+	p := newTestPool(t, b, PoolOptions{Size: 1, Prestart: hold}, nil)
+	waitFor(t, "a create in flight", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.inflight == 1
+	})
+	type claimed struct {
+		s   *sandbox.Session
+		err error
+	}
+	first := make(chan claimed, 1)
+	go func() {
+		s, err := p.Claim(ctx)
+		first <- claimed{s, err}
+	}()
+	waitFor(t, "the claim waiting for the create", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.waiters == 1
+	})
+	cold, err := p.Claim(ctx) // the one create in flight is taken: this one creates its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pooled := cold.Labels[LabelPool]; pooled {
+		t.Errorf("the second claim got a pooled sandbox: %v", cold.Labels)
+	}
+	p.Discard(cold.ID)
+	close(gate)
+	c := <-first
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if c.s.Labels[LabelPool] != p.Key() {
+		t.Errorf("the waiting claim got %v, want the pool's sandbox", c.s.Labels)
+	}
+	p.Discard(c.s.ID)
+	if st := p.Stats(); st.Misses != 2 || st.Waited != 1 || st.Hits != 0 {
+		t.Errorf("stats %+v: want 2 misses, 1 of them waited, no hit", st)
 	}
 }
