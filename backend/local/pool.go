@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -666,7 +667,7 @@ func (p *Pool) memoryOf(s *session) int64 {
 	if p.opts.Memory == 0 {
 		return 0
 	}
-	st, err := readStats(s.rec.CgroupVersion, s.rec.Cgroup)
+	st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup)
 	if err != nil {
 		p.log.Warn("pool: reading a ready sandbox's memory failed; the pool memory counts the most measured so far", "err", err)
 		return 0

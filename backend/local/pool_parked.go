@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -285,7 +286,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 	e.Parked = time.Now()
 	if opts.Memory > 0 {
 		if s := b.sessionOf(sess.ID); s != nil {
-			if st, err := readStats(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
+			if st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
 				mem = st.MemoryBytes
 			}
 		}
