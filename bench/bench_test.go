@@ -50,7 +50,8 @@ func TestMain(m *testing.M) {
 	}
 	binDir = dir
 	// As installed: the lean front as airlock, the full CLI next to it as airlock-full.
-	for _, b := range []struct{ name, pkg string }{{"airlock", "airlock"}, {"airlock-full", "airlock-full"}, {"airlock-agent", "airlock-agent"}} {
+	// airlock-server serves `airlock mcp` (BenchmarkBackToBackMCP).
+	for _, b := range []struct{ name, pkg string }{{"airlock", "airlock"}, {"airlock-full", "airlock-full"}, {"airlock-server", "airlock-server"}, {"airlock-agent", "airlock-agent"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.name), "../cmd/"+b.pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as shipped: no cgo
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -11,7 +11,8 @@
 #   BENCH        benchmarks to run (default 'SideBySide|SandboxesPerSecond|RunCodeThroughput|IdleMemory$');
 #                BENCH=issue6 is issue 6's set in one run: pre-started run_code vs host python, warm
 #                claim -> first exec, exec round trip, throughput (airlock's and every runtime's),
-#                200 idle sandboxes' memory
+#                200 idle sandboxes' memory; BENCH=backtoback is issue 26's back-to-back rows (airlock mcp's
+#                run_code and airlock run, each against host python; BENCHTIME 1x unless set)
 #   BENCHTIME    go test -benchtime (default 20x: ~5-10 minutes on a loaded 2-core machine)
 #   AIRLOCK_BENCH_CACHE  where the static runsc, the rootfs, the image and dockerd's roots live
 #                (default /var/cache/airlock-bench); the output goes to $AIRLOCK_BENCH_CACHE/last.txt
@@ -98,6 +99,10 @@ fi
 export AIRLOCK_BENCH_REQUIRE=$require
 
 # ---- run -----------------------------------------------------------------------------------
+if [[ ${BENCH:-} == backtoback ]]; then
+	BENCH='BackToBack'
+	BENCHTIME=${BENCHTIME:-1x}
+fi
 if [[ ${BENCH:-} == issue6 ]]; then
 	BENCH='PrestartVsHostInterleaved|WarmClaimFirstExec|ExecRoundTrip|RunCodeThroughput|ThroughputSideBySide|IdleMemory200$'
 fi
@@ -120,6 +125,6 @@ set -e
 {
 	echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
-	cat "$AIRLOCK_BENCH_REPORT" 2>/dev/null
+	cat "$AIRLOCK_BENCH_REPORT" 2>/dev/null || true # a run of rows that write no table
 } | tee -a "$out"
 exit "$status"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -113,5 +114,56 @@ func TestFits(t *testing.T) {
 	life := tmpl.Session.Lifetime()
 	if want := int64(MaxTimeoutSeconds + lifetimeMargin + 60); life != want {
 		t.Errorf("template lifetime %d, want %d (longest timeout, margin, idle expiry)", life, want)
+	}
+}
+
+// fakeRunPool is a fakePool whose ClaimForRun hands out pre with the sandbox.
+type fakeRunPool struct {
+	fakePool
+	pre prestarted.Interpreters
+}
+
+func (p *fakeRunPool) ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.Interpreters, error) {
+	s, err := p.Claim(ctx)
+	return s, p.pre, err
+}
+
+// foreignInterpreters is what some other prestart left: not runcode's to run or end.
+type foreignInterpreters struct{ closed bool }
+
+func (f *foreignInterpreters) State() ([]byte, error) { return nil, nil }
+func (f *foreignInterpreters) Close() error           { f.closed = true; return nil }
+
+// TestRunPoolInterpreters: what a RunPool hands out with a sandbox is closed whenever the run
+// does not use it, and a sandbox holding interpreters runcode cannot end is not run in (the
+// code would not be alone there): the run creates its own.
+func TestRunPoolInterpreters(t *testing.T) {
+	tests := []struct {
+		name      string
+		expiresIn time.Duration
+		wantCold  bool
+	}{
+		{"foreign interpreters", time.Hour, true},
+		{"too little lifetime left", 30 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeBackend{set: supportedSet(), exec: okExec}
+			pre := &foreignInterpreters{}
+			p := &fakeRunPool{fakePool: fakePool{tmpl: PoolTemplate(Options{}, time.Minute), expiresIn: tt.expiresIn}, pre: pre}
+			res, err := Run(t.Context(), f, Request{Language: "python", Code: "print(2+2)", TimeoutSeconds: 60}, Options{Pool: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Stdout != "4\n" {
+				t.Errorf("stdout %q", res.Stdout)
+			}
+			if !pre.closed {
+				t.Error("the claimed sandbox's interpreters were not closed")
+			}
+			if tt.wantCold && (len(f.created) != 1 || len(p.discarded) != 1 || p.discarded[0] != "s-pooled") {
+				t.Errorf("created %d, discarded %v: want the claimed sandbox discarded and a cold one", len(f.created), p.discarded)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 )
 
 // Pre-started interpreters (docs/pool.md#pre-started-interpreters).
@@ -58,8 +59,8 @@ type PrestartOptions struct {
 	Logger    *slog.Logger
 }
 
-// PrestartFunc is local.PoolOptions.Prestart's signature.
-type PrestartFunc = func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
+// PrestartFunc is local.PoolOptions.Prestart's type; what it returns is a *core.Prestarted.
+type PrestartFunc = prestarted.Func
 
 // ParsePrestart parses a comma-separated list of languages (aliases allowed) for Prestart;
 // "none" or "" is no language.
@@ -142,7 +143,7 @@ type prestarter struct {
 	pythonPath map[string]*string
 }
 
-func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sandbox.Agent) (any, error) {
+func (ps *prestarter) prestart(ctx context.Context, sess *sandbox.Session, ag sandbox.Agent) (prestarted.Interpreters, error) {
 	pa, ok := ag.(processAgent)
 	if !ok {
 		return nil, fmt.Errorf("%w: prestart: this backend's agent client has no background processes", sandbox.ErrUnsupported)

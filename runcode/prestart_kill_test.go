@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/runcode/runcodetest"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 )
 
 // holdPool keeps the sandboxes runs discard, so a test can look inside them afterwards; and,
@@ -32,7 +33,7 @@ type processLister interface {
 	RemoveProcess(ctx context.Context, id string) error
 }
 
-func (h *holdPool) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
+func (h *holdPool) ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.Interpreters, error) {
 	sess, pre, err := h.Pool.ClaimForRun(ctx)
 	if err != nil || !h.killFirst {
 		return sess, pre, err

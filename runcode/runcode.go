@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -124,7 +125,7 @@ type RunPool interface {
 	// ClaimForRun is Claim for one run, whose sandbox goes (Discard) when the run ends, at
 	// the latest with this process; it also returns what was pre-started in the sandbox. A
 	// nil session (no error) means none is ready: the run creates its own sandbox.
-	ClaimForRun(ctx context.Context) (*sandbox.Session, any, error)
+	ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.Interpreters, error)
 }
 
 // Result is what one run produced.
@@ -397,7 +398,7 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 	if pool == nil || !Fits(decl, pool.Template()) {
 		return nil, false, nil, nil
 	}
-	var v any
+	var v prestarted.Interpreters
 	if pp, ok := pool.(RunPool); ok {
 		sess, v, err = pp.ClaimForRun(ctx)
 	} else {
@@ -407,17 +408,28 @@ func claim(ctx context.Context, pool Pool, decl spec.Sandbox, timeout time.Durat
 		return nil, false, nil, fmt.Errorf("claiming a sandbox from the pool: %w", err)
 	}
 	if sess == nil { // a RunPool with nothing ready: the run creates its own
-		if c, ok := v.(io.Closer); ok {
-			_ = c.Close()
+		if v != nil {
+			_ = v.Close()
 		}
 		return nil, false, nil, nil
 	}
 	if !sess.ExpiresAt.IsZero() && time.Until(sess.ExpiresAt) < timeout+core.ClaimMargin {
 		log.Debug("run_code: pooled sandbox too close to its lifetime; creating one", "session", sess.ID, "expires", sess.ExpiresAt)
+		if v != nil {
+			_ = v.Close()
+		}
 		pool.Discard(sess.ID)
 		return nil, false, nil, nil
 	}
-	pre, _ = v.(*core.Prestarted)
+	pre, ok := v.(*core.Prestarted)
+	if !ok && v != nil {
+		// Interpreters some other prestart left waiting, which a run cannot hand code to nor
+		// end: the code would not be alone in that sandbox.
+		log.Debug("run_code: pooled sandbox holds interpreters of another prestart; creating one", "session", sess.ID, "type", fmt.Sprintf("%T", v))
+		_ = v.Close()
+		pool.Discard(sess.ID)
+		return nil, false, nil, nil
+	}
 	return sess, true, pre, nil
 }
 

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -50,16 +52,28 @@ const (
 	// (on 2 cores a claim-to-first-exec goes from ~4 ms to ~10 ms). A Discard, or a claim that
 	// empties the pool, refills at once.
 	refillDefer = time.Second
+	// maxMissWait bounds how long a claim that found the pool empty waits for the create in
+	// flight before it creates its own (a create takes ~50-100 ms here, seconds on a machine
+	// under heavy load).
+	maxMissWait = 5 * time.Second
 )
 
 // PoolOptions configure a Pool.
 type PoolOptions struct {
 	// Size is how many ready sandboxes the pool keeps (at least 1).
 	Size int
-	// Max is the most the pool keeps, ready or being created (default Size, at most
-	// MaxPoolSize). Each claim that finds the pool empty raises the pool's target by one, up to
-	// Max; each sandbox that expires unclaimed lowers it by one, down to Size.
+	// Max is the most the pool keeps, ready or being created (default Size, or MaxPoolSize
+	// when Memory is set, at most MaxPoolSize). Each claim that finds the pool empty raises the
+	// pool's target by one, up to Max and within Memory; each sandbox that expires unclaimed
+	// lowers it by one, down to Size. So the pool grows to the call rate it sees: calls that come
+	// faster than one refill find it empty and raise it.
 	Max int
+	// Memory (the pool memory) bounds the host memory the pool's sandboxes hold while they
+	// wait, in bytes (0: only Max bounds it): the target is raised past Size only while
+	// target+1 sandboxes of the most memory one has been measured to hold (its memory cgroup's
+	// usage once ready, interpreters pre-started: PoolStats.SandboxMemory) fit in it. Size
+	// sandboxes are kept whatever they hold.
+	Memory int64
 	// IdleExpiry is how long a ready sandbox may wait unclaimed before it is terminated and
 	// replaced (default DefaultPoolIdleExpiry); it must be shorter than the template's lifetime,
 	// and a claimed sandbox has at least lifetime - IdleExpiry left.
@@ -74,18 +88,18 @@ type PoolOptions struct {
 	// started before failing. ctx ends when the pool closes or after prestartTimeout.
 	//
 	// agent is a client of the sandbox's agent. When Prestart succeeds it owns agent (it may keep
-	// it, with its open connections, in its value for the claimer, or close it); the value, when
-	// it is an io.Closer, is closed if the pool terminates the sandbox unclaimed or a claim
-	// drops it (Claim), and is the claimer's to close otherwise. When Prestart fails, the pool
-	// closes agent.
-	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) (any, error)
+	// it, with its open connections, in its value for the claimer, or close it); the value is
+	// closed if the pool terminates the sandbox unclaimed or a claim drops it (Claim), and is the
+	// claimer's to close otherwise. When Prestart fails, the pool closes agent.
+	Prestart prestarted.Func
 }
 
 // PoolStats count what a pool did.
 type PoolStats struct {
-	// Hits are claims served from the pool; Misses claims that found it empty and fell back to
-	// a cold create.
-	Hits, Misses uint64
+	// Hits are claims served from the pool; Misses claims that found it empty: of them, Waited
+	// got the sandbox a background create was making (they waited for it), the rest created
+	// one cold.
+	Hits, Misses, Waited uint64
 	// Size is how many sandboxes are ready now; Creating how many are being created; Target
 	// how many the pool aims to hold.
 	Size, Creating, Target int
@@ -98,6 +112,9 @@ type PoolStats struct {
 	// ReapFailures those terminations that failed (logged).
 	Reaping      int
 	ReapFailures uint64
+	// SandboxMemory is the most host memory one ready sandbox was measured to hold (bytes;
+	// 0 until one is), what PoolOptions.Memory is counted in.
+	SandboxMemory int64
 }
 
 // Pool keeps sandboxes of one template created and their agents answering, so that a claim is
@@ -122,8 +139,13 @@ type Pool struct {
 	target int
 	// deferUntil holds refills back until then (zero: refill now); see refillDefer.
 	deferUntil time.Time
-	closed     bool
-	stats      PoolStats
+	// inflight counts background creates under way (past beforeCreate); waiters the claims
+	// waiting for one of them (at most one each); changed is closed and replaced whenever one
+	// ends or the pool closes.
+	inflight, waiters int
+	changed           chan struct{}
+	closed            bool
+	stats             PoolStats
 
 	// beforeCreate, when set (tests), runs before each background create.
 	beforeCreate func(ctx context.Context)
@@ -134,7 +156,7 @@ type pooled struct {
 	s     *session
 	since time.Time
 	// prestarted is what PoolOptions.Prestart returned for this sandbox.
-	prestarted any
+	prestarted prestarted.Interpreters
 }
 
 // PoolKey is the pool name for a template: a hash of everything that shapes a sandbox (image,
@@ -166,6 +188,9 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 	}
 	if opts.Max == 0 {
 		opts.Max = opts.Size
+		if opts.Memory > 0 {
+			opts.Max = MaxPoolSize
+		}
 	}
 	if opts.IdleExpiry == 0 {
 		opts.IdleExpiry = DefaultPoolIdleExpiry
@@ -180,6 +205,8 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		return nil, bad("size", opts.Size, "must be at least 1")
 	case opts.Max < opts.Size || opts.Max > MaxPoolSize:
 		return nil, bad("max", opts.Max, fmt.Sprintf("must be %d (size) to %d", opts.Size, MaxPoolSize))
+	case opts.Memory < 0:
+		return nil, bad("memory", opts.Memory, "must be 0 (no bound) or a number of bytes")
 	case opts.IdleExpiry < time.Second:
 		return nil, bad("idleExpiry", opts.IdleExpiry, "must be at least 1s")
 	case opts.IdleExpiry >= life:
@@ -214,6 +241,7 @@ func newPool(ctx context.Context, b *Backend, tmpl spec.Sandbox, opts PoolOption
 		b: b, tmpl: tmpl, key: key, filler: filler, opts: opts,
 		log: opts.Logger.With("pool", key), ctx: pctx, cancel: cancel,
 		wake: make(chan struct{}, 1), reapQ: make(chan string, reapQueue), target: opts.Size,
+		changed:      make(chan struct{}),
 		beforeCreate: beforeCreate,
 	}
 	p.wg.Add(2)
@@ -247,6 +275,19 @@ func (p *Pool) Stats() PoolStats {
 	return st
 }
 
+// fits reports whether n sandboxes fit in PoolOptions.Memory, counted at the most one was
+// measured to hold (none measured yet: one more than Size may be tried, to measure it). Called
+// with mu held.
+func (p *Pool) fits(n int) bool {
+	if p.opts.Memory == 0 || n <= p.opts.Size {
+		return true
+	}
+	if p.stats.SandboxMemory == 0 {
+		return n <= p.opts.Size+1
+	}
+	return int64(n)*p.stats.SandboxMemory <= p.opts.Memory
+}
+
 // Claim hands out a ready sandbox no other claim gets, or, when none is ready, creates one (a
 // miss, counted). The caller owns the sandbox: it is single-use, terminate it when done.
 func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
@@ -256,9 +297,9 @@ func (p *Pool) Claim(ctx context.Context) (*sandbox.Session, error) {
 }
 
 // release closes what Prestart returned, when nobody will use it.
-func release(pre any) {
-	if c, ok := pre.(io.Closer); ok {
-		_ = c.Close()
+func release(pre prestarted.Interpreters) {
+	if pre != nil {
+		_ = pre.Close()
 	}
 }
 
@@ -268,11 +309,13 @@ func release(pre any) {
 // created the sandbox cold), and it records no claim on disk: should this process die, the
 // next process's reconcile reaps the sandbox as an unclaimed one, which is right, its user
 // being gone too. (Writing that record is most of a claim's time on a busy disk: 0.1-1 ms.)
-func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, any, error) {
+func (p *Pool) ClaimForRun(ctx context.Context) (*sandbox.Session, prestarted.Interpreters, error) {
 	return p.claim(ctx, false)
 }
 
-func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, error) {
+func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, prestarted.Interpreters, error) {
+	missed := false
+	var waitEnd time.Time // set once this claim has waited for a create in flight
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -281,11 +324,34 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, e
 		}
 		n := len(p.ready)
 		if n == 0 {
-			p.stats.Misses++
-			if p.target < p.opts.Max {
-				p.target++
+			if !missed {
+				missed = true
+				p.stats.Misses++
+				if p.target < p.opts.Max && p.fits(p.target+1) {
+					p.target++
+				}
 			}
 			p.deferUntil = time.Time{}
+			// A create in flight has done part of the work a cold create would start from
+			// scratch, and a second create beside it slows both on a busy machine: wait for it,
+			// one claimer per create in flight, for at most maxMissWait.
+			if waitEnd.IsZero() {
+				waitEnd = time.Now().Add(maxMissWait)
+			}
+			if wait := time.Until(waitEnd); p.waiters < p.inflight && wait > 0 {
+				p.waiters++
+				changed := p.changed
+				p.mu.Unlock()
+				p.signal()
+				err := waitChange(ctx, changed, wait)
+				p.mu.Lock()
+				p.waiters--
+				p.mu.Unlock()
+				if err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 			p.mu.Unlock()
 			p.signal()
 			sess, err := p.b.Create(ctx, p.decl(false))
@@ -325,9 +391,34 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, any, e
 				continue
 			}
 		}
-		p.count(func(st *PoolStats) { st.Hits++ })
+		p.count(func(st *PoolStats) {
+			if missed {
+				st.Waited++
+			} else {
+				st.Hits++
+			}
+		})
 		return it.sess, it.prestarted, nil
 	}
+}
+
+// waitChange waits until changed is closed or wait has passed (nil) or ctx ends (its error).
+func waitChange(ctx context.Context, changed <-chan struct{}, wait time.Duration) error {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// changedLocked wakes the claims waiting for a create in flight. Called with mu held.
+func (p *Pool) changedLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 // Discard terminates a claimed sandbox in the background, off the caller's path; Close waits
@@ -484,6 +575,9 @@ func (p *Pool) createOne() bool {
 	if p.beforeCreate != nil {
 		p.beforeCreate(p.ctx)
 	}
+	p.mu.Lock()
+	p.inflight++
+	p.mu.Unlock()
 	sess, err := p.b.Create(p.ctx, p.decl(true))
 	var s *session
 	if err == nil {
@@ -494,12 +588,16 @@ func (p *Pool) createOne() bool {
 			err = fmt.Errorf("session %s is not registered", sess.ID)
 		}
 	}
-	var pre any
+	var pre prestarted.Interpreters
+	var mem int64
 	if err == nil {
 		pre = p.warmUp(sess)
+		mem = p.memoryOf(s)
 	}
 	p.mu.Lock()
 	p.stats.Creating--
+	p.inflight--
+	p.changedLocked()
 	if err != nil {
 		closed := p.closed
 		if !closed {
@@ -522,6 +620,10 @@ func (p *Pool) createOne() bool {
 	}
 	p.ready = append(p.ready, pooled{sess: sess, s: s, since: time.Now(), prestarted: pre})
 	p.stats.Refills++
+	p.stats.SandboxMemory = max(p.stats.SandboxMemory, mem)
+	for p.target > p.opts.Size && !p.fits(p.target) {
+		p.target-- // measured bigger than counted: back within the pool memory
+	}
 	p.mu.Unlock()
 	return true
 }
@@ -531,7 +633,7 @@ func (p *Pool) createOne() bool {
 // and that belongs off the claimer's path. It runs "true" (found on PATH, or failing to be: the
 // spawn path is exercised either way) and leaves nothing behind; its result does not matter.
 // Then PoolOptions.Prestart, whose result it returns.
-func (p *Pool) warmUp(sess *sandbox.Session) any {
+func (p *Pool) warmUp(sess *sandbox.Session) prestarted.Interpreters {
 	id := sess.ID
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
@@ -557,6 +659,20 @@ func (p *Pool) warmUp(sess *sandbox.Session) any {
 		return nil
 	}
 	return pre // a is Prestart's now
+}
+
+// memoryOf is the host memory s holds now as its memory cgroup counts it (every process of
+// it, the waiting interpreters included), 0 when it cannot be read (logged).
+func (p *Pool) memoryOf(s *session) int64 {
+	if p.opts.Memory == 0 {
+		return 0
+	}
+	st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup)
+	if err != nil {
+		p.log.Warn("pool: reading a ready sandbox's memory failed; the pool memory counts the most measured so far", "err", err)
+		return 0
+	}
+	return st.MemoryBytes
 }
 
 // expire hands ready sandboxes older than IdleExpiry to the reaper and returns how long until
@@ -617,6 +733,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	p.changedLocked()
 	ready := p.ready
 	p.ready = nil
 	close(p.reapQ) // no sender left: every send holds mu and checks closed

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -44,6 +45,9 @@ const (
 
 	// MaxParked bounds ParkOptions.Count.
 	MaxParked = 8
+	// MaxParkedGrown bounds how far misses grow a key's parked count past Count (within
+	// ParkOptions.Memory).
+	MaxParkedGrown = 64
 )
 
 // ParkOptions configure FillParked.
@@ -57,6 +61,64 @@ type ParkOptions struct {
 	// to the claimer (ClaimParked). It must leave nothing that ties the sandbox to this
 	// process: the filler exits and the claimer connects anew.
 	Prestart func(ctx context.Context, sess *sandbox.Session, agent sandbox.Agent) ([]byte, error)
+	// Memory (the pool memory, as PoolOptions.Memory) lets the parked count grow past Count
+	// with the run rate: a filler started by a run that found nothing parked (Missed) raises
+	// the key's target by one while target+1 sandboxes of the most memory a parked one was
+	// measured to hold fit in it (at most MaxParkedGrown); a parked sandbox retired unclaimed
+	// lowers it by one, down to Count. 0: Count alone.
+	Memory int64
+	// Missed: the run that started this filler found nothing parked.
+	Missed bool
+}
+
+// parkedTarget is a key's grown parked count, kept in <state>/spares/<key>.target and
+// changed only under the key's lock.
+type parkedTarget struct {
+	Target int `json:"target"`
+	// SandboxMemory is the most host memory a parked sandbox of the key was measured to hold.
+	SandboxMemory int64 `json:"sandboxMemory"`
+}
+
+func (b *Backend) readParkedTarget(key string) parkedTarget {
+	var t parkedTarget
+	if data, err := os.ReadFile(b.parkedIndex(key) + ".target"); err == nil {
+		_ = json.Unmarshal(data, &t) // unreadable: start over from Count
+	}
+	return t
+}
+
+func (b *Backend) writeParkedTarget(key string, t parkedTarget) {
+	data, _ := json.Marshal(t)
+	path := b.parkedIndex(key) + ".target"
+	if err := os.WriteFile(path+".tmp", data, 0o600); err == nil {
+		err = os.Rename(path+".tmp", path)
+		if err != nil {
+			b.log.Warn("parked sandboxes: recording the parked count failed", "err", err)
+		}
+	}
+}
+
+// fits reports whether n parked sandboxes of t's measured size fit in opts.Memory (none
+// measured yet: one past Count may be tried, to measure it).
+func (t parkedTarget) fits(n int, opts ParkOptions) bool {
+	switch {
+	case n <= opts.Count:
+		return true
+	case opts.Memory == 0 || n > MaxParkedGrown:
+		return false
+	case t.SandboxMemory == 0:
+		return n <= opts.Count+1
+	}
+	return int64(n)*t.SandboxMemory <= opts.Memory
+}
+
+// count is how many to keep parked: Count, or the grown target within the pool memory.
+func (t parkedTarget) count(opts ParkOptions) int {
+	n := max(opts.Count, t.Target)
+	for n > opts.Count && !t.fits(n, opts) {
+		n--
+	}
+	return n
 }
 
 // ParkedDir is where a state dir keeps its parked sandboxes' index (and a filler's log).
@@ -75,6 +137,8 @@ func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOp
 	switch {
 	case opts.Count < 1 || opts.Count > MaxParked:
 		return fmt.Errorf("%w: parked sandboxes count %d: must be 1..%d", sandbox.ErrInvalid, opts.Count, MaxParked)
+	case opts.Memory < 0:
+		return fmt.Errorf("%w: parked sandboxes memory %d: must be 0 (no bound) or a number of bytes", sandbox.ErrInvalid, opts.Memory)
 	case opts.MaxAge < time.Second || opts.MaxAge >= life:
 		return fmt.Errorf("%w: parked sandboxes maxAge %v: must be at least 1s and shorter than the template's lifetime (%v)", sandbox.ErrInvalid, opts.MaxAge, life)
 	}
@@ -102,7 +166,10 @@ func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOp
 	defer lock.Close()
 	// A claim between our last count and our unlock starts a filler that finds the lock held
 	// and leaves: so count again after unlocking, and go on while short (bounded).
-	for round := 0; round < 4*opts.Count+4; round++ {
+	if opts.Missed {
+		b.recordParkedMiss(key) // whichever filler holds the lock grows the count
+	}
+	for round := 0; round < 4*MaxParkedGrown+4; round++ {
 		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				return nil
@@ -114,15 +181,46 @@ func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOp
 		if err != nil {
 			return err
 		}
-		if n, _ := b.parkedEntries(key); len(n) >= opts.Count {
+		if n, _ := b.parkedEntries(key); len(n) >= b.readParkedTarget(key).count(opts) {
 			return nil
 		}
 	}
 	return nil
 }
 
+// recordParkedMiss appends one miss to the key's miss file, which the filler holding the key's
+// lock consumes (fillLocked): a run's filler never waits for that lock.
+func (b *Backend) recordParkedMiss(key string) {
+	f, err := os.OpenFile(b.parkedIndex(key)+".missed", os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		b.log.Warn("parked sandboxes: recording a miss failed", "err", err)
+		return
+	}
+	_, _ = f.Write([]byte{'m'})
+	f.Close()
+}
+
+// takeParkedMisses returns how many misses were recorded since the last call and clears them
+// (renamed first: a miss recorded meanwhile goes to the next call, or at worst is lost).
+func (b *Backend) takeParkedMisses(key string) int {
+	path := b.parkedIndex(key) + ".missed"
+	if err := os.Rename(path, path+".taking"); err != nil {
+		return 0
+	}
+	data, _ := os.ReadFile(path + ".taking")
+	_ = os.Remove(path + ".taking")
+	return len(data)
+}
+
 func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) error {
+	t := b.readParkedTarget(key)
+	defer func() { b.writeParkedTarget(key, t) }()
 	for {
+		for range b.takeParkedMisses(key) {
+			if n := max(opts.Count, t.Target) + 1; t.fits(n, opts) {
+				t.Target = n
+			}
+		}
 		parked, err := b.parkedEntries(key)
 		if err != nil {
 			return err
@@ -131,24 +229,30 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 		for _, e := range parked {
 			if time.Since(e.Parked) >= opts.MaxAge {
 				b.retireParked(ctx, key, e.Session, self)
+				if t.Target > opts.Count {
+					t.Target-- // runs come slower than this one was parked for
+				}
 				continue
 			}
 			live++
 		}
-		if live >= opts.Count {
+		if live >= t.count(opts) {
 			return nil
 		}
-		if err := b.parkOne(ctx, tmpl, key, self, opts); err != nil {
+		mem, err := b.parkOne(ctx, tmpl, key, self, opts)
+		if err != nil {
 			return err
 		}
+		t.SandboxMemory = max(t.SandboxMemory, mem)
 	}
 }
 
-// parkOne makes one parked sandbox, warms it, runs Prestart and parks it.
-func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) (err error) {
+// parkOne makes one parked sandbox, warms it, runs Prestart and parks it; mem is the host
+// memory it holds once parked (0: not measured, ParkOptions.Memory unset).
+func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) (mem int64, err error) {
 	sess, err := b.Create(ctx, Instance(tmpl, map[string]string{LabelParked: key, labelParkedFiller: self}))
 	if err != nil {
-		return fmt.Errorf("creating a parked sandbox: %w", err)
+		return 0, fmt.Errorf("creating a parked sandbox: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -161,7 +265,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 	}()
 	a, err := b.Connect(ctx, sess.ID)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer a.Close()
 	// The first exec in a sandbox costs several later ones: pay it here (see Pool.warmUp).
@@ -180,20 +284,34 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 		}
 	}
 	e.Parked = time.Now()
+	if opts.Memory > 0 {
+		if s := b.sessionOf(sess.ID); s != nil {
+			if st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
+				mem = st.MemoryBytes
+			}
+		}
+	}
 	data, err := json.Marshal(e)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	tmp := filepath.Join(ParkedDir(b.opts.StateDir), ".tmp-"+sess.ID)
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.Rename(tmp, filepath.Join(b.parkedIndex(key), sess.ID)); err != nil {
 		_ = os.Remove(tmp)
-		return err
+		return 0, err
 	}
 	b.log.Debug("parked sandboxes: parked", "session", sess.ID, "key", key)
-	return nil
+	return mem, nil
+}
+
+// sessionOf is this backend's record of a session it created, nil if none.
+func (b *Backend) sessionOf(id string) *session {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sessions[id]
 }
 
 // parkedEntries reads the key's index (newest first); entries it cannot read are skipped.

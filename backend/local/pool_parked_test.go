@@ -76,6 +76,7 @@ func TestParkRefusals(t *testing.T) {
 		{"no count", parkedTmpl(), ParkOptions{MaxAge: time.Minute}, "parked sandboxes count 0"},
 		{"too many", parkedTmpl(), ParkOptions{Count: sessions.MaxParked + 1, MaxAge: time.Minute}, "parked sandboxes count 9"},
 		{"no max age", parkedTmpl(), ParkOptions{Count: 1}, "parked sandboxes maxAge 0s"},
+		{"negative pool memory", parkedTmpl(), ParkOptions{Count: 1, MaxAge: time.Minute, Memory: -1}, "parked sandboxes memory -1"},
 		{"max age past the lifetime", parkedTmpl(), ParkOptions{Count: 1, MaxAge: 10 * time.Minute}, "shorter than the template's lifetime (10m0s)"},
 		{"parked label", withLabel(LabelParked), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare"`},
 		{"filler label", withLabel(labelParkedFiller), ParkOptions{Count: 1, MaxAge: time.Minute}, `label "airlock.spare.filler"`},
@@ -260,5 +261,43 @@ func fakeHostEtc(t *testing.T, b *Backend, motd string) func(string) {
 	return func(content string) {
 		time.Sleep(10 * time.Millisecond) // a distinct mtime even on coarse clocks
 		mustWrite(t, filepath.Join(src, "motd"), content, 0o644)
+	}
+}
+
+// TestParkedGrowsWithMisses: a filler started by a run that found nothing parked grows the
+// parked count by one, within the pool memory counted at the most a parked sandbox was
+// measured to hold; without a pool memory the count stays at Count.
+func TestParkedGrowsWithMisses(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		memory func(m int64) int64 // from one parked sandbox's measured memory
+		want   []int               // parked after each of three missed fills
+	}{
+		{"no pool memory", func(int64) int64 { return 0 }, []int{1, 1, 1}},
+		{"room for two", func(m int64) int64 { return 2*m + m/2 }, []int{2, 2, 2}},
+		{"room for all", func(int64) int64 { return 1 << 40 }, []int{2, 3, 4}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newTestBackend(t)
+			key := parkedKey(t)
+			t.Cleanup(func() {
+				if _, err := b.RetireParked(context.Background(), false); err != nil {
+					t.Error(err)
+				}
+			})
+			// One fill with no miss measures a parked sandbox.
+			fill(t, b, ParkOptions{Count: 1, MaxAge: time.Minute, Memory: 1 << 40})
+			m := b.readParkedTarget(key).SandboxMemory
+			if m <= 0 {
+				t.Fatalf("a parked sandbox's memory was not measured: %+v", b.readParkedTarget(key))
+			}
+			for i, want := range tt.want {
+				fill(t, b, ParkOptions{Count: 1, MaxAge: time.Minute, Memory: tt.memory(m), Missed: true})
+				parked, err := b.parkedEntries(key)
+				if err != nil || len(parked) != want {
+					t.Errorf("after missed fill %d: %d parked (%v), want %d (target %+v)", i+1, len(parked), err, want, b.readParkedTarget(key))
+				}
+			}
+		})
 	}
 }

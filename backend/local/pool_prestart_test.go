@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 )
 
 // prestartValue is what the test's Prestart leaves: the agent it was given, and whether the
@@ -27,6 +28,8 @@ func (v *prestartValue) Close() error {
 	return v.agent.Close()
 }
 
+func (v *prestartValue) State() ([]byte, error) { return []byte(v.id), nil }
+
 func (v *prestartValue) closed() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -43,7 +46,7 @@ func TestPoolPrestart(t *testing.T) {
 	var mu sync.Mutex
 	values := map[string]*prestartValue{}
 	fail := false
-	prestart := func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) (any, error) {
+	prestart := func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) (prestarted.Interpreters, error) {
 		mu.Lock()
 		f := fail
 		mu.Unlock()

@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -155,6 +157,7 @@ func TestPoolRefusals(t *testing.T) {
 	}{
 		{"size 0", poolTemplate(), PoolOptions{Size: 0}},
 		{"max below size", poolTemplate(), PoolOptions{Size: 3, Max: 2}},
+		{"negative pool memory", poolTemplate(), PoolOptions{Size: 1, Memory: -1}},
 		{"max too large", poolTemplate(), PoolOptions{Size: 1, Max: MaxPoolSize + 1}},
 		{"idle expiry under a second", poolTemplate(), PoolOptions{Size: 1, IdleExpiry: time.Millisecond}},
 		{"idle expiry past the lifetime", short, PoolOptions{Size: 1, IdleExpiry: 5 * time.Second}},
@@ -547,5 +550,118 @@ func TestPoolStaleEtc(t *testing.T) {
 	defer a.Close()
 	if out, _, _ := run(t, a, "cat /etc/motd"); out != "two\n" {
 		t.Errorf("/etc/motd: %q", out)
+	}
+}
+
+// TestPoolMemory: misses raise the target past Size only while the sandboxes fit in the pool
+// memory, counted at the most one ready sandbox was measured to hold; without a pool memory
+// (and no Max) the target stays at Size.
+func TestPoolMemory(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	probe := newTestPool(t, b, PoolOptions{Size: 1, Memory: 1 << 40}, nil)
+	waitReady(t, probe, 1)
+	m := probe.Stats().SandboxMemory
+	if m <= 0 {
+		t.Fatalf("a ready sandbox's memory was not measured: %+v", probe.Stats())
+	}
+	t.Logf("one ready sandbox holds %d KiB", m>>10)
+	tests := []struct {
+		name   string
+		memory int64
+		want   int
+	}{
+		{"no pool memory", 0, 1},
+		{"room for three", 3*m + m/2, 3},
+		{"room for all", 1 << 40, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The first create fills the pool (and measures it); later ones wait for the test.
+			gate := make(chan struct{})
+			var creates atomic.Int32
+			p := newTestPool(t, b, PoolOptions{Size: 1, Memory: tt.memory}, func(ctx context.Context) {
+				if creates.Add(1) == 1 {
+					return
+				}
+				select {
+				case <-gate:
+				case <-ctx.Done():
+				}
+			})
+			waitReady(t, p, 1)
+			for range 5 {
+				s, err := p.Claim(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Discard(s.ID)
+			}
+			st := p.Stats()
+			if st.Hits != 1 || st.Misses != 4 || st.Target != tt.want {
+				t.Errorf("after 1 hit and 4 misses: %+v, want target %d", st, tt.want)
+			}
+			if tt.memory > 0 && st.SandboxMemory <= 0 {
+				t.Errorf("sandbox memory not measured: %+v", st)
+			}
+			close(gate)
+		})
+	}
+}
+
+// TestPoolMissWaitsForCreate: a claim that finds the pool empty while a background create is
+// under way waits for that sandbox instead of creating a second one beside it (one claim per
+// create in flight: the next creates its own), and counts a miss that waited.
+func TestPoolMissWaitsForCreate(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := t.Context()
+	gate := make(chan struct{})
+	// The create stays in flight, its sandbox made, until the test opens the gate.
+	hold := func(ctx context.Context, _ *sandbox.Session, _ sandbox.Agent) (prestarted.Interpreters, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("nothing pre-started by the test")
+	}
+	p := newTestPool(t, b, PoolOptions{Size: 1, Prestart: hold}, nil)
+	waitFor(t, "a create in flight", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.inflight == 1
+	})
+	type claimed struct {
+		s   *sandbox.Session
+		err error
+	}
+	first := make(chan claimed, 1)
+	go func() {
+		s, err := p.Claim(ctx)
+		first <- claimed{s, err}
+	}()
+	waitFor(t, "the claim waiting for the create", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.waiters == 1
+	})
+	cold, err := p.Claim(ctx) // the one create in flight is taken: this one creates its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, pooled := cold.Labels[LabelPool]; pooled {
+		t.Errorf("the second claim got a pooled sandbox: %v", cold.Labels)
+	}
+	p.Discard(cold.ID)
+	close(gate)
+	c := <-first
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	if c.s.Labels[LabelPool] != p.Key() {
+		t.Errorf("the waiting claim got %v, want the pool's sandbox", c.s.Labels)
+	}
+	p.Discard(c.s.ID)
+	if st := p.Stats(); st.Misses != 2 || st.Waited != 1 || st.Hits != 0 {
+		t.Errorf("stats %+v: want 2 misses, 1 of them waited, no hit", st)
 	}
 }

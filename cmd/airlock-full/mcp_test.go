@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,23 +17,33 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/servercmd"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/runcode"
 )
 
 func TestMCPCommandUsage(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
 		has  string
+		env  string // $AIRLOCK_POOL_MEMORY, "" for unset
 	}{
-		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address"},
-		{[]string{"--log-level", "loud"}, "--log-level"},
-		{[]string{"--max-sessions", "0"}, "--max-sessions"},
-		{[]string{"--max-runs", "0"}, "--max-runs"},
-		{[]string{"--pool", "-1"}, "--pool"},
-		{[]string{"--pool", "4", "--pool-max", "2"}, "--pool-max"},
-		{[]string{"--pool", "1", "--pool-idle", "10ms"}, "--pool-idle"},
-		{[]string{"--image", ""}, "--image"},
-		{[]string{"extra"}, "takes no arguments"},
+		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address", ""},
+		{[]string{"--log-level", "loud"}, "--log-level", ""},
+		{[]string{"--max-sessions", "0"}, "--max-sessions", ""},
+		{[]string{"--max-runs", "0"}, "--max-runs", ""},
+		{[]string{"--pool", "-1"}, "--pool", ""},
+		{[]string{"--pool", "4", "--pool-max", "2"}, "--pool-max", ""},
+		{[]string{"--pool", "1", "--pool-idle", "10ms"}, "--pool-idle", ""},
+		{[]string{"--pool-memory", "lots"}, `--pool-memory: invalid: pool memory "lots"`, ""},
+		{[]string{"--pool-memory", "-1Mi"}, "0 (no bound) or more", ""},
+		{[]string{"--pool-memory", "1.5"}, "allowed is a whole number of bytes", ""},
+		{[]string{"--image", ""}, "--image", ""},
+		{[]string{"extra"}, "takes no arguments", ""},
+		{nil, "$AIRLOCK_POOL_MEMORY: invalid", "lots"},
 	} {
+		t.Setenv(runcode.EnvPoolMemory, tt.env) // restored after the test
+		if tt.env == "" {
+			os.Unsetenv(runcode.EnvPoolMemory)
+		}
 		cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)

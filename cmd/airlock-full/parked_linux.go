@@ -45,6 +45,8 @@ type poolFillFlags struct {
 	terminate []string
 	gateFD    int
 	raise     bool
+	missed    bool
+	memory    string
 	backend   cli.BackendFlags
 }
 
@@ -62,6 +64,8 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used parked sandbox airlock run killed, to terminate first; repeatable")
 	cmd.Flags().BoolVar(&f.raise, "raise-after-gate", false, "the starting run lowered this filler's priority: raise it to nice 0 once the gate opens")
 	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
+	cmd.Flags().BoolVar(&f.missed, "missed", false, "the starting run found nothing parked: grow the parked count by one within the pool memory")
+	cmd.Flags().StringVar(&f.memory, runcode.PoolMemoryFlag, runcode.DefaultPoolMemory(), "the pool memory: host memory the parked sandboxes may hold as their count grows (default $"+runcode.EnvPoolMemory+", else "+runcode.PoolMemoryDefault+")")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -73,6 +77,10 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	}
 	if f.count < 1 || f.count > sessions.MaxParked {
 		return cli.UsageError("--count %d must be 1 to %d", f.count, sessions.MaxParked)
+	}
+	memory, err := runcode.ParsePoolMemory(f.memory)
+	if err != nil {
+		return cli.UsageError("--%s: %v", runcode.PoolMemoryFlag, err)
 	}
 	logw, err := openFillLog(f.backend.StateDir)
 	if err != nil {
@@ -129,13 +137,13 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge,
+	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge, Memory: memory, Missed: f.missed,
 		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
 			pre, err := pf(ctx, sess, a)
 			if err != nil {
 				return nil, err
 			}
-			return runcode.PrestartedState(pre) // the client is closed by the caller
+			return pre.State() // the client is closed by the caller
 		}}
 	if err := b.FillParked(ctx, tmpl, opts); err != nil {
 		log.Error("parked sandboxes: filling failed", "err", err)

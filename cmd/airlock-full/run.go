@@ -151,7 +151,9 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		err = terr
 	} // else its error is logged; the run's error says more
 	if useParked {
-		// After the run (its sandbox gone): the filler's start would compete with it.
+		// After the run (its sandbox gone): the filler's start would compete with it. This
+		// run found nothing parked: the filler grows the parked count (pool memory permitting).
+		filler.Missed = true
 		if _, ferr := filler.Start(discarded, false); ferr != nil {
 			log.Warn("parked sandboxes: starting the filler failed", "err", ferr)
 			err = errors.Join(err, terminateAll(b, discarded))

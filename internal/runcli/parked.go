@@ -64,6 +64,9 @@ type Filler struct {
 	CgroupParent string
 	ImageJSON    string
 	Count        int
+	// Missed: the run found nothing parked; the filler grows the parked count by one, within
+	// the pool memory ($AIRLOCK_POOL_MEMORY, which it inherits).
+	Missed bool
 }
 
 // Start starts a detached airlock __pool-fill: its own session, no terminal, standard
@@ -75,6 +78,9 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 	args := []string{"__pool-fill", "--state-dir", f.StateDir, "--image-json", f.ImageJSON, "--count", strconv.Itoa(f.Count)}
 	if f.CgroupParent != "" {
 		args = append(args, "--cgroup-parent", f.CgroupParent)
+	}
+	if f.Missed {
+		args = append(args, "--missed")
 	}
 	for _, id := range terminate {
 		args = append(args, "--terminate", id)

@@ -147,6 +147,11 @@ func (f *Flags) Check(poolChanged bool) error {
 	if f.MaxOutput < 1 {
 		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
 	}
+	if v, ok := os.LookupEnv(core.EnvPoolMemory); ok {
+		if _, err := core.ParsePoolMemory(v); err != nil {
+			return cliexit.UsageError("$%s: %v", core.EnvPoolMemory, err)
+		}
+	}
 	if f.Pool < 0 || f.Pool > sessions.MaxParked {
 		if !poolChanged {
 			return cliexit.UsageError("$%s=%q: give 0 (none) to %d", EnvPool, os.Getenv(EnvPool), sessions.MaxParked)

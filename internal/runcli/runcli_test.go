@@ -1,7 +1,10 @@
 package runcli
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/runcode/core"
 )
 
 // TestRootFlags: the root's -o/--output is read in every spelling cobra takes, and the first
@@ -29,6 +32,33 @@ func TestRootFlags(t *testing.T) {
 		output, at, ok := RootFlags(tc.args)
 		if output != tc.output || at != tc.at || ok != tc.ok {
 			t.Errorf("%q: %q %d %v, want %q %d %v", tc.args, output, at, ok, tc.output, tc.at, tc.ok)
+		}
+	}
+}
+
+// TestCheckPoolMemory: a run refuses a pool memory its filler could not read, naming the
+// variable, rather than leaving the filler to fail where nobody sees it.
+func TestCheckPoolMemory(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want string // "" for accepted
+	}{
+		{"256Mi", ""},
+		{"0", ""},
+		{"lots", "$AIRLOCK_POOL_MEMORY: invalid: pool memory \"lots\""},
+		{"-1", "allowed is a whole number of bytes"},
+	} {
+		t.Setenv(core.EnvPoolMemory, tc.env)
+		f := Flags{MaxOutput: 1, Pool: 1}
+		err := f.Check(false)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tc.env, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %q", tc.env, err, tc.want)
 		}
 	}
 }

@@ -27,6 +27,7 @@ type mcpFlags struct {
 	pool        int
 	poolMax     int
 	poolIdle    time.Duration
+	poolMemory  string
 	prestart    string
 	logLevel    string
 	outputView  int64
@@ -53,7 +54,9 @@ host runs it, else a docker-compatible engine, said once on stderr).
 
 On the local runtime, with --pool N (default 1; 0 turns it off) the server keeps N run_code sandboxes created and
 their agents ready, so a call claims one instead of creating it; each is still used by one call only and then terminated,
-and the pool refills in the background (a call that finds it empty creates one as usual).
+and the pool refills in the background (a call that finds it empty creates one as usual, and
+raises the pool's count by one: the pool grows to the call rate it sees, as far as --pool-max and
+the pool memory, --pool-memory, allow; a sandbox left unclaimed for --pool-idle lowers it again).
 Each pooled sandbox also holds the interpreters named by --pool-prestart (default python)
 started and waiting, under the same uid, seccomp, Landlock and limits as the code: a run_code
 call in that language hands its code to the waiting interpreter and skips its start-up. Calls
@@ -62,6 +65,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 		Example: `  airlock mcp
   airlock mcp --http 127.0.0.1:8765
   airlock mcp --pool 4            # run_code claims pooled sandboxes instead of creating them
+  airlock mcp --pool-memory 1Gi   # let the pool grow further when calls come back to back
   airlock mcp --pool 4 --pool-prestart node   # ... with node waiting instead of python
   airlock mcp --platform docker --image python:3.12-slim
 
@@ -78,6 +82,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.IntVar(&f.pool, "pool", 1, "local runtime: keep this many run_code sandboxes created and ready (the process pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
+	fl.StringVar(&f.poolMemory, "pool-memory", runcode.DefaultPoolMemory(), "the pool memory: host memory the pool's waiting sandboxes may hold as it grows with the call rate (a quantity, e.g. 256Mi; 0: the pool stays at --pool, or grows to --pool-max; default $"+runcode.EnvPoolMemory+", else "+runcode.PoolMemoryDefault+")")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	fl.Int64Var(&f.outputView, "output-view", mcp.DefaultOutputViewBytes, "bytes of each of stdout and stderr a tool result keeps for the model: the first and last half, the middle cut with a marker (0: all, up to the 1 MiB cap)")
@@ -116,6 +121,13 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	if f.poolIdle < time.Second {
 		return cli.UsageError("--pool-idle %v must be at least 1s", f.poolIdle)
 	}
+	poolMemory, err := runcode.ParsePoolMemory(f.poolMemory)
+	if err != nil {
+		if !cmd.Flags().Changed(runcode.PoolMemoryFlag) {
+			return cli.UsageError("$%s: %v", runcode.EnvPoolMemory, err)
+		}
+		return cli.UsageError("--pool-memory: %v", err)
+	}
 	prestart, err := runcode.ParsePrestart(f.prestart)
 	if err != nil {
 		return cli.UsageError("--pool-prestart: %v", err)
@@ -150,7 +162,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	// refused and its default is none.
 	lb, isLocal := b.(*local.Backend)
 	if !isLocal {
-		for _, fl := range []string{"pool", "pool-max", "pool-idle", "pool-prestart"} {
+		for _, fl := range []string{"pool", "pool-max", "pool-idle", "pool-memory", "pool-prestart"} {
 			if cmd.Flags().Changed(fl) {
 				return cli.UsageError("--%s: the process pool is the local runtime's; the platform is %s (%s)", fl, ch.Platform, ch.Why)
 			}
@@ -160,7 +172,7 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	opts := mcp.Options{Image: img, Version: mcpVersion(), MaxSessions: f.maxSessions, MaxConcurrentRuns: f.maxRuns, OutputViewBytes: outputView, Logger: log}
 	if f.pool > 0 {
 		tmpl := runcode.PoolTemplate(runcode.Options{Image: img}, f.poolIdle)
-		popts := local.PoolOptions{Size: f.pool, Max: f.poolMax, IdleExpiry: f.poolIdle, Logger: log}
+		popts := local.PoolOptions{Size: f.pool, Max: f.poolMax, Memory: poolMemory, IdleExpiry: f.poolIdle, Logger: log}
 		if len(prestart) > 0 {
 			if popts.Prestart, err = runcode.Prestart(runcode.PrestartOptions{Languages: prestart, Logger: log}); err != nil {
 				return cli.UsageError("--pool-prestart: %v", err)
