@@ -49,7 +49,8 @@ func (a *CodeUIDs) Allocate(ctx context.Context) (uint32, error) {
 		return 0, fmt.Errorf("code uid range %d-%d is empty or includes root", a.First, a.Last)
 	}
 	var pods corev1.PodList
-	if err := a.Reader.List(ctx, &pods, client.MatchingLabels{LabelManagedBy: ManagedBy}); err != nil {
+	// Only labels are read: no copy of every pod (each pool pod created listed them all).
+	if err := a.Reader.List(ctx, &pods, client.MatchingLabels{LabelManagedBy: ManagedBy}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("list pods for code uids: %w", err)
 	}
 	used := make(map[uint32]bool, len(pods.Items))
