@@ -100,10 +100,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if sb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the pods
 	}
-	var pods corev1.PodList
+	// Idle pods uncached: counting from a cache that has not seen the pods just created would
+	// create them twice. The others (claimed: counted, and deleted once finished) from the cache:
+	// an uncached list of a pool with 1,000 sessions cost the API server seconds on every wake.
+	var pods, others corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(sb.Namespace),
+		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy, LabelState: StateIdle}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.List(ctx, &others, client.InNamespace(sb.Namespace),
 		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy}); err != nil {
 		return ctrl.Result{}, err
+	}
+	for _, p := range others.Items {
+		if p.Labels[LabelState] != StateIdle {
+			pods.Items = append(pods.Items, p)
+		}
 	}
 	// A finished pod (failed, lifetime reached, agent exited) serves nobody.
 	live := pods.Items[:0]
@@ -204,6 +216,10 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 	if par <= 0 {
 		par = 16
 	}
+	uids, err := r.UIDs.AllocateN(ctx, n)
+	if err != nil {
+		return 0, fmt.Errorf("create pool pods for %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -211,17 +227,20 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 		first error
 	)
 	sem := make(chan struct{}, par)
-	for range n {
+	for i, uid := range uids {
 		mu.Lock()
 		stop := first != nil
 		mu.Unlock()
 		if stop {
+			for _, u := range uids[i:] {
+				r.UIDs.Release(u)
+			}
 			break
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := r.createPod(ctx, sb, d, ring, tmpl)
+			err := r.createPod(ctx, sb, d, ring, tmpl, uid)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -237,11 +256,7 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 	return made, first
 }
 
-func (r *PoolReconciler) createPod(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string) error {
-	uid, err := r.UIDs.Allocate(ctx)
-	if err != nil {
-		return err
-	}
+func (r *PoolReconciler) createPod(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string, uid uint32) error {
 	pod, err := BuildPod(sb, d, r.Pods, ring, newSessionID(), tmpl, uid)
 	if err == nil {
 		err = r.Client.Create(ctx, pod)
