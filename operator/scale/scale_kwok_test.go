@@ -96,7 +96,16 @@ func TestScaleKWOK(t *testing.T) {
 		t.Cleanup(func() {
 			// No controller-manager runs here: nothing deletes a namespace's pods but this, and
 			// pods left behind hold the fake nodes' capacity (10 × 200) from the next run's fill.
-			cs.CoreV1().Pods(n).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+			// One DeleteCollection on a loaded API server can stop part way: until none is left.
+			cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			for cctx.Err() == nil {
+				cs.CoreV1().Pods(n).DeleteCollection(cctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+				l, err := cs.CoreV1().Pods(n).List(cctx, metav1.ListOptions{Limit: 1})
+				if err == nil && len(l.Items) == 0 {
+					break
+				}
+			}
 			cs.CoreV1().Namespaces().Delete(context.Background(), n, metav1.DeleteOptions{})
 		})
 	}
