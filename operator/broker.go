@@ -102,6 +102,10 @@ type Broker struct {
 	// back to APIReader (uncached) before the pool is called empty.
 	Reader    client.Reader
 	APIReader client.Reader
+	// Idle, when set, hands out the idle pods the informer has seen, each once (IdlePods.Watch
+	// feeds it); a claim takes from it first and falls back to listing from Reader, then
+	// APIReader, when it is empty.
+	Idle      *IdlePods
 	Reviewer  Reviewer
 	Keys      *Keys
 	AgentPort int32
@@ -274,6 +278,14 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 			return nil, fmt.Errorf("%w: the declaration asked for differs from Sandbox %s/%s's; update the Sandbox, or claim without a declaration", sandbox.ErrRefused, req.Namespace, req.Sandbox)
 		}
 	}
+	if b.Idle != nil {
+		for p := b.Idle.Pop(req.Namespace, req.Sandbox); p != nil; p = b.Idle.Pop(req.Namespace, req.Sandbox) {
+			g, err := b.claimPod(ctx, p.DeepCopy(), &req, &sb, d, u)
+			if err != nil || g != nil {
+				return g, err
+			}
+		}
+	}
 	readers := []client.Reader{b.reader()}
 	if b.Reader != nil {
 		readers = append(readers, b.APIReader)
@@ -298,62 +310,74 @@ func (b *Broker) reader() client.Reader {
 // claimFrom tries to claim one of the idle ready pods rd lists; nil, nil when none could be had.
 func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo) (*brokerapi.Grant, error) {
 	var pods corev1.PodList
+	// No copy of every listed pod (a pool of 1,000 is 1,000 copies per claim): the one tried is
+	// copied below; the API reader ignores the option.
 	if err := rd.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{
 		LabelSandbox: req.Sandbox, LabelState: StateIdle, LabelManagedBy: ManagedBy,
-	}); err != nil {
+	}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("%w: list pool: %v", errUnavailable, err)
 	}
 	// Random order spreads concurrent claimers over the pool; the resourceVersion precondition
 	// of Update makes a pod go to exactly one of them.
 	items := pods.Items
 	rand.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
-	now := b.now()
-	lifetime := time.Duration(d.Session.Lifetime()) * time.Second
 	for i := range items {
-		p := items[i].DeepCopy() // cache objects are shared: never modify them in place
-		if p.DeletionTimestamp != nil || !podReady(p) || p.Status.StartTime == nil {
-			continue
+		// Cache objects are shared (the list did not copy them): never modify them in place.
+		g, err := b.claimPod(ctx, items[i].DeepCopy(), req, sb, d, u)
+		if err != nil || g != nil {
+			return g, err
 		}
-		exp := now.Add(lifetime)
-		if p.Labels == nil || p.Annotations == nil {
-			continue // not a pod this operator built
-		}
-		// activeDeadlineSeconds counts from the pod's start; the session's lifetime counts from now.
-		deadline := int64(now.Sub(p.Status.StartTime.Time)/time.Second) + d.Session.Lifetime() + 1
-		p.Labels[LabelState] = StateClaimed
-		p.Annotations[AnnotationOwner] = u.Username
-		p.Annotations[AnnotationClaimedAt] = now.UTC().Format(time.RFC3339)
-		p.Annotations[AnnotationExpiresAt] = exp.UTC().Format(time.RFC3339)
-		p.Spec.ActiveDeadlineSeconds = &deadline
-		if err := b.Client.Update(ctx, p); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				continue // someone else claimed (or the pool replaced) it first
-			}
-			return nil, fmt.Errorf("%w: claim pod %s: %v", errUnavailable, p.Name, err)
-		}
-		g, err := b.grant(ctx, p, sb, d, u)
-		if err != nil {
-			return nil, err
-		}
-		if b.FirstCall != nil {
-			fctx, cancel := context.WithTimeout(ctx, firstCallTimeout)
-			err := b.FirstCall(fctx, g.Endpoint, g.ExecuteToken)
-			cancel()
-			if err != nil {
-				// A session whose agent does not answer is no session: it goes, and the caller
-				// gets the next pod instead.
-				b.Log.Warn("claimed pod's agent did not answer; deleting the pod", "namespace", p.Namespace, "pod", p.Name, "err", err)
-				uid := p.UID
-				if derr := b.Client.Delete(ctx, p, client.Preconditions{UID: &uid}); derr != nil && !apierrors.IsNotFound(derr) {
-					b.Log.Warn("delete unanswering pod", "namespace", p.Namespace, "pod", p.Name, "err", derr)
-				}
-				continue
-			}
-		}
-		b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username)
-		return g, nil
 	}
 	return nil, nil
+}
+
+// claimPod relabels p (a copy the caller owns) as claimed by u, preconditioned on its
+// resourceVersion, and makes the first call to its agent; nil, nil when p went to someone else,
+// is not claimable, or its agent did not answer (then it is deleted).
+func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo) (*brokerapi.Grant, error) {
+	if p.DeletionTimestamp != nil || !podReady(p) || p.Status.StartTime == nil {
+		return nil, nil
+	}
+	if p.Labels == nil || p.Annotations == nil {
+		return nil, nil // not a pod this operator built
+	}
+	now := b.now()
+	lifetime := time.Duration(d.Session.Lifetime()) * time.Second
+	exp := now.Add(lifetime)
+	// activeDeadlineSeconds counts from the pod's start; the session's lifetime counts from now.
+	deadline := int64(now.Sub(p.Status.StartTime.Time)/time.Second) + d.Session.Lifetime() + 1
+	p.Labels[LabelState] = StateClaimed
+	p.Annotations[AnnotationOwner] = u.Username
+	p.Annotations[AnnotationClaimedAt] = now.UTC().Format(time.RFC3339)
+	p.Annotations[AnnotationExpiresAt] = exp.UTC().Format(time.RFC3339)
+	p.Spec.ActiveDeadlineSeconds = &deadline
+	if err := b.Client.Update(ctx, p); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, nil // someone else claimed (or the pool replaced) it first
+		}
+		return nil, fmt.Errorf("%w: claim pod %s: %v", errUnavailable, p.Name, err)
+	}
+	g, err := b.grant(ctx, p, sb, d, u)
+	if err != nil {
+		return nil, err
+	}
+	if b.FirstCall != nil {
+		fctx, cancel := context.WithTimeout(ctx, firstCallTimeout)
+		err := b.FirstCall(fctx, g.Endpoint, g.ExecuteToken)
+		cancel()
+		if err != nil {
+			// A session whose agent does not answer is no session: it goes, and the caller
+			// gets the next pod instead.
+			b.Log.Warn("claimed pod's agent did not answer; deleting the pod", "namespace", p.Namespace, "pod", p.Name, "err", err)
+			uid := p.UID
+			if derr := b.Client.Delete(ctx, p, client.Preconditions{UID: &uid}); derr != nil && !apierrors.IsNotFound(derr) {
+				b.Log.Warn("delete unanswering pod", "namespace", p.Namespace, "pod", p.Name, "err", derr)
+			}
+			return nil, nil
+		}
+	}
+	b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username)
+	return g, nil
 }
 
 // grant mints tokens for a claimed pod p.

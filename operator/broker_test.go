@@ -472,3 +472,41 @@ func TestClaimRefusalsAgreeWithPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimTakesFromTheIdleQueue: with an idle queue a claim gets the queued pods in order (no
+// list, no shuffle), skips a queued pod another replica took meanwhile, and lists only once
+// the queue is empty.
+func TestClaimTakesFromTheIdleQueue(t *testing.T) {
+	f := newBrokerFixture(t, 4)
+	br := f.broker()
+	br.Idle = &IdlePods{}
+	pods := map[string]*corev1.Pod{}
+	for _, p := range listPods(t, f) {
+		pods[p.Name] = p.DeepCopy()
+	}
+	for _, n := range []string{"box-2", "box-0", "box-3"} {
+		br.Idle.Observe(pods[n])
+	}
+	// box-0 goes to another replica first: the queue's copy is stale (a conflict, then the next).
+	taken := pods["box-0"].DeepCopy()
+	taken.Labels[LabelState] = StateClaimed
+	if err := f.c.Update(context.Background(), taken); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.Config.Handler = br.Handler()
+	var got []string
+	for range 3 {
+		code, _, g := f.claim("alice")
+		if code != http.StatusOK {
+			t.Fatalf("claim: HTTP %d", code)
+		}
+		got = append(got, g.Pod)
+	}
+	// box-2 and box-3 from the queue; then the queue is empty and the list finds box-1.
+	if want := []string{"box-2", "box-3", "box-1"}; !slices.Equal(got, want) {
+		t.Errorf("claimed %v, want %v", got, want)
+	}
+	if code, _, _ := f.claim("alice"); code != http.StatusServiceUnavailable {
+		t.Errorf("claim of an empty pool: HTTP %d, want 503", code)
+	}
+}

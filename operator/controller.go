@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -36,16 +41,54 @@ type PoolReconciler struct {
 	Pods      PodOptions
 	UIDs      *CodeUIDs // each pod's code uid, unique among existing pods
 	Log       *slog.Logger
+	// CreateParallel bounds the pod creates one reconcile has in flight (default 16): a fill of
+	// 1,000 one create after another ran at one API round trip per pod.
+	CreateParallel int
+	// WakeDelay is how long a pod event waits before it reconciles its Sandbox (default 200 ms);
+	// the events of that window (a claim each, under load) wake it once. Sandbox events are not
+	// delayed.
+	WakeDelay time.Duration
 }
 
 // SetupWithManager registers the reconciler: Sandboxes, and the pods and policies they own.
 func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Sandbox{}).
-		Owns(&corev1.Pod{}).
+		Watches(&corev1.Pod{}, r.podWake()).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Named("sandbox-pool").
 		Complete(r)
+}
+
+// podWake enqueues a pod's Sandbox WakeDelay after the event: events for one Sandbox that
+// arrive while it waits add nothing (the delaying queue keeps one entry per request), so a burst
+// of claims costs one reconcile (an uncached list of the pool), not one each.
+func (r *PoolReconciler) podWake() handler.EventHandler {
+	delay := r.WakeDelay
+	if delay <= 0 {
+		delay = 200 * time.Millisecond
+	}
+	wake := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != v1alpha1.Kind || ref.APIVersion != v1alpha1.GroupVersion.String() {
+			return
+		}
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, delay)
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			wake(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			wake(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			wake(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			wake(e.Object, q)
+		},
+	}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -57,10 +100,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if sb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the pods
 	}
-	var pods corev1.PodList
+	// Idle pods uncached: counting from a cache that has not seen the pods just created would
+	// create them twice. The others (claimed: counted, and deleted once finished) from the cache:
+	// an uncached list of a pool with 1,000 sessions cost the API server seconds on every wake.
+	var pods, others corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(sb.Namespace),
+		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy, LabelState: StateIdle}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.List(ctx, &others, client.InNamespace(sb.Namespace),
 		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy}); err != nil {
 		return ctrl.Result{}, err
+	}
+	for _, p := range others.Items {
+		if p.Labels[LabelState] != StateIdle {
+			pods.Items = append(pods.Items, p)
+		}
 	}
 	// A finished pod (failed, lifetime reached, agent exited) serves nobody.
 	live := pods.Items[:0]
@@ -133,24 +188,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			st.Starting++
 		}
 	}
-	var createErr error
-	for n := len(fresh); n < want; n++ {
-		uid, err := r.UIDs.Allocate(ctx)
-		if err != nil {
-			createErr = fmt.Errorf("create pool pod for %s: %w", req, err)
-			break
-		}
-		pod, err := BuildPod(&sb, d, r.Pods, ring, newSessionID(), tmpl, uid)
-		if err == nil {
-			err = r.Client.Create(ctx, pod)
-		}
-		if err != nil {
-			r.UIDs.Release(uid)
-			createErr = fmt.Errorf("create pool pod for %s: %w", req, err)
-			break
-		}
-		st.Starting++
-	}
+	made, createErr := r.createPods(ctx, &sb, d, ring, tmpl, want-len(fresh))
+	st.Starting += made
 
 	setCond(&st, sb.Generation, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "declaration accepted")
 	switch {
@@ -165,6 +204,67 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, createErr
+}
+
+// createPods makes n pool pods of sb, CreateParallel at a time; it returns how many it made and
+// the first error (after which it starts no more).
+func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string, n int) (int32, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	par := r.CreateParallel
+	if par <= 0 {
+		par = 16
+	}
+	uids, err := r.UIDs.AllocateN(ctx, n)
+	if err != nil {
+		return 0, fmt.Errorf("create pool pods for %s/%s: %w", sb.Namespace, sb.Name, err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		made  int32
+		first error
+	)
+	sem := make(chan struct{}, par)
+	for i, uid := range uids {
+		mu.Lock()
+		stop := first != nil
+		mu.Unlock()
+		if stop {
+			for _, u := range uids[i:] {
+				r.UIDs.Release(u)
+			}
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := r.createPod(ctx, sb, d, ring, tmpl, uid)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("create pool pod for %s/%s: %w", sb.Namespace, sb.Name, err)
+				}
+				return
+			}
+			made++
+		})
+	}
+	wg.Wait()
+	return made, first
+}
+
+func (r *PoolReconciler) createPod(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string, uid uint32) error {
+	pod, err := BuildPod(sb, d, r.Pods, ring, newSessionID(), tmpl, uid)
+	if err == nil {
+		err = r.Client.Create(ctx, pod)
+	}
+	if err != nil {
+		r.UIDs.Release(uid)
+	}
+	return err
 }
 
 // accept runs Accept and the checks that need the cluster: the RuntimeClass and the master key.

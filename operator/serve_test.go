@@ -303,7 +303,15 @@ func TestHealthzTurnsUnreadyWhileDraining(t *testing.T) {
 // TestReplicasNeverClaimTwice: brokers of several replicas, each with its own informer cache that
 // never catches up (every pod looks idle to every replica forever), claim concurrently against one
 // API: each pod goes to exactly one claimer, and exactly as many claims succeed as there are pods.
+// So too with idle queues (IdlePods) fed from those stale caches: in disjoint shards, and with
+// every replica handing out every pod (the resourceVersion precondition is the arbiter).
 func TestReplicasNeverClaimTwice(t *testing.T) {
+	for _, mode := range []string{"list", "idle queues, disjoint shards", "idle queues, every pod in every replica"} {
+		t.Run(mode, func(t *testing.T) { replicasNeverClaimTwice(t, mode) })
+	}
+}
+
+func replicasNeverClaimTwice(t *testing.T, mode string) {
 	const pods, replicas, claimers = 8, 3, 32
 	f := newBrokerFixture(t, pods)
 	// The stale caches: a snapshot of the API before any claim.
@@ -312,9 +320,18 @@ func TestReplicasNeverClaimTwice(t *testing.T) {
 		snapshot = append(snapshot, p.DeepCopy())
 	}
 	var servers []*httptest.Server
-	for range replicas {
+	for i := range replicas {
 		br := f.broker()
 		br.Reader = fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(append(snapshot, sbx("box", nil))...).Build()
+		if mode != "list" {
+			br.Idle = &IdlePods{}
+			if mode == "idle queues, disjoint shards" {
+				br.Idle.Shard, br.Idle.Shards = uint32(i), replicas
+			}
+			for _, p := range snapshot {
+				br.Idle.Observe(p)
+			}
+		}
 		srv := httptest.NewServer(br.Handler())
 		defer srv.Close()
 		servers = append(servers, srv)

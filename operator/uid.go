@@ -45,12 +45,23 @@ const (
 
 // Allocate returns a uid no existing pod holds; call Release if the pod is not created.
 func (a *CodeUIDs) Allocate(ctx context.Context) (uint32, error) {
+	uids, err := a.AllocateN(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	return uids[0], nil
+}
+
+// AllocateN returns n distinct uids no existing pod holds, from one read of the pods (a fill of
+// 1,000 read them 1,000 times); call Release for each whose pod is not created.
+func (a *CodeUIDs) AllocateN(ctx context.Context, n int) ([]uint32, error) {
 	if a.First == 0 || a.Last < a.First {
-		return 0, fmt.Errorf("code uid range %d-%d is empty or includes root", a.First, a.Last)
+		return nil, fmt.Errorf("code uid range %d-%d is empty or includes root", a.First, a.Last)
 	}
 	var pods corev1.PodList
-	if err := a.Reader.List(ctx, &pods, client.MatchingLabels{LabelManagedBy: ManagedBy}); err != nil {
-		return 0, fmt.Errorf("list pods for code uids: %w", err)
+	// Only labels are read: no copy of every pod (each pool pod created listed them all).
+	if err := a.Reader.List(ctx, &pods, client.MatchingLabels{LabelManagedBy: ManagedBy}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list pods for code uids: %w", err)
 	}
 	used := make(map[uint32]bool, len(pods.Items))
 	for i := range pods.Items {
@@ -79,19 +90,25 @@ func (a *CodeUIDs) Allocate(ctx context.Context) (uint32, error) {
 	if a.next < a.First || a.next > a.Last {
 		a.next = a.First
 	}
-	for i := uint64(0); i < size; i++ {
+	var out []uint32
+	for i := uint64(0); i < size && len(out) < n; i++ {
 		uid := uint32(uint64(a.First) + (uint64(a.next-a.First)+i)%size)
 		if used[uid] {
 			continue
 		}
-		if a.pending == nil {
-			a.pending = map[uint32]time.Time{}
-		}
-		a.pending[uid] = now
-		a.next = uid + 1
-		return uid, nil
+		out = append(out, uid)
 	}
-	return 0, fmt.Errorf("all %d code uids in %d-%d are held by existing sandbox pods; widen -code-uid-range", size, a.First, a.Last)
+	if len(out) < n {
+		return nil, fmt.Errorf("%d code uids wanted, %d of the %d in %d-%d free (the rest held by existing sandbox pods); widen -code-uid-range", n, len(out), size, a.First, a.Last)
+	}
+	if a.pending == nil {
+		a.pending = map[uint32]time.Time{}
+	}
+	for _, uid := range out {
+		a.pending[uid] = now
+	}
+	a.next = out[len(out)-1] + 1
+	return out, nil
 }
 
 // Release returns a uid whose pod was not created.

@@ -149,3 +149,21 @@ func TestParseUIDRange(t *testing.T) {
 		}
 	}
 }
+
+// TestCodeUIDsAllocateN: a batch is distinct, skips uids held, and a range too small for the
+// batch is refused whole (nothing held).
+func TestCodeUIDsAllocateN(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(newScheme(t)).Build()
+	a := &CodeUIDs{Reader: c, First: 100, Last: 109}
+	held, err := a.AllocateN(context.Background(), 3)
+	if err != nil || fmt.Sprint(held) != "[100 101 102]" {
+		t.Fatalf("AllocateN(3) = %v, %v", held, err)
+	}
+	if got, err := a.AllocateN(context.Background(), 8); err == nil {
+		t.Fatalf("AllocateN(8) with 7 free = %v, want an error", got)
+	}
+	got, err := a.AllocateN(context.Background(), 7)
+	if err != nil || fmt.Sprint(got) != "[103 104 105 106 107 108 109]" {
+		t.Fatalf("AllocateN(7) = %v, %v", got, err)
+	}
+}

@@ -113,6 +113,7 @@ func run(args []string) error {
 		egressPublic = fs.String("egress-public", "", "documentation prefixes (TEST-NET, comma-separated) that public-only egress may reach: a lab's fake internet, never real space")
 		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
 			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
+		brokerShard = fs.String("broker-shard", "0/1", "i/n: this broker replica hands out first the idle pods whose name hashes to shard i of n (give replicas distinct i), others only when its shard is empty")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -140,6 +141,10 @@ func run(args []string) error {
 	extraPublic, err := operator.ParseExtraPublic(*egressPublic)
 	if err != nil {
 		return fmt.Errorf("-egress-public: %w", err)
+	}
+	shard, shards, err := operator.ParseShard(*brokerShard)
+	if err != nil {
+		return fmt.Errorf("-broker-shard: %w", err)
 	}
 	sel, err := labels.ConvertSelectorToLabelsMap(*brokerLabels)
 	if err != nil || len(sel) == 0 {
@@ -198,12 +203,16 @@ func run(args []string) error {
 	if err := mgr.AddReadyzCheck("ping", func(*http.Request) error { return nil }); err != nil {
 		return err
 	}
+	idle := &operator.IdlePods{Shard: shard, Shards: shards}
+	if err := idle.Watch(context.Background(), mgr.GetCache()); err != nil {
+		return err
+	}
 	var reviewer operator.Reviewer = &operator.KubeReviewer{Client: mgr.GetClient(), Audience: *audience}
 	if *reviewTTL > 0 {
 		reviewer = &operator.CachingReviewer{Next: reviewer, TTL: *reviewTTL}
 	}
 	broker := &operator.Broker{
-		Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Idle: idle,
 		Reviewer: reviewer,
 		Keys:     keys, AgentPort: int32(*agentPort), TokenTTL: *tokenTTL,
 		RetryAfter: 2 * time.Second, DeleteTimeout: 60 * time.Second, Log: logger,
