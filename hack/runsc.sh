@@ -3,7 +3,7 @@
 # with, built from the Go module proxy without cgo (airlock refuses a dynamically linked runsc),
 # and print its path. ~8 minutes once on a 2-core machine; then cached (DIR/runsc.version).
 set -euo pipefail
-version=v0.0.0-20260905035102-160fafc42237 # also in backend/local/gvisor.go (runscInstall)
+version=v0.0.0-20260905035102-160fafc42237 # also in backend/local/gvisor/gvisor.go (Install)
 dir=${1:?usage: hack/runsc.sh DIR}
 runsc=$dir/runsc
 if [[ ! -x $runsc || $(cat "$runsc.version" 2>/dev/null) != "$version" ]] || ! file "$runsc" | grep -q 'statically linked'; then

@@ -1,22 +1,15 @@
 package local
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/netip"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -44,35 +37,6 @@ import (
 // to a namespace of their own, which then is the sandboxes' uplink.
 type EgressOptions = egress.Options
 
-// egressFile is the session dir's egress record.
-const egressFile = "egress.json"
-
-// egressRecord is egress.json: the policy in force and the process whose proxy enforces it.
-type egressRecord struct {
-	Egress spec.Egress `json:"egress"`
-	Owner  egressOwner `json:"owner"`
-}
-
-type egressOwner struct {
-	PID   int    `json:"pid"`
-	Start uint64 `json:"start"`
-}
-
-// egressSelf is this process as an owner.
-var egressSelf = sync.OnceValue(func() egressOwner {
-	st, _ := startTime(os.Getpid())
-	return egressOwner{PID: os.Getpid(), Start: st}
-})
-
-// live reports whether the owner is a running process other than this one.
-func (o egressOwner) liveElsewhere() bool {
-	return o != egressSelf() && alive(o.PID, o.Start)
-}
-
-// egressProbe is egress.Probe once per process: the kernel's abilities do not change, and
-// the probe builds and drops a network namespace (a few milliseconds).
-var egressProbe = sync.OnceValue(egress.Probe)
-
 // egressState is the backend's gateway (made on first use) and the attachments it holds.
 type egressState struct {
 	mu     sync.Mutex
@@ -83,64 +47,13 @@ type egressState struct {
 	closedAllowed, closedDenied uint64
 }
 
-// egressCapabilities sets publicOnlyEgress and domainEgressRules from egress.Probe: both need
-// a veth pair and nftables (NAT redirect, conntrack, counters) in the host namespace, which is
-// what the probe tries in a throwaway namespace of its own.
-func egressCapabilities(entries map[capability.Name]capability.Status) {
-	st := capability.Status{Supported: true}
-	if err := egressProbe(); err != nil {
-		st = capability.Status{Reason: strings.TrimPrefix(err.Error(), sandbox.ErrUnsupported.Error()+": ")}
-	}
-	entries[capability.PublicOnlyEgress] = st
-	entries[capability.DomainEgressRules] = st
-	entries[capability.LiveEgress] = st // SetEgress: the same gateway, rewired
-}
-
 // egressEnforceable tells whether this host can enforce egress needing capability name: the
 // published set says so when egress.Probe passed within hostProbeTTL, in this process or
 // another on the same state dir (airlock run would otherwise build and drop a throwaway
 // network namespace, ~2 ms, on every call with the network on); else this process's own probe
 // says why not. A mechanism lost since then fails when the gateway is wired, at create.
 func (b *Backend) egressEnforceable(name capability.Name) error {
-	return enforceableFrom(b.caps, egressProbe)(name)
-}
-
-// enforceableFrom is egressEnforceable over a published set and a probe.
-func enforceableFrom(published func() capability.Set, probe func() error) func(capability.Name) error {
-	return func(name capability.Name) error {
-		if published != nil && published().Entries[name].Supported {
-			return nil
-		}
-		return probe()
-	}
-}
-
-// checkEgress refuses an egress block the runtime cannot enforce here; enforceable reports
-// (as egressEnforceable) whether the capability the mode needs holds.
-func checkEgress(e spec.Egress, gvisor bool, enforceable func(capability.Name) error) error {
-	p := egress.PolicyFromSpec(e)
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	if p.Mode == spec.EgressDeny {
-		return nil
-	}
-	if gvisor {
-		return fmt.Errorf("%w: egress mode %q under runtime gvisor: runsc has its own network stack, which the egress gateway is not wired to; use runtime native, or egress deny", sandbox.ErrUnsupported, p.Mode)
-	}
-	name := capability.PublicOnlyEgress
-	if p.Mode == spec.EgressAllowDomains {
-		name = capability.DomainEgressRules
-	}
-	if err := enforceable(name); err != nil {
-		if p.Mode == spec.EgressOpen {
-			// open restricts nothing, but its path out is the same gateway (veth, nftables
-			// redirect to the proxy) that publicOnlyEgress probes.
-			return fmt.Errorf("%w: egress mode %q needs the egress gateway (a veth pair and nftables in the host namespace; probed as capability %s), which this host lacks: %v", sandbox.ErrUnsupported, p.Mode, name, err)
-		}
-		return fmt.Errorf("%w: egress mode %q needs capability %s, which this host lacks: %v", sandbox.ErrUnsupported, p.Mode, name, err)
-	}
-	return nil
+	return egresswire.Enforceable(b.caps, egresswire.Probe)(name)
 }
 
 // egressGateway returns the backend's gateway, made on first use.
@@ -158,7 +71,7 @@ func (b *Backend) egressGateway() (*egress.Gateway, error) {
 		opts.Logger = b.log
 	}
 	if len(opts.Upstream) == 0 {
-		opts.Upstream = hostNameservers("/etc/resolv.conf")
+		opts.Upstream = egresswire.HostNameservers("/etc/resolv.conf")
 	}
 	gw, err := egress.NewGateway(opts)
 	if err != nil {
@@ -169,31 +82,6 @@ func (b *Backend) egressGateway() (*egress.Gateway, error) {
 		b.egress.atts = map[string]*egress.Attachment{}
 	}
 	return gw, nil
-}
-
-// hostNameservers reads the nameserver lines of a resolv.conf; unreadable or none: nil.
-func hostNameservers(path string) []netip.AddrPort {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	return parseNameservers(f)
-}
-
-func parseNameservers(r io.Reader) []netip.AddrPort {
-	var out []netip.AddrPort
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 || f[0] != "nameserver" {
-			continue
-		}
-		if a, err := netip.ParseAddr(f[1]); err == nil {
-			out = append(out, netip.AddrPortFrom(a, 53))
-		}
-	}
-	return out
 }
 
 func (b *Backend) attachment(id string) *egress.Attachment {
@@ -210,8 +98,8 @@ func (b *Backend) attachEgress(ctx context.Context, s *session, cfg *nsinit.Conf
 		return nil
 	}
 	// Recorded before anything exists, so that a crash from here on leaves a trace to clean.
-	if err := withEgressRecord(s.dir, true, func(rec *egressRecord) (bool, error) {
-		*rec = egressRecord{Egress: s.rec.Spec.Egress, Owner: egressSelf()}
+	if err := egresswire.UpdateRecord(s.dir, true, func(rec *egresswire.Record) (bool, error) {
+		*rec = egresswire.Record{Egress: s.rec.Spec.Egress, Owner: egresswire.Self()}
 		return true, nil
 	}); err != nil {
 		return err
@@ -226,7 +114,7 @@ func (b *Backend) attachEgress(ctx context.Context, s *session, cfg *nsinit.Conf
 
 // setupEgress attaches s's network namespace with p and keeps the attachment.
 func (b *Backend) setupEgress(ctx context.Context, s *session, p egress.Policy) (*egress.Attachment, error) {
-	if p.Mode != spec.EgressDeny && len(b.opts.Egress.Upstream) == 0 && len(hostNameservers("/etc/resolv.conf")) == 0 {
+	if p.Mode != spec.EgressDeny && len(b.opts.Egress.Upstream) == 0 && len(egresswire.HostNameservers("/etc/resolv.conf")) == 0 {
 		return nil, fmt.Errorf("%w: egress mode %q needs a DNS server for the sandbox's resolver to ask: none in Options.Egress.Upstream or the host's /etc/resolv.conf", sandbox.ErrUnsupported, p.Mode)
 	}
 	gw, err := b.egressGateway()
@@ -263,14 +151,14 @@ func (b *Backend) detachEgress(ctx context.Context, id, dir string) error {
 	if att != nil {
 		return b.closeAttachment(att)
 	}
-	rec, err := readEgressRecord(dir)
+	rec, err := egresswire.ReadRecord(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // egress deny from the start: nothing was ever attached
 	}
 	if err != nil {
 		return err
 	}
-	if rec.Owner == egressSelf() || rec.Owner.liveElsewhere() {
+	if rec.Owner == egresswire.Self() || rec.Owner.LiveElsewhere() {
 		// Ours but not held: closed with the backend, or its setup failed and undid itself.
 		return nil
 	}
@@ -303,8 +191,8 @@ func (b *Backend) takeOverEgress(ctx context.Context, s *session) error {
 	if b.attachment(s.rec.ID) != nil {
 		return nil
 	}
-	return withEgressRecord(s.dir, false, func(rec *egressRecord) (bool, error) {
-		if rec == nil || rec.Owner.liveElsewhere() {
+	return egresswire.UpdateRecord(s.dir, false, func(rec *egresswire.Record) (bool, error) {
+		if rec == nil || rec.Owner.LiveElsewhere() {
 			return false, nil
 		}
 		gw, err := b.egressGateway()
@@ -315,7 +203,7 @@ func (b *Backend) takeOverEgress(ctx context.Context, s *session) error {
 			return false, err
 		}
 		p := egress.PolicyFromSpec(rec.Egress)
-		rec.Owner = egressSelf()
+		rec.Owner = egresswire.Self()
 		if p.Mode == spec.EgressDeny {
 			return true, nil // attached again by a later SetEgress that widens it
 		}
@@ -324,46 +212,8 @@ func (b *Backend) takeOverEgress(ctx context.Context, s *session) error {
 			return false, err
 		}
 		b.log.Info("egress re-attached", "session", s.rec.ID, "mode", p.Mode, "resolver", att.Resolver())
-		return true, writeResolvConf(s.dir, att.Resolver())
+		return true, egresswire.WriteResolvConf(s.dir, att.Resolver())
 	})
-}
-
-// writeResolvConf rewrites the file init bound over /etc/resolv.conf, in place (the bind
-// holds the inode).
-func writeResolvConf(dir string, resolver netip.Addr) error {
-	if err := resolvConfBound(dir); err != nil {
-		if !resolver.IsValid() {
-			return nil // no resolver to announce, and the sandbox's own file says none
-		}
-		return err
-	}
-	// run/ belongs to the sandbox's root: open without following a link it may have put in
-	// place of the file (O_NOFOLLOW) or blocking on a FIFO (O_NONBLOCK), and write only into a
-	// regular file, truncated after the check rather than by the open.
-	f, err := os.OpenFile(filepath.Join(dir, "run", nsinit.ResolvConfFile), os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("the sandbox's resolv.conf: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return err
-	} else if !fi.Mode().IsRegular() {
-		return fmt.Errorf("the sandbox's resolv.conf is a %v, not a regular file: not written", fi.Mode().Type())
-	}
-	if err := f.Truncate(0); err != nil {
-		return err
-	}
-	_, err = f.Write(nsinit.ResolvConf(resolver))
-	return errors.Join(err, f.Close())
-}
-
-// resolvConfBound says whether init bound our file over /etc/resolv.conf (it writes the file
-// only then).
-func resolvConfBound(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, "run", nsinit.ResolvConfFile)); err != nil {
-		return fmt.Errorf("%w: the sandbox's /etc/resolv.conf could not be covered when it was created (a symlink, or missing in a read-only image /etc), so it cannot be told its resolver", sandbox.ErrUnsupported)
-	}
-	return nil
 }
 
 // SetEgress changes a live sandbox's egress policy: tighter or wider, effective for new
@@ -375,7 +225,7 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 	if err != nil {
 		return err
 	}
-	if err := checkEgress(e, s.rec.Runtime == string(spec.RuntimeGVisor), b.egressEnforceable); err != nil {
+	if err := egresswire.Check(e, s.rec.Runtime == string(spec.RuntimeGVisor), b.egressEnforceable); err != nil {
 		return err
 	}
 	p := egress.PolicyFromSpec(e)
@@ -384,9 +234,9 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 	if s.gone || s.exited() {
 		return fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, sessionID)
 	}
-	return withEgressRecord(s.dir, true, func(rec *egressRecord) (bool, error) {
+	return egresswire.UpdateRecord(s.dir, true, func(rec *egresswire.Record) (bool, error) {
 		att := b.attachment(sessionID)
-		if att == nil && rec.Owner.liveElsewhere() {
+		if att == nil && rec.Owner.LiveElsewhere() {
 			return false, fmt.Errorf("%w: the egress of session %s is enforced by process %d, which attached it; change it there", sandbox.ErrConflict, sessionID, rec.Owner.PID)
 		}
 		if att != nil {
@@ -394,7 +244,7 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 				return false, err
 			}
 		} else {
-			if rec.Owner.PID != 0 && rec.Owner != egressSelf() {
+			if rec.Owner.PID != 0 && rec.Owner != egresswire.Self() {
 				// A dead owner's leftovers go before anything is attached again.
 				gw, err := b.egressGateway()
 				if err != nil {
@@ -405,7 +255,7 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 				}
 			}
 			if p.Mode != spec.EgressDeny {
-				if err := resolvConfBound(s.dir); err != nil {
+				if err := egresswire.ResolvConfBound(s.dir); err != nil {
 					return false, err
 				}
 				var err error
@@ -415,11 +265,11 @@ func (b *Backend) SetEgress(ctx context.Context, sessionID string, e spec.Egress
 			}
 		}
 		if att != nil {
-			if err := writeResolvConf(s.dir, att.Resolver()); err != nil {
+			if err := egresswire.WriteResolvConf(s.dir, att.Resolver()); err != nil {
 				return false, err
 			}
 		}
-		*rec = egressRecord{Egress: egressSpec(p), Owner: egressSelf()}
+		*rec = egresswire.Record{Egress: egressSpec(p), Owner: egresswire.Self()}
 		return true, nil
 	})
 }
@@ -438,14 +288,14 @@ func (b *Backend) EgressCounters(ctx context.Context, sessionID string) (egress.
 	if att := b.attachment(sessionID); att != nil {
 		return att.Counters(), nil
 	}
-	rec, err := readEgressRecord(s.dir)
+	rec, err := egresswire.ReadRecord(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return egress.Counters{}, nil
 	}
 	if err != nil {
 		return egress.Counters{}, err
 	}
-	if rec.Owner.liveElsewhere() {
+	if rec.Owner.LiveElsewhere() {
 		return egress.Counters{}, fmt.Errorf("%w: the egress of session %s is counted by process %d, which attached it", sandbox.ErrConflict, sessionID, rec.Owner.PID)
 	}
 	return egress.Counters{}, nil
@@ -487,69 +337,4 @@ func (b *Backend) closeEgress() error {
 		errs = append(errs, gw.Close())
 	}
 	return errors.Join(errs...)
-}
-
-func readEgressRecord(dir string) (*egressRecord, error) {
-	data, err := os.ReadFile(filepath.Join(dir, egressFile))
-	if err != nil {
-		return nil, err
-	}
-	var rec egressRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, egressFile), err)
-	}
-	return &rec, nil
-}
-
-// withEgressRecord runs fn on egress.json under an exclusive lock on it, so that two
-// processes never both take a sandbox's egress over; fn gets nil when there is no record and
-// create is false, an empty one when create is true. It writes the record back when fn says so.
-func withEgressRecord(dir string, create bool, fn func(*egressRecord) (bool, error)) error {
-	flags := os.O_RDWR
-	if create {
-		flags |= os.O_CREATE
-	}
-	f, err := os.OpenFile(filepath.Join(dir, egressFile), flags, 0o600)
-	if errors.Is(err, fs.ErrNotExist) && !create {
-		_, err = fn(nil)
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return err
-	}
-	rec := &egressRecord{}
-	if len(data) > 0 {
-		if err := json.Unmarshal(data, rec); err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
-		}
-	} else if !create {
-		rec = nil
-	}
-	write, err := fn(rec)
-	if err != nil || !write {
-		return err
-	}
-	out, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(0); err != nil {
-		return err
-	}
-	_, err = f.WriteAt(out, 0)
-	return err
 }

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -111,7 +112,7 @@ func egMust(t *testing.T, err error, what string) {
 func newEgressWorld(t *testing.T) *egressWorld {
 	t.Helper()
 	testutil.RequireRoot(t)
-	if err := egressProbe(); err != nil {
+	if err := egresswire.Probe(); err != nil {
 		t.Fatalf("egress probe: %v (this host runs the egress root tests)", err)
 	}
 	w := &egressWorld{t: t, hits: map[string]int{}, queries: map[string]int{}}
@@ -556,7 +557,7 @@ func TestEgressOpen(t *testing.T) {
 	}
 	egMust(t, b.SetEgress(ctx, s.ID, spec.Egress{Mode: spec.EgressOpen}), "set open")
 	wantOK(t, "open after allow: private", egressProbes(t, a, egProbe{host: egIPPrivate.String(), port: 8080})[0], private)
-	if rec, err := readEgressRecord(filepath.Join(b.opts.StateDir, s.ID)); err != nil || rec.Egress.Mode != spec.EgressOpen {
+	if rec, err := egresswire.ReadRecord(filepath.Join(b.opts.StateDir, s.ID)); err != nil || rec.Egress.Mode != spec.EgressOpen {
 		t.Errorf("egress record: %+v, %v", rec, err)
 	}
 	// To deny: the link goes.
@@ -618,7 +619,7 @@ func TestEgressDeny(t *testing.T) {
 	if b.attachment(s.ID) != nil {
 		t.Error("a deny sandbox was attached")
 	}
-	if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, egressFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(b.opts.StateDir, s.ID, egresswire.File)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a deny sandbox has an egress record: %v", err)
 	}
 	if got := egSh(t, a, "ls /sys/class/net; cat /etc/resolv.conf"); got != "lo\n" {
@@ -691,7 +692,7 @@ func TestEgressSetPolicy(t *testing.T) {
 	got = egressProbes(t, a, byName, byIP)
 	wantOK(t, "allow, by name", got[0], allowed)
 	wantOK(t, "allow, IP literal", got[1], allowed)
-	if rec, err := readEgressRecord(filepath.Join(b.opts.StateDir, s.ID)); err != nil || rec.Egress.Mode != spec.EgressAllow {
+	if rec, err := egresswire.ReadRecord(filepath.Join(b.opts.StateDir, s.ID)); err != nil || rec.Egress.Mode != spec.EgressAllow {
 		t.Errorf("egress record after the change: %+v, %v", rec, err)
 	}
 
@@ -942,95 +943,12 @@ func TestEgressReconcile(t *testing.T) {
 	if strings.HasPrefix(got[1], "ok ") {
 		t.Errorf("survivor's policy lost in the takeover: IP literal reached: %q", got[1])
 	}
-	rec, err := readEgressRecord(filepath.Join(stateDir, survivor.ID))
-	if err != nil || rec.Owner != egressSelf() {
+	rec, err := egresswire.ReadRecord(filepath.Join(stateDir, survivor.ID))
+	if err != nil || rec.Owner != egresswire.Self() {
 		t.Errorf("survivor's egress record: %+v, %v; want this process as its owner", rec, err)
 	}
 	egMust(t, b.Terminate(context.Background(), survivor.ID), "terminate survivor")
 	if left := w.leftovers("", netip.Addr{}); len(left) > 0 {
 		t.Errorf("left %v", left)
-	}
-}
-
-func TestCheckEgress(t *testing.T) {
-	lacks := fmt.Errorf("%w: egress: veth pairs: operation not supported", sandbox.ErrUnsupported)
-	for _, tc := range []struct {
-		name     string
-		e        spec.Egress
-		gvisor   bool
-		lacking  error           // what the capability check answers
-		want     error           // class of checkEgress's error
-		wantName capability.Name // the capability asked for ("" none)
-	}{
-		{"deny", spec.Egress{}, false, lacks, nil, ""},
-		{"deny under gvisor", spec.Egress{Mode: spec.EgressDeny}, true, lacks, nil, ""},
-		{"allow under gvisor", spec.Egress{Mode: spec.EgressAllow}, true, nil, sandbox.ErrUnsupported, ""},
-		{"unknown mode", spec.Egress{Mode: "wide"}, false, nil, sandbox.ErrInvalid, ""},
-		{"domains with allow", spec.Egress{Mode: spec.EgressAllow, Domains: []string{"a.example.com"}}, false, nil, sandbox.ErrInvalid, ""},
-		{"allowDomains without domains", spec.Egress{Mode: spec.EgressAllowDomains}, false, nil, sandbox.ErrInvalid, ""},
-		{"bad domain", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"*"}}, false, nil, sandbox.ErrInvalid, ""},
-		{"allow, enforceable", spec.Egress{Mode: spec.EgressAllow}, false, nil, nil, capability.PublicOnlyEgress},
-		{"allow, not enforceable", spec.Egress{Mode: spec.EgressAllow}, false, lacks, sandbox.ErrUnsupported, capability.PublicOnlyEgress},
-		{"open under gvisor", spec.Egress{Mode: spec.EgressOpen}, true, nil, sandbox.ErrUnsupported, ""},
-		{"domains with open", spec.Egress{Mode: spec.EgressOpen, Domains: []string{"a.example.com"}}, false, nil, sandbox.ErrInvalid, ""},
-		{"open, enforceable", spec.Egress{Mode: spec.EgressOpen}, false, nil, nil, capability.PublicOnlyEgress},
-		{"open, no gateway", spec.Egress{Mode: spec.EgressOpen}, false, lacks, sandbox.ErrUnsupported, capability.PublicOnlyEgress},
-		{"allowDomains, not enforceable", spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"a.example.com"}}, false, lacks, sandbox.ErrUnsupported, capability.DomainEgressRules},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var asked capability.Name
-			err := checkEgress(tc.e, tc.gvisor, func(n capability.Name) error { asked = n; return tc.lacking })
-			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
-				t.Errorf("checkEgress: %v, want %v", err, tc.want)
-			}
-			if asked != tc.wantName {
-				t.Errorf("asked for capability %q, want %q", asked, tc.wantName)
-			}
-			if tc.wantName != "" && err != nil && !strings.Contains(err.Error(), string(tc.wantName)) {
-				t.Errorf("refusal %q does not name %s", err, tc.wantName)
-			}
-		})
-	}
-}
-
-// TestEgressEnforceable: a published set that holds the capability is enough (no probe); one
-// that does not, or none yet, leaves the answer, and the reason, to the probe.
-func TestEgressEnforceable(t *testing.T) {
-	lacks := errors.New("no veth")
-	set := func(supported bool) func() capability.Set {
-		return func() capability.Set {
-			return capability.Set{Entries: map[capability.Name]capability.Status{capability.PublicOnlyEgress: {Supported: supported, Reason: "r"}}}
-		}
-	}
-	for _, tc := range []struct {
-		name       string
-		published  func() capability.Set
-		probe      error
-		want       error
-		wantProbed bool
-	}{
-		{"published holds it", set(true), lacks, nil, false},
-		{"published lacks it", set(false), lacks, lacks, true},
-		{"published lacks it, probe passes", set(false), nil, nil, true},
-		{"no published set", nil, lacks, lacks, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			probed := false
-			err := enforceableFrom(tc.published, func() error { probed = true; return tc.probe })(capability.PublicOnlyEgress)
-			if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
-				t.Errorf("err = %v, want %v", err, tc.want)
-			}
-			if probed != tc.wantProbed {
-				t.Errorf("probed = %v, want %v", probed, tc.wantProbed)
-			}
-		})
-	}
-}
-
-func TestParseNameservers(t *testing.T) {
-	got := parseNameservers(strings.NewReader("# c\nsearch x\nnameserver 10.255.255.53\nnameserver  fe80::1%eth0\nnameserver bogus\noptions edns0\nnameserver\n"))
-	want := []netip.AddrPort{netip.MustParseAddrPort("10.255.255.53:53"), netip.MustParseAddrPort("[fe80::1%eth0]:53")}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("got %v, want %v", got, want)
 	}
 }

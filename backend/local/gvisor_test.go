@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/conformance"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -22,7 +23,7 @@ import (
 // CI builds runsc and sets it (.ci/run), so there they never skip.
 func runscForTest(t *testing.T) string {
 	t.Helper()
-	p, err := findRunsc(os.Getenv("AIRLOCK_RUNSC"))
+	p, err := gvisor.Find(os.Getenv("AIRLOCK_RUNSC"))
 	if err != nil && os.Getenv("AIRLOCK_RUNSC") != "" {
 		t.Fatalf("gVisor: AIRLOCK_RUNSC=%s: %v", os.Getenv("AIRLOCK_RUNSC"), err)
 	}

@@ -26,7 +26,12 @@ import (
 	"github.com/airlock-sandbox/airlock/agent"
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/agent/wire"
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
+	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
+	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/pause"
+	"github.com/airlock-sandbox/airlock/backend/local/seccomp"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
@@ -44,7 +49,7 @@ const (
 	defaultImageCacheDir = "/var/lib/airlock/images"
 	defaultUIDBase       = 100000
 	// idRange is how many ids the sandbox's user namespace maps (0..65535).
-	idRange = 65536
+	idRange = idrange.Size
 	// defaultCgroupParent is the cgroup the default state dir's sandboxes live under.
 	defaultCgroupParent = "airlock"
 	// startTimeout bounds how long Create waits for the agent when ctx has no deadline.
@@ -74,10 +79,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// UIDBase starts the host ids native sandboxes map (default 100000): UIDBase..+65535 own
 	// unpacked images and no sandbox maps them; each live sandbox maps its ids 0..65535 onto
-	// a range of its own after that (uidrange.go).
+	// a range of its own after that (idrange).
 	UIDBase int
 	// UIDRanges is how many such ranges follow UIDBase's own, so how many native sandboxes
-	// may live at once in this state dir (default defaultUIDRanges).
+	// may live at once in this state dir (default idrange.DefaultRanges).
 	UIDRanges int
 	// ImageProgress, if set, is called while an OCI image is unpacked.
 	ImageProgress func(done, total int64)
@@ -105,10 +110,10 @@ type Backend struct {
 	master    []byte
 	cg        cgroupDriver
 	etc       *etcCache
-	ids       *idAllocator          // uidrange.go
+	ids       *idrange.Allocator    // idrange
 	caps      func() capability.Set // the published set (capabilities.go)
 	runscPath string                // found on first use
-	rootless  *rootless             // rootless.go; nil when root
+	rootless  *idrange.Subordinate  // rootless.go; nil when root
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -185,7 +190,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		opts.UIDBase = defaultUIDBase
 	}
 	if opts.UIDRanges == 0 {
-		opts.UIDRanges = defaultUIDRanges
+		opts.UIDRanges = idrange.DefaultRanges
 	}
 	if last := int64(opts.UIDBase) + int64(opts.UIDRanges+1)*idRange - 1; opts.UIDBase < 1 || opts.UIDRanges < 1 || last > 1<<32-2 {
 		return nil, fmt.Errorf("%w: uidBase %d, uidRanges %d: the host ids %d..%d must be inside 1..%d", sandbox.ErrInvalid, opts.UIDBase, opts.UIDRanges, opts.UIDBase, last, uint32(1<<32-2))
@@ -230,7 +235,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := prepareStateDir(opts.StateDir, asRoot); err != nil {
 		return nil, err
 	}
-	if b.ids, err = newIDAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
+	if b.ids, err = idrange.NewAllocator(opts.StateDir, opts.UIDBase, opts.UIDRanges); err != nil {
 		return nil, err
 	}
 	b.caps = b.capabilitySet() // probed (or read from the state dir) in the background
@@ -383,14 +388,14 @@ func (b *Backend) resolve(ctx context.Context, decl spec.Sandbox) (*resolved, er
 	switch decl.Runtime {
 	case "", spec.RuntimeNative:
 	case spec.RuntimeGVisor:
-		if _, err := findRunsc(b.opts.RunscPath); err != nil {
+		if _, err := gvisor.Find(b.opts.RunscPath); err != nil {
 			return nil, err
 		}
 		r.gvisor = true
 	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on the local backend (native, gvisor)", sandbox.ErrUnsupported, decl.Runtime)
 	}
-	if err := checkEgress(decl.Egress, r.gvisor, b.egressEnforceable); err != nil { // egress.go
+	if err := egresswire.Check(decl.Egress, r.gvisor, b.egressEnforceable); err != nil { // egress.go
 		return nil, err
 	}
 	if len(decl.PreviewPorts) > 0 && r.gvisor { // preview.go
@@ -489,7 +494,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// parked sandbox) or reconcile.
-	go func() { _, _ = seccompFor(b.cg.version()) }()
+	go func() { _, _ = seccomp.For(b.cg.version()) }()
 	// What this backend's own set says no to is refused, naming the capability: the set plan
 	// and 'airlock capabilities' read (capabilities.go).
 	if err := plan.CheckSandbox(decl, b.caps()); err != nil {
@@ -499,7 +504,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if err != nil {
 		return nil, err
 	}
-	prog, err := seccompFor(b.cg.version())
+	prog, err := seccomp.For(b.cg.version())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnsupported, err)
 	}
@@ -534,7 +539,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 
 // start creates the state dir and cgroup, starts init and waits until the agent answers.
 // On error the caller destroys what was made (s may be nil or partial).
-func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccompProgram) (*session, error) {
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccomp.Program) (*session, error) {
 	// The /etc copy is checked against its sources while the cgroups are made and init
 	// starts; only the config needs it.
 	etcc := make(chan etcResult, 1)
@@ -549,14 +554,14 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	etc := sync.OnceValue(func() etcResult { return <-etcc })
 	defer etc() // never leave the goroutine behind
 	dir := filepath.Join(b.opts.StateDir, id)
-	// The sandbox's own host ids (uidrange.go); s.rec carries them from here on, so a failed
+	// The sandbox's own host ids (idrange); s.rec carries them from here on, so a failed
 	// create's destroy frees them. Rootless, the user's own (rootless.go).
 	idr, idBase := 0, 0
 	if b.rootless != nil {
-		idBase = b.rootless.uid
+		idBase = b.rootless.UID
 	} else {
 		var err error
-		if idr, idBase, err = b.ids.claim(id); err != nil {
+		if idr, idBase, err = b.ids.Claim(id); err != nil {
 			return nil, err
 		}
 	}
@@ -1023,7 +1028,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 		return nil, err
 	}
 	if c := s.takeCachedClient(); c != nil {
-		return &pausableAgent{Client: c, fz: freezerOf(&s.rec), id: s.rec.ID}, nil
+		return pause.NewAgent(c, freezerOf(&s.rec), s.rec.ID), nil
 	}
 	return b.pausableClient(s), nil // pause.go: refuses calls while paused
 }

@@ -17,6 +17,7 @@ import (
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"go.uber.org/goleak"
 
+	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -219,8 +220,8 @@ func stateLeftovers(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	var left []string
 	for _, e := range entries {
-		if n := e.Name(); n == idRangesDir {
-			// The claims dir stays; a claim left in it is a leftover (uidrange.go).
+		if n := e.Name(); n == idrange.Dir {
+			// The claims dir stays; a claim left in it is a leftover (idrange).
 			claims, _ := os.ReadDir(filepath.Join(dir, n))
 			for _, c := range claims {
 				left = append(left, filepath.Join(n, c.Name()))

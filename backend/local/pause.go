@@ -1,18 +1,14 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/agent/client"
+	"github.com/airlock-sandbox/airlock/backend/local/pause"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -38,35 +34,10 @@ import (
 
 var _ sandbox.Pauser = (*Backend)(nil)
 
-// pauseTimeout bounds how long a freeze or thaw may take to settle.
-const pauseTimeout = 2 * time.Second
-
 // The freezer and the read of its state are parked sandboxes' (a claimer checks a parked sandbox is not paused).
 type freezer = sessions.Freezer
 
 func freezerOf(rec *record) freezer { return sessions.FreezerOf(&rec.RecordCore) }
-
-// parseFrozenEvent reads the "frozen" line of a v2 cgroup.events file: whether every task of
-// the cgroup has actually stopped.
-func parseFrozenEvent(r io.Reader) (bool, error) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if ok && k == "frozen" {
-			switch v {
-			case "0":
-				return false, nil
-			case "1":
-				return true, nil
-			}
-			return false, fmt.Errorf("cgroup.events: frozen %q", v)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return false, err
-	}
-	return false, errors.New("cgroup.events has no frozen line")
-}
 
 // setFrozen freezes or thaws the sandbox and waits, bounded, until every task has settled in
 // that state.
@@ -83,34 +54,7 @@ func setFrozen(ctx context.Context, f freezer, frozen bool) error {
 		}
 		return (&v1Cgroup{path: "/" + rel}).setFreezer(ctx, state)
 	}
-	want := "0"
-	if frozen {
-		want = "1"
-	}
-	if err := os.WriteFile(filepath.Join(f.Dir, "cgroup.freeze"), []byte(want), 0); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, pauseTimeout)
-	defer cancel()
-	for {
-		ev, err := os.Open(filepath.Join(f.Dir, "cgroup.events"))
-		if err != nil {
-			return err
-		}
-		got, err := parseFrozenEvent(ev)
-		ev.Close()
-		if err != nil {
-			return err
-		}
-		if got == frozen {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s did not settle (frozen %v, wanted %v)", f.Dir, got, frozen)
-		case <-time.After(time.Millisecond):
-		}
-	}
+	return pause.SetV2(ctx, f.Dir, frozen)
 }
 
 // paused is the session's pause state as the kernel has it; false when it cannot be read (the
@@ -135,7 +79,7 @@ func (b *Backend) Pause(ctx context.Context, sessionID string) error {
 	fz := freezerOf(&s.rec)
 	if err := setFrozen(ctx, fz, true); err != nil {
 		// Half-frozen is neither state: go back to running, and say why.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pause.Timeout)
 		defer cancel()
 		if terr := setFrozen(tctx, fz, false); terr != nil {
 			return fmt.Errorf("%w: pause %s: %v (and thawing again failed: %v)", sandbox.ErrOutcomeUnknown, sessionID, err, terr)
@@ -224,171 +168,9 @@ func (b *Backend) checkAgent(ctx context.Context, s *session) error {
 	return nil
 }
 
-// pausableAgent is the agent client Connect returns: while the sandbox is paused, every call
-// is refused at once with sandbox.ErrConflict instead of waiting on a frozen agent. The freezer
-// is read on each call (a few microseconds), so a pause made by another process counts too.
-type pausableAgent struct {
-	*client.Client
-	fz freezer
-	id string
-}
-
-func (b *Backend) pausableClient(s *session) *pausableAgent {
-	return &pausableAgent{Client: b.client(s), fz: freezerOf(&s.rec), id: s.rec.ID}
-}
-
-func (a *pausableAgent) check() error {
-	if p, err := a.fz.Paused(); err == nil && p {
-		return fmt.Errorf("%w: session %s is paused: resume it first", sandbox.ErrConflict, a.id)
-	}
-	return nil
-}
-
-func (a *pausableAgent) Health(ctx context.Context) (sandbox.Health, error) {
-	if err := a.check(); err != nil {
-		return sandbox.Health{}, err
-	}
-	return a.Client.Health(ctx)
-}
-
-func (a *pausableAgent) Shutdown(ctx context.Context) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Shutdown(ctx)
-}
-
-func (a *pausableAgent) Exec(ctx context.Context, req sandbox.ExecRequest, stdout, stderr io.Writer) (sandbox.ExecResult, error) {
-	if err := a.check(); err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	return a.Client.Exec(ctx, req, stdout, stderr)
-}
-
-func (a *pausableAgent) ExecStream(ctx context.Context, req sandbox.ExecRequest, opts ...client.ExecOption) (*client.Stream, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.ExecStream(ctx, req, opts...)
-}
-
-func (a *pausableAgent) ReadFile(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.ReadFile(ctx, path, offset, length)
-}
-
-func (a *pausableAgent) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.WriteFile(ctx, path, r, mode)
-}
-
-func (a *pausableAgent) Mkdir(ctx context.Context, path string, mode uint32) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Mkdir(ctx, path, mode)
-}
-
-func (a *pausableAgent) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.List(ctx, path)
-}
-
-func (a *pausableAgent) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	if err := a.check(); err != nil {
-		return sandbox.FileInfo{}, err
-	}
-	return a.Client.Stat(ctx, path)
-}
-
-func (a *pausableAgent) Remove(ctx context.Context, path string, recursive bool) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Remove(ctx, path, recursive)
-}
-
-func (a *pausableAgent) Rename(ctx context.Context, from, to string) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Rename(ctx, from, to)
-}
-
-func (a *pausableAgent) StartProcess(ctx context.Context, req client.ProcessRequest, opts ...client.ExecOption) (client.Process, error) {
-	if err := a.check(); err != nil {
-		return client.Process{}, err
-	}
-	return a.Client.StartProcess(ctx, req, opts...)
-}
-
-func (a *pausableAgent) Processes(ctx context.Context) ([]client.Process, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.Processes(ctx)
-}
-
-func (a *pausableAgent) Process(ctx context.Context, id string) (client.Process, error) {
-	if err := a.check(); err != nil {
-		return client.Process{}, err
-	}
-	return a.Client.Process(ctx, id)
-}
-
-func (a *pausableAgent) RemoveProcess(ctx context.Context, id string) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.RemoveProcess(ctx, id)
-}
-
-func (a *pausableAgent) Attach(ctx context.Context, id string, fromStart bool) (*client.Stream, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.Attach(ctx, id, fromStart)
-}
-
-func (a *pausableAgent) WriteStdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.WriteStdin(ctx, id, r, closeAfter)
-}
-
-func (a *pausableAgent) Handoff(ctx context.Context, id string, req client.HandoffRequest) (*client.Stream, error) {
-	if err := a.check(); err != nil {
-		return nil, err
-	}
-	return a.Client.Handoff(ctx, id, req)
-}
-
-func (a *pausableAgent) Signal(ctx context.Context, id, signal string) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Signal(ctx, id, signal)
-}
-
-func (a *pausableAgent) Wait(ctx context.Context, id string) (sandbox.ExecResult, error) {
-	if err := a.check(); err != nil {
-		return sandbox.ExecResult{}, err
-	}
-	return a.Client.Wait(ctx, id)
-}
-
-func (a *pausableAgent) Resize(ctx context.Context, id string, rows, cols int) error {
-	if err := a.check(); err != nil {
-		return err
-	}
-	return a.Client.Resize(ctx, id, rows, cols)
+// pausableClient is the agent client Connect returns: refused while the sandbox is paused.
+func (b *Backend) pausableClient(s *session) *pause.Agent {
+	return pause.NewAgent(b.client(s), freezerOf(&s.rec), s.rec.ID)
 }
 
 // frozen reports whether the v1 cgroup is paused (kill must thaw it for the kill to land).

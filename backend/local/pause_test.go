@@ -17,26 +17,6 @@ import (
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
-func TestParseFrozenEvent(t *testing.T) {
-	tests := []struct {
-		in   string
-		want bool
-		bad  bool
-	}{
-		{"populated 1\nfrozen 0\n", false, false},
-		{"populated 1\nfrozen 1\n", true, false},
-		{"frozen 1", true, false},
-		{"populated 0\n", false, true},
-		{"frozen yes\n", false, true},
-	}
-	for _, tt := range tests {
-		got, err := parseFrozenEvent(strings.NewReader(tt.in))
-		if (err != nil) != tt.bad || got != tt.want {
-			t.Errorf("parseFrozenEvent(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.bad)
-		}
-	}
-}
-
 // sandboxFile reads a file inside the sandbox from the host, through its init's root: this
 // works while the sandbox is frozen, when its agent cannot answer.
 func sandboxFile(b *Backend, id, p string) (string, error) {

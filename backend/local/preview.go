@@ -43,9 +43,6 @@ const (
 	maxPreviewTTL     = 24 * time.Hour
 )
 
-// PreviewInfo is an exposed port.
-type PreviewInfo = sandbox.PreviewInfo
-
 var _ sandbox.Previewer = (*Backend)(nil)
 
 // previews are a backend's open preview listeners, by session and port.
@@ -61,22 +58,22 @@ type previewKey struct {
 
 // Preview exposes a declared port of the session on host loopback and returns its URL and a
 // preview token valid for ttl (0: defaultPreviewTTL; capped at the session's expiry).
-func (b *Backend) Preview(ctx context.Context, sessionID string, port int, ttl time.Duration) (PreviewInfo, error) {
+func (b *Backend) Preview(ctx context.Context, sessionID string, port int, ttl time.Duration) (sandbox.PreviewInfo, error) {
 	s, err := b.lookup(ctx, sessionID)
 	if err != nil {
-		return PreviewInfo{}, err
+		return sandbox.PreviewInfo{}, err
 	}
 	if s.rec.Runtime != "" {
-		return PreviewInfo{}, fmt.Errorf("%w: preview ports of %s sandboxes are not implemented (native only)", sandbox.ErrUnsupported, s.rec.Runtime)
+		return sandbox.PreviewInfo{}, fmt.Errorf("%w: preview ports of %s sandboxes are not implemented (native only)", sandbox.ErrUnsupported, s.rec.Runtime)
 	}
 	if !slices.Contains(s.rec.Spec.PreviewPorts, port) {
-		return PreviewInfo{}, fmt.Errorf("%w: port %d is not declared in previewPorts %v of sandbox %q", sandbox.ErrRefused, port, s.rec.Spec.PreviewPorts, s.rec.SandboxID)
+		return sandbox.PreviewInfo{}, fmt.Errorf("%w: port %d is not declared in previewPorts %v of sandbox %q", sandbox.ErrRefused, port, s.rec.Spec.PreviewPorts, s.rec.SandboxID)
 	}
 	switch {
 	case ttl == 0:
 		ttl = defaultPreviewTTL
 	case ttl < time.Second || ttl > maxPreviewTTL:
-		return PreviewInfo{}, fmt.Errorf("%w: preview ttl %s: must be 1s..%s", sandbox.ErrInvalid, ttl, maxPreviewTTL)
+		return sandbox.PreviewInfo{}, fmt.Errorf("%w: preview ttl %s: must be 1s..%s", sandbox.ErrInvalid, ttl, maxPreviewTTL)
 	}
 	now := time.Now()
 	exp := now.Add(ttl)
@@ -85,16 +82,16 @@ func (b *Backend) Preview(ctx context.Context, sessionID string, port int, ttl t
 	}
 	l, err := b.previewListener(s, port)
 	if err != nil {
-		return PreviewInfo{}, err
+		return sandbox.PreviewInfo{}, err
 	}
 	tok, err := preview.Mint(s.key, preview.Claims{
 		Sandbox: s.rec.SandboxID, Session: s.rec.ID, Generation: s.rec.Generation, Port: port,
 		IssuedAt: now.Unix(), Expiry: exp.Unix(),
 	})
 	if err != nil {
-		return PreviewInfo{}, err
+		return sandbox.PreviewInfo{}, err
 	}
-	return PreviewInfo{URL: l.URL(tok), Addr: l.Addr(), Port: port, Token: tok, ExpiresAt: time.Unix(exp.Unix(), 0).UTC()}, nil
+	return sandbox.PreviewInfo{URL: l.URL(tok), Addr: l.Addr(), Port: port, Token: tok, ExpiresAt: time.Unix(exp.Unix(), 0).UTC()}, nil
 }
 
 // previewListener returns the session's listener for port, opening it on first use.

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/egresswire"
+	"github.com/airlock-sandbox/airlock/backend/local/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -78,8 +80,8 @@ func (b *Backend) reconcile(ctx context.Context) error {
 	if err := b.sweepParkedIndex(); err != nil {
 		errs = append(errs, err)
 	}
-	// uidrange.go: ranges of sessions that are gone (adopted ones keep theirs).
-	if err := b.ids.sweep(b.opts.StateDir); err != nil {
+	// idrange: ranges of sessions that are gone (adopted ones keep theirs).
+	if err := b.ids.Sweep(b.opts.StateDir); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -189,14 +191,14 @@ func probeCapabilities(cg cgroupDriver, runsc string) capability.Set {
 	}
 	yes(capability.Preview) // preview.go
 	no(capability.DockerRuntime, "the local backend runs sandboxes itself; use the docker platform")
-	if _, err := findRunsc(runsc); err != nil {
+	if _, err := gvisor.Find(runsc); err != nil {
 		no(capability.GVisor, err.Error())
 	} else if cg == nil {
 		no(capability.GVisor, "no usable cgroup hierarchy")
 	} else {
 		yes(capability.GVisor)
 	}
-	egressCapabilities(set.Entries) // egress.go: publicOnlyEgress, domainEgressRules
+	egresswire.Capabilities(set.Entries) // publicOnlyEgress, domainEgressRules
 	return set
 }
 

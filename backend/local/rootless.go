@@ -3,11 +3,9 @@ package local
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
-	"os/user"
 	"path"
 	"path/filepath"
 	"slices"
@@ -17,6 +15,7 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/kernfile"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
@@ -24,11 +23,8 @@ import (
 
 // Rootless mode: the local runtime run by a user other than root, where the host allows it.
 // What root gives the runtime, the host must give that user instead:
-//   - ids: sandbox id 0 is the user itself (it owns the state dir, the delegated cgroups and
-//     the session's run dir, which the sandbox's root must reach), ids 1..65535 are the
-//     user's subordinate ids from /etc/subuid and /etc/subgid, mapped by the setuid helpers
-//     newuidmap and newgidmap (shadow's uidmap package). The code runs as id 1000, a
-//     subordinate id: not the user, so it cannot touch the user's files or processes.
+//   - ids: sandbox id 0 is the user itself, ids 1..65535 its subordinate ids
+//     (idrange.Subordinate).
 //   - cgroups: on v1 a parent cgroup per hierarchy that root created and gave to the user
 //     (Options.CgroupParent); on v2 a delegated subtree this process runs in (below). The
 //     refusal prints the commands. Without them no limit could be enforced, and every
@@ -46,36 +42,12 @@ import (
 // execs without capabilities; the host runs newuidmap/newgidmap on it, and init, told by the
 // config (nsinit.Config.Reexec), execs itself again, now its namespace's root.
 
-// subIDsNeeded is how many subordinate ids a rootless sandbox maps: its ids 1..65535.
-const subIDsNeeded = idRange - 1
-
-// rootless is what a rootless backend maps and with what.
-type rootless struct {
-	uid, gid             int
-	subUID, subGID       int // the first subordinate id of each
-	newuidmap, newgidmap string
-}
-
 // probeRootless checks that this user may run sandboxes: the id helpers, its subordinate
 // ids, and cgroups delegated for parent (v1: in every hierarchy; v2: a subtree this process
 // runs in, rootless_v2 below). The error says what the host lacks and how root provides it.
-func probeRootless(cg cgroupDriver, parent string) (*rootless, error) {
-	rl := &rootless{uid: os.Geteuid(), gid: os.Getegid()}
-	var err error
-	if rl.newuidmap, err = exec.LookPath("newuidmap"); err != nil {
-		return nil, fmt.Errorf("rootless mode needs newuidmap and newgidmap (the uidmap package): %w", err)
-	}
-	if rl.newgidmap, err = exec.LookPath("newgidmap"); err != nil {
-		return nil, fmt.Errorf("rootless mode needs newuidmap and newgidmap (the uidmap package): %w", err)
-	}
-	name := strconv.Itoa(rl.uid)
-	if u, err := user.LookupId(name); err == nil {
-		name = u.Username
-	}
-	if rl.subUID, err = subIDStart("/etc/subuid", name, rl.uid); err != nil {
-		return nil, err
-	}
-	if rl.subGID, err = subIDStart("/etc/subgid", name, rl.gid); err != nil {
+func probeRootless(cg cgroupDriver, parent string) (*idrange.Subordinate, error) {
+	rl, err := idrange.ProbeSubordinate()
+	if err != nil {
 		return nil, err
 	}
 	if d, ok := cg.(*v2Driver); ok {
@@ -83,7 +55,7 @@ func probeRootless(cg cgroupDriver, parent string) (*rootless, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := probeDelegationV2(cgroupRoot, own, parent, rl.uid, rl.gid); err != nil {
+		if err := probeDelegationV2(cgroupRoot, own, parent, rl.UID, rl.GID); err != nil {
 			return nil, err
 		}
 		d.rootless = true
@@ -108,7 +80,7 @@ func probeRootless(cg cgroupDriver, parent string) (*rootless, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("rootless mode needs cgroups delegated to uid %d in every v1 hierarchy (for the cgroup parent %q); not writable: %s; as root: for d in %s; do mkdir -p $d && chown %d:%d $d; done",
-			rl.uid, parent, strings.Join(missing, ", "), strings.Join(delegate, " "), rl.uid, rl.gid)
+			rl.UID, parent, strings.Join(missing, ", "), strings.Join(delegate, " "), rl.UID, rl.GID)
 	}
 	return rl, nil
 }
@@ -120,50 +92,6 @@ func DefaultStateDirForUser() string { return statedir.DefaultDirForUser() }
 // RootlessCgroupParent is the cgroup, in every v1 hierarchy, that root delegates to uid for
 // its rootless sandboxes: a rootless backend's default parent is a child of it per state dir.
 func RootlessCgroupParent(uid int) string { return "airlock-user-" + strconv.Itoa(uid) }
-
-// subIDStart finds the first range of at least subIDsNeeded ids for name (or its id) in an
-// /etc/subuid-format file.
-func subIDStart(file, name string, id int) (int, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0, fmt.Errorf("rootless mode needs %d subordinate ids for %s in %s: %w", subIDsNeeded, name, file, err)
-	}
-	defer f.Close()
-	start, err := ownSubIDs(f, name, id)
-	if err != nil {
-		return 0, fmt.Errorf("rootless mode needs %d subordinate ids for %s in %s (as root: usermod --add-subuids/--add-subgids): %w", subIDsNeeded, name, file, err)
-	}
-	return start, nil
-}
-
-// ownSubIDs returns the start of the first of name's (by name or by id) ranges in an
-// /etc/subuid-format file with at least subIDsNeeded ids.
-func ownSubIDs(r io.Reader, name string, id int) (int, error) {
-	spans, err := parseSubIDs(r) // subids.go
-	if err != nil {
-		return 0, err
-	}
-	for _, sp := range spans {
-		if (sp.owner == name || sp.owner == strconv.Itoa(id)) && sp.first > 0 && sp.count >= subIDsNeeded && sp.first+sp.count <= 1<<32-1 {
-			return int(sp.first), nil
-		}
-	}
-	return 0, errors.New("no such range")
-}
-
-// mapIDs writes a rootless init's uid and gid maps: 0 is the user, 1.. its subordinate ids.
-func (rl *rootless) mapIDs(pid int) error {
-	for _, m := range []struct {
-		helper   string
-		own, sub int
-	}{{rl.newuidmap, rl.uid, rl.subUID}, {rl.newgidmap, rl.gid, rl.subGID}} {
-		args := []string{strconv.Itoa(pid), "0", strconv.Itoa(m.own), "1", "1", strconv.Itoa(m.sub), strconv.Itoa(subIDsNeeded)}
-		if out, err := exec.Command(m.helper, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s %s: %v: %s", m.helper, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-		}
-	}
-	return nil
-}
 
 // startRootless starts init (in its namespaces, without maps), puts it in its cgroups and
 // writes its maps. Init waits for the config meanwhile. On v1 its cgroups are joined from
@@ -193,7 +121,7 @@ func (b *Backend) startRootless(s *session, cg sandboxCgroup, cmd *exec.Cmd, cfg
 		if err != nil {
 			return err
 		}
-		return b.rootless.mapIDs(cmd.Process.Pid)
+		return b.rootless.MapIDs(cmd.Process.Pid)
 	}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -202,7 +130,7 @@ func (b *Backend) startRootless(s *session, cg sandboxCgroup, cmd *exec.Cmd, cfg
 	if err := cg.addProc(cmd.Process.Pid); err != nil {
 		return err
 	}
-	return b.rootless.mapIDs(cmd.Process.Pid)
+	return b.rootless.MapIDs(cmd.Process.Pid)
 }
 
 // Rootless on cgroup v2: the user is given a subtree (its directory and its cgroup.procs,

@@ -47,13 +47,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/backend/local/nsinit"
+	"github.com/airlock-sandbox/airlock/backend/local/pause"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
-
-// SnapshotInfo describes a stored snapshot.
-type SnapshotInfo = sandbox.SnapshotInfo
 
 var _ sandbox.Snapshotter = (*Backend)(nil)
 
@@ -74,17 +72,17 @@ func (b *Backend) snapshotStore() (*image.SnapshotStore, error) {
 
 // Snapshot captures the session's writable layer as the snapshot name (1 to 64 letters,
 // digits, '_' and '-'; sandbox.ErrConflict if taken).
-func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (SnapshotInfo, error) {
+func (b *Backend) Snapshot(ctx context.Context, sessionID, name string) (sandbox.SnapshotInfo, error) {
 	snap, err := b.snapshot(ctx, sessionID, name)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return sandbox.SnapshotInfo{}, err
 	}
 	return snapshotInfo(snap), nil
 }
 
 // snapshotInfo is what the contract says of a stored snapshot.
-func snapshotInfo(s image.Snapshot) SnapshotInfo {
-	return SnapshotInfo{
+func snapshotInfo(s image.Snapshot) sandbox.SnapshotInfo {
+	return sandbox.SnapshotInfo{
 		Name: s.Name, CreatedAt: s.CreatedAt, SessionID: s.SessionID, SandboxID: s.SandboxID,
 		Base: s.Base.Kind, Digest: s.Digest, Size: s.Size, Files: s.Stats.Files,
 	}
@@ -159,7 +157,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	}
 	if !wasPaused {
 		if err := setFrozen(ctx, fz, true); err != nil {
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pause.Timeout)
 			defer cancel()
 			if terr := setFrozen(tctx, fz, false); terr != nil {
 				return stats, fmt.Errorf("%w: snapshot %s: freeze: %v (and thawing again failed: %v)", sandbox.ErrOutcomeUnknown, s.rec.ID, err, terr)
@@ -169,7 +167,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	}
 	stats, cerr := b.readWritable(ctx, s, w)
 	if !wasPaused {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pause.Timeout)
 		defer cancel()
 		if err := setFrozen(tctx, fz, false); err != nil {
 			return stats, fmt.Errorf("%w: snapshot %s: thaw after capture: %v", sandbox.ErrOutcomeUnknown, s.rec.ID, err)
@@ -409,7 +407,7 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 		return nil, err
 	}
 	done := func() { os.Remove(p) }
-	// Init reads it as the sandbox's root, mapped to idBase (uidrange.go).
+	// Init reads it as the sandbox's root, mapped to idBase (idrange).
 	err = out.Chown(idBase, idBase)
 	if err == nil {
 		_, err = image.RemapLayer(ctx, out, rc, []image.LayerMapping{
@@ -429,7 +427,7 @@ func (b *Backend) prepareSnapshot(ctx context.Context, dir string, r *resolved, 
 }
 
 // ListSnapshots returns every stored snapshot, oldest first.
-func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
+func (b *Backend) ListSnapshots(ctx context.Context) ([]sandbox.SnapshotInfo, error) {
 	store, err := b.snapshotStore()
 	if err != nil {
 		return nil, err
@@ -438,7 +436,7 @@ func (b *Backend) ListSnapshots(ctx context.Context) ([]SnapshotInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SnapshotInfo, len(list))
+	out := make([]sandbox.SnapshotInfo, len(list))
 	for i, x := range list {
 		out[i] = snapshotInfo(x)
 	}

@@ -9,110 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/local/idrange"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
-
-// TestIDAllocator: two allocators over one state dir (two processes) never hand out the same
-// range; a full set is refused naming the option; only the holder frees a range; sweep frees
-// the ranges of sessions whose state dir is gone and keeps the others.
-func TestIDAllocator(t *testing.T) {
-	state := t.TempDir()
-	const ranges = 6
-	a1, err := newIDAllocator(state, 100000, ranges)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2, err := newIDAllocator(state, 100000, ranges)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type got struct {
-		id      string
-		k, base int
-		err     error
-	}
-	res := make(chan got, ranges)
-	var wg sync.WaitGroup
-	for i := range ranges {
-		a := a1
-		if i%2 == 1 {
-			a = a2
-		}
-		id := fmt.Sprintf("s-%016x", i)
-		wg.Go(func() {
-			k, base, err := a.claim(id)
-			res <- got{id, k, base, err}
-		})
-	}
-	wg.Wait()
-	close(res)
-	owner := map[int]string{}
-	byID := map[string]int{}
-	for g := range res {
-		if g.err != nil {
-			t.Fatalf("claim %s: %v", g.id, g.err)
-		}
-		if prev, ok := owner[g.k]; ok {
-			t.Fatalf("range %d given to %s and %s", g.k, prev, g.id)
-		}
-		if want := 100000 + (g.k+1)*idRange; g.base != want {
-			t.Errorf("range %d: base %d, want %d", g.k, g.base, want)
-		}
-		owner[g.k] = g.id
-		byID[g.id] = g.k
-	}
-	if _, _, err := a1.claim("s-00000000000000aa"); !errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), "uidRanges 6") {
-		t.Fatalf("claim with every range taken: %v, want ErrRefused naming uidRanges", err)
-	}
-	// Only the holder frees.
-	k0 := byID["s-0000000000000000"]
-	if err := a2.release(k0, "s-0000000000000001"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a2.claim("s-00000000000000aa"); !errors.Is(err, sandbox.ErrRefused) {
-		t.Fatalf("a range was freed by a session that does not hold it: %v", err)
-	}
-	if err := a2.release(k0, "s-0000000000000000"); err != nil {
-		t.Fatal(err)
-	}
-	if k, _, err := a1.claim("s-00000000000000aa"); err != nil || k != k0 {
-		t.Fatalf("claim after release: range %d, %v; want the freed range %d", k, err, k0)
-	}
-	if err := a1.releaseAll("s-0000000000000001"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(filepath.Join(state, idRangesDir, strconv.Itoa(byID["s-0000000000000001"]))); !os.IsNotExist(err) {
-		t.Errorf("releaseAll left the claim: %v", err)
-	}
-	// Sweep: sessions 2 and aa have a state dir, the others do not.
-	for _, id := range []string{"s-0000000000000002", "s-00000000000000aa"} {
-		if err := os.Mkdir(filepath.Join(state, id), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink("../not-a-session", filepath.Join(state, idRangesDir, "junk")); err != nil {
-		t.Fatal(err)
-	}
-	if err := a1.sweep(state); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(filepath.Join(state, idRangesDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, e := range entries {
-		o, _ := os.Readlink(filepath.Join(state, idRangesDir, e.Name()))
-		left = append(left, o)
-	}
-	if len(left) != 2 || !strings.Contains(strings.Join(left, " "), "s-0000000000000002") || !strings.Contains(strings.Join(left, " "), "s-00000000000000aa") {
-		t.Errorf("after sweep the claims are %v, want those of s-...02 and s-...aa", left)
-	}
-}
 
 // hostIDs returns the real, effective, saved and fs uids and gids of pid as the host sees them.
 func hostIDs(t *testing.T, pid int) (uids, gids []string) {
@@ -264,7 +166,7 @@ func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
 func TestIDRangesSurviveRestart(t *testing.T) {
 	dir := testStateDir(t)
 	created := createInHelper(t, dir, 2)
-	stale := filepath.Join(dir, idRangesDir, "3")
+	stale := filepath.Join(dir, idrange.Dir, "3")
 	if err := os.Symlink("s-00000000000000ff", stale); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +180,7 @@ func TestIDRangesSurviveRestart(t *testing.T) {
 		if rec.IDBase == 0 {
 			t.Fatalf("adopted %s has no id range in its record", hs.ID)
 		}
-		if owner, err := os.Readlink(filepath.Join(dir, idRangesDir, strconv.Itoa(rec.IDRange))); err != nil || owner != hs.ID {
+		if owner, err := os.Readlink(filepath.Join(dir, idrange.Dir, strconv.Itoa(rec.IDRange))); err != nil || owner != hs.ID {
 			t.Errorf("adopted %s: claim of range %d is %q, %v", hs.ID, rec.IDRange, owner, err)
 		}
 		if prev, ok := taken[rec.IDRange]; ok {

@@ -35,7 +35,7 @@ type RecordCore struct {
 	EtcDir string `json:"etcDir,omitempty"`
 	// Runtime is "gvisor" for a runsc sandbox, empty for the native runtime.
 	Runtime string `json:"runtime,omitempty"`
-	// IDRange is the host id range a native sandbox maps (uidrange.go) and IDBase the host
+	// IDRange is the host id range a native sandbox maps (idrange) and IDBase the host
 	// id its id 0 maps to; IDBase 0: none (gVisor, or a record from before per-sandbox ranges,
 	// which mapped Options.UIDBase).
 	IDRange int `json:"idRange,omitempty"`

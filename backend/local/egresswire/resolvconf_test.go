@@ -1,4 +1,4 @@
-package local
+package egresswire
 
 import (
 	"net/netip"
@@ -50,8 +50,8 @@ func TestWriteResolvConfStaysInRunDir(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.plant(t, filepath.Join(dir, "run"), victim)
-			if err := writeResolvConf(dir, resolver); err == nil {
-				t.Error("writeResolvConf wrote through what the sandbox planted; want an error")
+			if err := WriteResolvConf(dir, resolver); err == nil {
+				t.Error("WriteResolvConf wrote through what the sandbox planted; want an error")
 			}
 			if b, err := os.ReadFile(victim); err != nil || string(b) != "host data\n" {
 				t.Errorf("host victim = %q, %v; want it untouched", b, err)
@@ -67,7 +67,7 @@ func TestWriteResolvConfStaysInRunDir(t *testing.T) {
 		if err := os.WriteFile(p, []byte("old old old old old old old old old old\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := writeResolvConf(dir, resolver); err != nil {
+		if err := WriteResolvConf(dir, resolver); err != nil {
 			t.Fatal(err)
 		}
 		if b, _ := os.ReadFile(p); string(b) != string(nsinit.ResolvConf(resolver)) {

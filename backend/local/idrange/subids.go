@@ -1,4 +1,4 @@
-package local
+package idrange
 
 import (
 	"bufio"
@@ -18,23 +18,23 @@ import (
 // processes. useradd hands out subordinate ids (/etc/subuid, /etc/subgid: rootless podman and
 // docker map their containers there) from 100000 upwards in blocks of 65536 — exactly
 // defaultUIDBase's neighbourhood — and /etc/passwd and /etc/group may name ids that high too.
-// Ranges that overlap any of them are never handed out (idAllocator.excluded).
+// Ranges that overlap any of them are never handed out (Allocator.excluded).
 
-// idSpan is the host ids [first, first+count); owner is the user an /etc/subuid line gives
+// span is the host ids [first, first+count); owner is the user an /etc/subuid line gives
 // them to (its name or uid as written).
-type idSpan struct {
+type span struct {
 	first, count int64
 	owner        string
 }
 
-func (s idSpan) overlaps(first, count int64) bool {
+func (s span) overlaps(first, count int64) bool {
 	return s.first < first+count && first < s.first+s.count
 }
 
 // parseSubIDs reads /etc/subuid or /etc/subgid ("name:first:count" per line); malformed lines
 // are skipped, as shadow-utils does.
-func parseSubIDs(r io.Reader) ([]idSpan, error) {
-	var out []idSpan
+func parseSubIDs(r io.Reader) ([]span, error) {
+	var out []span
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Split(strings.TrimSpace(sc.Text()), ":")
@@ -46,14 +46,14 @@ func parseSubIDs(r io.Reader) ([]idSpan, error) {
 		if err1 != nil || err2 != nil || first < 0 || count < 1 {
 			continue
 		}
-		out = append(out, idSpan{first, count, f[0]})
+		out = append(out, span{first, count, f[0]})
 	}
 	return out, sc.Err()
 }
 
 // parseIDColumn reads the numeric id (third field) of /etc/passwd or /etc/group lines.
-func parseIDColumn(r io.Reader) ([]idSpan, error) {
-	var out []idSpan
+func parseIDColumn(r io.Reader) ([]span, error) {
+	var out []span
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20) // /etc/group lines list members
 	for sc.Scan() {
@@ -62,7 +62,7 @@ func parseIDColumn(r io.Reader) ([]idSpan, error) {
 			continue
 		}
 		if id, err := strconv.ParseInt(f[2], 10, 64); err == nil && id >= 0 {
-			out = append(out, idSpan{first: id, count: 1})
+			out = append(out, span{first: id, count: 1})
 		}
 	}
 	return out, sc.Err()
@@ -71,7 +71,7 @@ func parseIDColumn(r io.Reader) ([]idSpan, error) {
 // hostIDFiles are what hostIDSpans reads, with their parsers.
 var hostIDFiles = []struct {
 	path  string
-	parse func(io.Reader) ([]idSpan, error)
+	parse func(io.Reader) ([]span, error)
 }{
 	{"/etc/subuid", parseSubIDs},
 	{"/etc/subgid", parseSubIDs},
@@ -81,8 +81,8 @@ var hostIDFiles = []struct {
 
 // hostIDSpans are the host ids this host's account files give to someone; a missing file
 // gives none.
-func hostIDSpans(root string) ([]idSpan, error) {
-	var out []idSpan
+func hostIDSpans(root string) ([]span, error) {
+	var out []span
 	for _, f := range hostIDFiles {
 		r, err := os.Open(root + f.path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -102,14 +102,14 @@ func hostIDSpans(root string) ([]idSpan, error) {
 }
 
 // excludedRanges returns the sandbox ranges of a that overlap any span.
-func (a *idAllocator) excludedRanges(spans []idSpan) map[int]bool {
+func (a *Allocator) excludedRanges(spans []span) map[int]bool {
 	out := map[int]bool{}
 	for _, s := range spans {
 		// Only the ranges s can touch: k from the one holding s.first to the one holding its end.
-		lo := max(0, int((s.first-int64(a.base))/idRange)-1)
-		hi := min(a.ranges-1, int((s.first+s.count-1-int64(a.base))/idRange))
+		lo := max(0, int((s.first-int64(a.base))/Size)-1)
+		hi := min(a.ranges-1, int((s.first+s.count-1-int64(a.base))/Size))
 		for k := lo; k <= hi; k++ {
-			if s.overlaps(int64(a.hostBase(k)), idRange) {
+			if s.overlaps(int64(a.hostBase(k)), Size) {
 				out[k] = true
 			}
 		}
@@ -119,7 +119,7 @@ func (a *idAllocator) excludedRanges(spans []idSpan) map[int]bool {
 
 // excludeHostIDs keeps the allocator off every range that overlaps an id the account files
 // under root ("" for the host's) give out.
-func (a *idAllocator) excludeHostIDs(root string) error {
+func (a *Allocator) excludeHostIDs(root string) error {
 	spans, err := hostIDSpans(root)
 	if err != nil {
 		return fmt.Errorf("reading the host's id assignments: %w", err)

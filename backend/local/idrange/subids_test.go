@@ -1,4 +1,4 @@
-package local
+package idrange
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ func TestParseSubIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []idSpan{{100000, 65536, "alice"}, {165536, 65536, "bob"}, {300000, 10, "carol"}}
+	want := []span{{100000, 65536, "alice"}, {165536, 65536, "bob"}, {300000, 10, "carol"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
@@ -29,31 +29,31 @@ func TestParseIDColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []idSpan{{first: 0, count: 1}, {first: 200123, count: 1}}; !reflect.DeepEqual(got, want) {
+	if want := []span{{first: 0, count: 1}, {first: 200123, count: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
 
 // TestExcludedRanges: a range is excluded exactly when one of its 65536 ids is given out.
 func TestExcludedRanges(t *testing.T) {
-	a := &idAllocator{base: 100000, ranges: 10}
+	a := &Allocator{base: 100000, ranges: 10}
 	r := func(k int) int64 { return int64(a.hostBase(k)) } // range k's first host id
 	for _, tt := range []struct {
 		name string
-		span idSpan
+		span span
 		want []int
 	}{
-		{"below every range", idSpan{first: 0, count: 100000}, nil},
-		{"the image range only", idSpan{first: 100000, count: idRange}, nil},
-		{"range 0 whole (useradd's second user)", idSpan{first: r(0), count: idRange}, []int{0}},
-		{"range 0's last id", idSpan{first: r(1) - 1, count: 1}, []int{0}},
-		{"straddling ranges 1 and 2", idSpan{first: r(2) - 1, count: 2}, []int{1, 2}},
-		{"one uid inside range 3", idSpan{first: r(3) + 1000, count: 1}, []int{3}},
-		{"past the last range", idSpan{first: r(10), count: 1 << 20}, nil},
-		{"over the whole space", idSpan{first: 0, count: 1 << 40}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"below every range", span{first: 0, count: 100000}, nil},
+		{"the image range only", span{first: 100000, count: Size}, nil},
+		{"range 0 whole (useradd's second user)", span{first: r(0), count: Size}, []int{0}},
+		{"range 0's last id", span{first: r(1) - 1, count: 1}, []int{0}},
+		{"straddling ranges 1 and 2", span{first: r(2) - 1, count: 2}, []int{1, 2}},
+		{"one uid inside range 3", span{first: r(3) + 1000, count: 1}, []int{3}},
+		{"past the last range", span{first: r(10), count: 1 << 20}, nil},
+		{"over the whole space", span{first: 0, count: 1 << 40}, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := a.excludedRanges([]idSpan{tt.span})
+			got := a.excludedRanges([]span{tt.span})
 			want := map[int]bool{}
 			for _, k := range tt.want {
 				want[k] = true
@@ -79,14 +79,14 @@ func TestClaimSkipsHostIDs(t *testing.T) {
 	}
 	write("subuid", "alice:100000:65536\nbob:165536:65536\n")
 	write("passwd", "root:x:0:0::/root:/bin/sh\nhigh:x:231100:231100::/:/bin/sh\n")
-	a, err := newIDAllocator(t.TempDir(), 100000, 4)
+	a, err := NewAllocator(t.TempDir(), 100000, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.hostRoot = root // read at the first claim
 	var got []int
 	for i := range 2 {
-		k, base, err := a.claim("s-000000000000000" + string(rune('a'+i)))
+		k, base, err := a.Claim("s-000000000000000" + string(rune('a'+i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,12 +98,36 @@ func TestClaimSkipsHostIDs(t *testing.T) {
 	if !reflect.DeepEqual(got, []int{2, 3}) {
 		t.Errorf("claimed ranges %v, want [2 3] (0 holds bob's subuids, 1 uid 231100)", got)
 	}
-	if _, _, err := a.claim("s-000000000000000c"); !errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), "2 overlap host accounts") {
+	if _, _, err := a.Claim("s-000000000000000c"); !errors.Is(err, sandbox.ErrRefused) || !strings.Contains(err.Error(), "2 overlap host accounts") {
 		t.Errorf("third claim: %v", err)
 	}
 
 	write("subgid", "everyone:0:4294967295\n")
 	if err := a.excludeHostIDs(root); !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), "choose another uidBase") {
 		t.Errorf("every range taken by subgids: %v", err)
+	}
+}
+
+// TestOwnSubIDs: a rootless user's range is its first one, by name or by uid, with room for
+// every id a sandbox maps.
+func TestOwnSubIDs(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		want       int
+		ok         bool
+	}{
+		{"by name", "bob:100000:65536\nalice:165536:65536\n", 165536, true},
+		{"by uid", "1000:200000:65536\n", 200000, true},
+		{"too small, then big enough", "alice:100000:1000\nalice:300000:65535\n", 300000, true},
+		{"someone else's", "bob:100000:65536\n", 0, false},
+		{"starting at 0", "alice:0:65536\n", 0, false},
+		{"past the 32-bit ids", "alice:4294960000:65535\n", 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ownSubIDs(strings.NewReader(tt.file), "alice", 1000)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("ownSubIDs = %d, %v; want %d (found %v)", got, err, tt.want, tt.ok)
+			}
+		})
 	}
 }

@@ -1,4 +1,5 @@
-package local
+// Package seccomp compiles the sandbox's seccomp filter: Docker's default profile for a container without capabilities, as BPF.
+package seccomp
 
 import (
 	"encoding/binary"
@@ -14,14 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The sandbox's seccomp filter is Docker's default profile as Docker applies it to a
-// container with no capabilities: the capability-gated rules (mount, unshare, namespace clone
-// flags, bpf, perf_event_open, ptrace, keyctl...) are left out, so those calls fail with EPERM.
-// It is compiled here, on the host, once per process; the init stage only loads the bytes, so
-// the profile library stays out of the agent binary.
+// The filter is Docker's default profile as Docker applies it to a container with no
+// capabilities: the capability-gated rules (mount, unshare, namespace clone flags, bpf,
+// perf_event_open, ptrace, keyctl...) are left out, so those calls fail with EPERM. It is
+// compiled on the host, once per process; the init stage only loads the bytes, so the profile
+// library stays out of the agent binary.
 
-// seccompProgram is the compiled filter and what the conversion left out.
-type seccompProgram struct {
+// Program is the compiled filter and what the conversion left out.
+type Program struct {
 	// BPF is the struct sock_filter array in native byte order.
 	BPF []byte
 	// Instructions is len(BPF)/8.
@@ -32,20 +33,20 @@ type seccompProgram struct {
 }
 
 var (
-	seccompCache   = sync.OnceValues(func() (*seccompProgram, error) { return compileDefaultSeccomp(false) })
-	seccompV2Cache = sync.OnceValues(func() (*seccompProgram, error) { return compileDefaultSeccomp(true) })
+	cache   = sync.OnceValues(func() (*Program, error) { return compileDefault(false) })
+	v2Cache = sync.OnceValues(func() (*Program, error) { return compileDefault(true) })
 )
 
-// defaultSeccomp returns the compiled default filter (cached for the process).
-func defaultSeccomp() (*seccompProgram, error) { return seccompCache() }
+// defaultFilter returns the compiled default filter (cached for the process).
+func defaultFilter() (*Program, error) { return cache() }
 
-// seccompFor is the filter for sandboxes on a cgroup version's hosts: defaultSeccomp, plus
+// For is the filter for sandboxes on a cgroup version's hosts: defaultFilter, plus
 // clone3 on v2 (allowClone3).
-func seccompFor(cgroupVersion int) (*seccompProgram, error) {
+func For(cgroupVersion int) (*Program, error) {
 	if cgroupVersion == 2 {
-		return seccompV2Cache()
+		return v2Cache()
 	}
-	return seccompCache()
+	return cache()
 }
 
 // allowClone3: on cgroup v2 the agent starts each command with clone3(CLONE_INTO_CGROUP), the
@@ -60,7 +61,7 @@ func seccompFor(cgroupVersion int) (*seccompProgram, error) {
 // runs as a non-root uid without capabilities (nsinit.CodeUID) and holds no handle on a
 // cgroup directory (CLONE_INTO_CGROUP checks its own write access): then clone3 grants
 // nothing clone does not. The v1 filter stays Docker's.
-func compileDefaultSeccomp(allowClone3 bool) (*seccompProgram, error) {
+func compileDefault(allowClone3 bool) (*Program, error) {
 	// No capabilities: the includes/excludes keyed on caps resolve as for an unprivileged
 	// container; arches and minimum kernels resolve against this host.
 	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
@@ -77,7 +78,7 @@ func compileDefaultSeccomp(allowClone3 bool) (*seccompProgram, error) {
 		first = append(first, specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActAllow})
 	}
 	prof.Syscalls = append(first, prof.Syscalls...)
-	return compileSeccomp(prof)
+	return compile(prof)
 }
 
 // extraDenied are syscalls the default profile allows and this runtime refuses.
@@ -85,7 +86,7 @@ func compileDefaultSeccomp(allowClone3 bool) (*seccompProgram, error) {
 // checks as PTRACE_MODE_ATTACH); refused for the same reason.
 var extraDenied = []string{"ptrace", "process_vm_readv", "process_vm_writev"}
 
-// compileSeccomp converts an OCI seccomp profile to a BPF program for this architecture. It
+// compile converts an OCI seccomp profile to a BPF program for this architecture. It
 // refuses every construct it cannot express exactly rather than allowing more than the profile.
 //
 // The syscall names, numbers and audit arch come from go-seccomp-bpf; the program is laid out
@@ -95,12 +96,12 @@ var extraDenied = []string{"ptrace", "process_vm_readv", "process_vm_writev"}
 // argument equal to a later allowed syscall's number would be allowed. Here every syscall with
 // conditions gets one block that always ends in a return, so the accumulator never leaks past
 // it (TestSeccompConditionFallthrough, TestSeccompMatchesProfile).
-func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
+func compile(prof *specs.LinuxSeccomp) (*Program, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
-	def, err := seccompAction(prof.DefaultAction, prof.DefaultErrnoRet)
+	def, err := actionOf(prof.DefaultAction, prof.DefaultErrnoRet)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: default action: %w", err)
 	}
@@ -108,14 +109,14 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 		return nil, fmt.Errorf("seccomp: profile flags %v / listener %q are not supported", prof.Flags, prof.ListenerPath)
 	}
 	var order []uint32 // syscall numbers in order of first appearance
-	rules := map[uint32][]seccompRule{}
+	rules := map[uint32][]rule{}
 	var unknown []string
 	for i, r := range prof.Syscalls {
-		action, err := seccompAction(r.Action, r.ErrnoRet)
+		action, err := actionOf(r.Action, r.ErrnoRet)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, r.Names, err)
 		}
-		conds, err := seccompConditions(r.Args)
+		conds, err := conditionsOf(r.Args)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: rule %d (%v): %w", i, r.Names, err)
 		}
@@ -131,7 +132,7 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 			if _, seen := rules[nr]; !seen {
 				order = append(order, nr)
 			}
-			rules[nr] = append(rules[nr], seccompRule{conds: conds, action: action})
+			rules[nr] = append(rules[nr], rule{conds: conds, action: action})
 		}
 	}
 
@@ -156,15 +157,15 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 	// of a linear scan of every number the profile names. The kernel runs the filter once per
 	// syscall number when it is installed (to cache the constant decisions), so its length
 	// and depth are paid on every sandbox start: a linear scan took 0.3-0.7 ms there.
-	var ivs []seccompInterval
+	var ivs []interval
 	slices.Sort(order)
 	next := uint32(0)
 	for _, nr := range order {
 		if nr > next {
-			ivs = appendInterval(ivs, seccompInterval{start: next, action: def})
+			ivs = appendInterval(ivs, interval{start: next, action: def})
 		}
 		rs := rules[nr]
-		iv := seccompInterval{start: nr, action: rs[0].action}
+		iv := interval{start: nr, action: rs[0].action}
 		if len(rs[0].conds) > 0 {
 			if iv.block, err = conditionBlock(rs, def); err != nil {
 				return nil, fmt.Errorf("seccomp: syscall %d: %w", nr, err)
@@ -173,7 +174,7 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 		ivs = appendInterval(ivs, iv)
 		next = nr + 1
 	}
-	ivs = appendInterval(ivs, seccompInterval{start: next, action: def})
+	ivs = appendInterval(ivs, interval{start: next, action: def})
 	prog = append(prog, searchTree(ivs)...)
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
@@ -188,19 +189,19 @@ func compileSeccomp(prof *specs.LinuxSeccomp) (*seccompProgram, error) {
 		out = append(out, r.Jt, r.Jf)
 		out = binary.NativeEndian.AppendUint32(out, r.K)
 	}
-	return &seccompProgram{BPF: out, Instructions: len(raw), Unknown: unknown}, nil
+	return &Program{BPF: out, Instructions: len(raw), Unknown: unknown}, nil
 }
 
-// seccompInterval is the decision for the syscall numbers from start up to the next
+// interval is the decision for the syscall numbers from start up to the next
 // interval's start: a return of action, or (block != nil, a single number) its argument checks.
-type seccompInterval struct {
+type interval struct {
 	start  uint32
 	action uint32
 	block  []bpf.Instruction
 }
 
 // appendInterval adds iv, merged into the previous interval when both return the same action.
-func appendInterval(ivs []seccompInterval, iv seccompInterval) []seccompInterval {
+func appendInterval(ivs []interval, iv interval) []interval {
 	if n := len(ivs); n > 0 && ivs[n-1].block == nil && iv.block == nil && ivs[n-1].action == iv.action {
 		return ivs
 	}
@@ -209,7 +210,7 @@ func appendInterval(ivs []seccompInterval, iv seccompInterval) []seccompInterval
 
 // searchTree decides among ivs (sorted, the first starting at or below the number in the
 // accumulator) by binary search. Every path ends in a return.
-func searchTree(ivs []seccompInterval) []bpf.Instruction {
+func searchTree(ivs []interval) []bpf.Instruction {
 	if len(ivs) == 1 {
 		if ivs[0].block != nil {
 			return ivs[0].block
@@ -230,15 +231,15 @@ func searchTree(ivs []seccompInterval) []bpf.Instruction {
 	return append(out, right...)
 }
 
-// seccompRule is one profile rule for one syscall.
-type seccompRule struct {
+// rule is one profile rule for one syscall.
+type rule struct {
 	conds  []seccompbpf.Condition // all must hold; none: always matches
 	action uint32
 }
 
 // conditionBlock evaluates one syscall's rules in order (the first whose conditions all hold
 // decides) and ends in the default action: every path returns.
-func conditionBlock(rs []seccompRule, def uint32) ([]bpf.Instruction, error) {
+func conditionBlock(rs []rule, def uint32) ([]bpf.Instruction, error) {
 	var block []bpf.Instruction
 	for _, r := range rs {
 		if len(r.conds) == 0 {
@@ -333,8 +334,8 @@ func conditionSeq(c seccompbpf.Condition) (seq []bpf.Instruction, failAt []int, 
 	return seq, failAt, nil
 }
 
-// seccompAction is the filter's return value for an action.
-func seccompAction(a specs.LinuxSeccompAction, errno *uint) (uint32, error) {
+// actionOf is the filter's return value for an action.
+func actionOf(a specs.LinuxSeccompAction, errno *uint) (uint32, error) {
 	switch a {
 	case specs.ActAllow:
 		return unix.SECCOMP_RET_ALLOW, nil
@@ -355,9 +356,9 @@ func seccompAction(a specs.LinuxSeccompAction, errno *uint) (uint32, error) {
 	return 0, fmt.Errorf("action %q is not supported", a)
 }
 
-// seccompConditions converts a rule's argument comparisons; all must hold (libseccomp's AND).
+// conditionsOf converts a rule's argument comparisons; all must hold (libseccomp's AND).
 // nil means the rule has none.
-func seccompConditions(args []specs.LinuxSeccompArg) (seccompbpf.ArgumentConditions, error) {
+func conditionsOf(args []specs.LinuxSeccompArg) (seccompbpf.ArgumentConditions, error) {
 	if len(args) == 0 {
 		return nil, nil
 	}

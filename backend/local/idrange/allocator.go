@@ -1,4 +1,5 @@
-package local
+// Package idrange gives each sandbox host ids of its own: per-sandbox ranges, the host ids they avoid, a rootless user's subordinate ids.
+package idrange
 
 import (
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -26,14 +28,17 @@ import (
 // cgroup is empty and its state gone; reconcile (under the exclusive lock, no create in
 // flight) removes claims whose session dir is gone, keeps those of adopted sandboxes.
 
-// idRangesDir is the state dir's subdirectory of range claims.
-const idRangesDir = "uids"
+// Size is how many ids a sandbox's user namespace maps (0..65535): one range.
+const Size = 65536
 
-// defaultUIDRanges is how many sandboxes may live at once per state dir by default.
-const defaultUIDRanges = 4096
+// Dir is the state dir's subdirectory of range claims.
+const Dir = "uids"
 
-// idAllocator hands out id ranges from one state dir.
-type idAllocator struct {
+// DefaultRanges is how many sandboxes may live at once per state dir by default.
+const DefaultRanges = 4096
+
+// Allocator hands out id ranges from one state dir.
+type Allocator struct {
 	dir    string // <state dir>/uids
 	base   int    // Options.UIDBase
 	ranges int    // Options.UIDRanges
@@ -47,8 +52,10 @@ type idAllocator struct {
 	excluded     map[int]bool
 }
 
-func newIDAllocator(stateDir string, base, ranges int) (*idAllocator, error) {
-	a := &idAllocator{dir: filepath.Join(stateDir, idRangesDir), base: base, ranges: ranges}
+// NewAllocator is an allocator of ranges claimed under stateDir: ranges of them, range k's
+// host ids from base+(k+1)*Size on.
+func NewAllocator(stateDir string, base, ranges int) (*Allocator, error) {
+	a := &Allocator{dir: filepath.Join(stateDir, Dir), base: base, ranges: ranges}
 	if err := os.Mkdir(a.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -56,10 +63,10 @@ func newIDAllocator(stateDir string, base, ranges int) (*idAllocator, error) {
 }
 
 // hostBase is the host id sandbox id 0 maps to in range k.
-func (a *idAllocator) hostBase(k int) int { return a.base + (k+1)*idRange }
+func (a *Allocator) hostBase(k int) int { return a.base + (k+1)*Size }
 
-// claim takes a free range for session id and returns its index and host base.
-func (a *idAllocator) claim(id string) (int, int, error) {
+// Claim takes a free range for session id and returns its index and host base.
+func (a *Allocator) Claim(id string) (int, int, error) {
 	a.excludedOnce.Do(func() { a.excludedErr = a.excludeHostIDs(a.hostRoot) })
 	if a.excludedErr != nil {
 		return 0, 0, a.excludedErr
@@ -85,8 +92,8 @@ func (a *idAllocator) claim(id string) (int, int, error) {
 	return 0, 0, fmt.Errorf("%w: uidRanges %d: every id range (host ids %d..%d) belongs to a live sandbox (%d overlap host accounts' ids and are not used); terminate one or configure more ranges", sandbox.ErrRefused, a.ranges, a.hostBase(0), a.hostBase(a.ranges)-1, len(a.excluded))
 }
 
-// release frees range k if session id holds it.
-func (a *idAllocator) release(k int, id string) error {
+// Release frees range k if session id holds it.
+func (a *Allocator) Release(k int, id string) error {
 	p := filepath.Join(a.dir, strconv.Itoa(k))
 	if owner, err := os.Readlink(p); err != nil || owner != id {
 		return nil // never claimed by id, or freed already
@@ -97,8 +104,8 @@ func (a *idAllocator) release(k int, id string) error {
 	return nil
 }
 
-// releaseAll frees every range session id holds: a session whose record never got written.
-func (a *idAllocator) releaseAll(id string) error {
+// ReleaseAll frees every range session id holds: a session whose record never got written.
+func (a *Allocator) ReleaseAll(id string) error {
 	entries, err := os.ReadDir(a.dir)
 	if err != nil {
 		return err
@@ -109,15 +116,15 @@ func (a *idAllocator) releaseAll(id string) error {
 		if err != nil {
 			continue
 		}
-		errs = append(errs, a.release(k, id))
+		errs = append(errs, a.Release(k, id))
 	}
 	return errors.Join(errs...)
 }
 
-// sweep frees the claims whose session has no state dir any more (a process that died
+// Sweep frees the claims whose session has no state dir any more (a process that died
 // between claiming and making it, or between removing it and freeing the claim). It runs
 // under the state dir's exclusive lock, when no create is in flight.
-func (a *idAllocator) sweep(stateDir string) error {
+func (a *Allocator) Sweep(stateDir string) error {
 	entries, err := os.ReadDir(a.dir)
 	if err != nil {
 		return err
@@ -126,7 +133,7 @@ func (a *idAllocator) sweep(stateDir string) error {
 	for _, e := range entries {
 		p := filepath.Join(a.dir, e.Name())
 		owner, err := os.Readlink(p)
-		if err == nil && checkSessionID(owner) == nil {
+		if err == nil && statedir.CheckSessionID(owner) == nil {
 			if _, err := os.Lstat(filepath.Join(stateDir, owner)); !errors.Is(err, fs.ErrNotExist) {
 				continue // a live (or not yet reaped) session keeps its range
 			}
@@ -136,23 +143,4 @@ func (a *idAllocator) sweep(stateDir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// idBaseOf is the host id rec's sandbox id 0 maps to.
-func (b *Backend) idBaseOf(rec *record) int {
-	if rec.IDBase != 0 {
-		return rec.IDBase
-	}
-	return b.opts.UIDBase // gVisor's, and records from before per-sandbox ranges
-}
-
-// releaseIDs frees the id range of session id once nothing of it runs any more.
-func (b *Backend) releaseIDs(id string, rec *record) error {
-	switch {
-	case rec == nil:
-		return b.ids.releaseAll(id) // a create that died before its record
-	case rec.IDBase != 0:
-		return b.ids.release(rec.IDRange, id)
-	}
-	return nil
 }

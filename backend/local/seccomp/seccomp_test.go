@@ -1,4 +1,4 @@
-package local
+package seccomp
 
 import (
 	"encoding/binary"
@@ -67,7 +67,7 @@ func TestDefaultSeccompDecisions(t *testing.T) {
 	if runtime.GOARCH != "amd64" || binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		t.Skip("the syscall numbers below are amd64's")
 	}
-	prog, err := defaultSeccomp()
+	prog, err := defaultFilter()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestSeccompConditionFallthrough(t *testing.T) {
 		eq(7), eq(10),
 		{Names: []string{"sendfile"}, Action: specs.ActAllow}, // number 40 on amd64
 	}}
-	prog, err := compileSeccomp(prof)
+	prog, err := compile(prof)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestSeccompConditionFallthrough(t *testing.T) {
 func refDecision(t *testing.T, prof *specs.LinuxSeccomp, nrName map[int]string, nr int, args []uint64) uint32 {
 	t.Helper()
 	ret := func(a specs.LinuxSeccompAction, e *uint) uint32 {
-		v, err := seccompAction(a, e)
+		v, err := actionOf(a, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestSeccompMatchesProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	prof.Syscalls = append([]specs.LinuxSyscall{{Names: extraDenied, Action: specs.ActErrno}}, prof.Syscalls...)
-	prog, err := defaultSeccomp()
+	prog, err := defaultFilter()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestCompileSeccompRefuses(t *testing.T) {
 			Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}, false},
 	}
 	for _, c := range cases {
-		_, err := compileSeccomp(c.prof)
+		_, err := compile(c.prof)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
 		}
@@ -287,7 +287,7 @@ func TestSeccompOperators(t *testing.T) {
 			Names: []string{"socket"}, Action: specs.ActAllow,
 			Args: []specs.LinuxSeccompArg{{Index: 1, Value: v, Op: op}},
 		}}}
-		prog, err := compileSeccomp(prof)
+		prog, err := compile(prof)
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
@@ -331,7 +331,7 @@ func TestSeccompSearchTreeLongJumps(t *testing.T) {
 			prof.Syscalls = append(prof.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActAllow})
 		}
 	}
-	prog, err := compileSeccomp(prof)
+	prog, err := compile(prof)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,11 +361,11 @@ func TestSeccompV2OnlyAddsClone3(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("amd64 numbers")
 	}
-	v1, err := seccompFor(1)
+	v1, err := For(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2, err := seccompFor(2)
+	v2, err := For(2)
 	if err != nil {
 		t.Fatal(err)
 	}
