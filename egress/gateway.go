@@ -280,6 +280,9 @@ type Attachment struct {
 	mu     sync.Mutex // serialises SetPolicy and Close; guards net and closed
 	net    *network
 	closed bool
+
+	// inPlace: the sandbox shares the gateway's namespace (ServeInPlace); no link, no table.
+	inPlace bool
 }
 
 // SandboxAddr is the sandbox's address on its link, invalid under deny.
@@ -332,6 +335,10 @@ func (a *Attachment) SetPolicy(ctx context.Context, p Policy) error {
 	if a.closed {
 		return fmt.Errorf("%w: egress attachment for sandbox %q is closed", sandbox.ErrInvalid, a.id)
 	}
+	if a.inPlace && p.Mode == spec.EgressDeny {
+		// Its traffic reaches the proxy by the namespace's own rules, not a link to remove.
+		return fmt.Errorf("%w: in-place egress cannot move to deny while it runs", sandbox.ErrUnsupported)
+	}
 	pc := p.clone()
 	switch {
 	case p.Mode == spec.EgressDeny && a.net != nil:
@@ -367,7 +374,10 @@ func (a *Attachment) Close() error {
 	a.g.mu.Lock()
 	delete(a.g.attached, a.id)
 	a.g.mu.Unlock()
-	return errors.Join(err, a.sbNS.Close())
+	if a.sbNS.IsOpen() {
+		err = errors.Join(err, a.sbNS.Close())
+	}
+	return err
 }
 
 func (a *Attachment) loopbackUp() error {
@@ -421,7 +431,7 @@ func (a *Attachment) Counters() Counters {
 	a.mu.Lock() // so a teardown cannot move the kernel count into droppedBase meanwhile
 	defer a.mu.Unlock()
 	c.PacketsDropped = a.ctr.droppedBase.Load()
-	if a.net != nil {
+	if a.net != nil && !a.inPlace {
 		if d, err := a.g.readDropped(tableName(a.id)); err == nil {
 			c.PacketsDropped += d
 		}

@@ -94,7 +94,7 @@ func resetClose(c *net.TCPConn) {
 func (n *network) handle(c *net.TCPConn) {
 	a := n.a
 	src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	if src.Addr().Unmap() != n.sb {
+	if !a.inPlace && src.Addr().Unmap() != n.sb {
 		a.ctr.connsDenied.Add(1)
 		a.refuse("tcp", "", netip.AddrPort{}, ReasonUnexpectedSource)
 		resetClose(c)

@@ -66,9 +66,6 @@ func Accept(sb *v1alpha1.Sandbox) (spec.Sandbox, error) {
 			refuse("spec.limits.disk %s: with limits.memory %s it exceeds 8 EiB; a pod's disk is a tmpfs in its memory, so its memory limit is their sum, at most 8 EiB (rule %s)", d.Limits.Disk, d.Limits.Memory, RuleMemoryPlusDisk)
 		}
 	}
-	if d.Egress.Mode == spec.EgressAllowDomains {
-		refuse("spec.egress.mode allowDomains: hostname allowlists need an egress proxy in the pod's network path; allowed are deny, allow (public internet only) and open (no restriction)")
-	}
 	if len(written.PreviewPorts) > 0 {
 		refuse("spec.previewPorts %v: the operator has no preview proxy; leave it empty", written.PreviewPorts)
 	}

@@ -41,7 +41,7 @@ func TestPlanAgreesWithAccept(t *testing.T) {
 		{"runtime native", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeNative }, ""},
 		{"egress allowDomains", func(s *v1alpha1.SandboxSpec) {
 			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"pypi.org"}}
-		}, "egress.mode"},
+		}, ""},
 		{"preview ports", func(s *v1alpha1.SandboxSpec) { s.PreviewPorts = []int{8080} }, "previewPorts"},
 		{"hostedBy", func(s *v1alpha1.SandboxSpec) { s.HostedBy = "app" }, "hostedBy"},
 		{"label airlock.dev/client", func(s *v1alpha1.SandboxSpec) { s.Labels = map[string]string{"airlock.dev/client": "true"} }, "labels"},

@@ -57,8 +57,11 @@ func TestAccept(t *testing.T) {
 		{"dir image", func(s *v1alpha1.SandboxSpec) { s.Image = spec.Image{Dir: "/srv/root"} }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.image"},
 		{"docker runtime", func(s *v1alpha1.SandboxSpec) { s.Runtime = spec.RuntimeDocker }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.runtime"},
 		{"domain allowlist", func(s *v1alpha1.SandboxSpec) {
-			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.org"}}
-		}, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "open (no restriction)"},
+			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"example.org", "*.pypi.org"}}
+		}, "", nil, ""},
+		{"domain allowlist, a bad name", func(s *v1alpha1.SandboxSpec) {
+			s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"exa mple.org"}}
+		}, v1alpha1.ReasonInvalidDeclaration, sandbox.ErrInvalid, "domains"},
 		{"preview ports", func(s *v1alpha1.SandboxSpec) { s.PreviewPorts = []int{8080} }, v1alpha1.ReasonUnsupported, sandbox.ErrRefused, "spec.previewPorts"},
 		{"declared process limit", func(s *v1alpha1.SandboxSpec) { s.Limits.MaxProcesses = i64(64) }, "", nil, ""},
 		{"declared idle timeout", func(s *v1alpha1.SandboxSpec) { s.Session.IdleTimeoutSeconds = i64(60) }, "", nil, ""},

@@ -44,4 +44,12 @@ const (
 	DefaultAgentPort  = 7070
 	// InstallUID runs the init container that copies the agent.
 	InstallUID = 65532
+	// allowDomains pods (addEgressProxy): the init container that sets the pod's nftables,
+	// the egress sidecar, the uid it runs as (the only one whose traffic is not redirected;
+	// outside every code uid range) and its loopback ports.
+	EgressInitName      = "airlock-egress-init"
+	EgressContainerName = "airlock-egress"
+	EgressProxyUID      = 65530
+	EgressProxyPort     = 15001
+	EgressDNSPort       = 15053
 )

@@ -34,6 +34,10 @@ type PodOptions struct {
 	// fake internet, as $AIRLOCK_EGRESS_PUBLIC is for the local runtime. ParseExtraPublic
 	// refuses anything else.
 	ExtraPublic []netip.Prefix
+	// EgressDNS are the DNS servers the egress proxy of an allowDomains pod asks; empty means
+	// the pod's own /etc/resolv.conf (the cluster DNS). The NetworkPolicy lets the pod reach
+	// them on port 53 (any server when empty).
+	EgressDNS []netip.AddrPort
 }
 
 // ParseExtraPublic reads a comma-separated list of documentation prefixes (the operator's
@@ -247,7 +251,80 @@ func BuildPod(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions, keyRing, sessi
 	if d.Runtime == spec.RuntimeGVisor {
 		pod.Spec.RuntimeClassName = ptr(o.GVisorClassName)
 	}
+	if d.Egress.Mode == spec.EgressAllowDomains {
+		addEgressProxy(pod, d, o)
+	}
 	return pod, nil
+}
+
+// addEgressProxy puts airlock's egress resolver and proxy (package egress) in the pod's
+// network path for allowDomains: an init container holding only NET_ADMIN sets the pod's
+// nftables (every TCP connection and DNS query of every uid but the proxy's goes to the proxy
+// on loopback; the rest is dropped) and exits, and a sidecar running as EgressProxyUID with
+// no capability serves. The sandbox container never holds NET_ADMIN, and code, which runs as
+// its own uid, cannot leave the redirect. The pod is ready only once the proxy serves.
+func addEgressProxy(pod *corev1.Pod, d spec.Sandbox, o PodOptions) {
+	yes, no := true, false
+	rootUID, proxyUID := int64(0), int64(EgressProxyUID)
+	ports := []string{"-proxy-port", fmt.Sprint(EgressProxyPort), "-dns-port", fmt.Sprint(EgressDNSPort)}
+	small := corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+		Name:            EgressInitName,
+		Image:           o.AirlockImage,
+		ImagePullPolicy: o.PullPolicy,
+		Command:         append([]string{ImageOperatorPath, "egress-init", "-proxy-uid", fmt.Sprint(EgressProxyUID)}, ports...),
+		Resources:       small,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                &rootUID,
+			RunAsGroup:               &rootUID,
+			RunAsNonRoot:             &no,
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
+		},
+	})
+	args := append([]string{ImageOperatorPath, "egress-proxy", "-sandbox", d.ID, "-domains", strings.Join(d.Egress.Domains, ",")}, ports...)
+	if len(o.EgressDNS) > 0 {
+		ups := make([]string, len(o.EgressDNS))
+		for i, u := range o.EgressDNS {
+			ups[i] = u.String()
+		}
+		args = append(args, "-upstream", strings.Join(ups, ","))
+	}
+	if len(o.ExtraPublic) > 0 {
+		ps := make([]string, len(o.ExtraPublic))
+		for i, p := range o.ExtraPublic {
+			ps[i] = p.String()
+		}
+		args = append(args, "-egress-public", strings.Join(ps, ","))
+	}
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+		Name:            EgressContainerName,
+		Image:           o.AirlockImage,
+		ImagePullPolicy: o.PullPolicy,
+		Command:         args,
+		Resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		},
+		// A startup probe only: the container is ready once it passes, and nothing polls after.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{ImageOperatorPath, "egress-ready", "-dns-port", fmt.Sprint(EgressDNSPort)}}},
+			PeriodSeconds:    1,
+			FailureThreshold: 60,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                &proxyUID,
+			RunAsGroup:               &proxyUID,
+			RunAsNonRoot:             &yes,
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -310,6 +387,22 @@ func BuildNetworkPolicy(sb *v1alpha1.Sandbox, d spec.Sandbox, o PodOptions) *net
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: publicPeers(o.ExtraPublic)}}
 	case spec.EgressOpen:
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+	case spec.EgressAllowDomains:
+		// The pod's nftables send code's traffic to the proxy (addEgressProxy); the policy
+		// bounds what the proxy itself may reach: the public internet, and DNS for its
+		// resolver (the servers of PodOptions.EgressDNS, or any when the cluster DNS is used).
+		udp := corev1.ProtocolUDP
+		dns := intstr.FromInt32(53)
+		dnsRule := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}}
+		if len(o.EgressDNS) > 0 {
+			dnsRule.Ports = nil
+			for _, u := range o.EgressDNS {
+				p := intstr.FromInt32(int32(u.Port()))
+				dnsRule.Ports = append(dnsRule.Ports, networkingv1.NetworkPolicyPort{Protocol: &udp, Port: &p}, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &p})
+				dnsRule.To = append(dnsRule.To, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(u.Addr(), u.Addr().BitLen()).String()}})
+			}
+		}
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: publicPeers(o.ExtraPublic)}, dnsRule}
 	}
 	return np
 }

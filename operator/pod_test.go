@@ -311,3 +311,103 @@ func TestParseExtraPublic(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildPodAllowDomains: an allowDomains pod carries the egress proxy in its network path,
+// and only the init container that sets the nftables holds NET_ADMIN; other modes get neither.
+func TestBuildPodAllowDomains(t *testing.T) {
+	p, _ := buildTestPod(t, func(s *spec.Sandbox) {
+		s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"pypi.org", "*.pythonhosted.org"}}
+	})
+	containers := map[string]corev1.Container{}
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		containers[c.Name] = c
+	}
+	init, ok := containers[EgressInitName]
+	if !ok || p.Spec.InitContainers[len(p.Spec.InitContainers)-1].Name != EgressInitName {
+		t.Fatalf("no init container %s: %+v", EgressInitName, p.Spec.InitContainers)
+	}
+	if got := init.SecurityContext.Capabilities; !reflect.DeepEqual(got.Add, []corev1.Capability{"NET_ADMIN"}) || !reflect.DeepEqual(got.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("%s capabilities %+v, want NET_ADMIN only", EgressInitName, got)
+	}
+	if !slices.Contains(init.Command, "egress-init") || !slices.Contains(init.Command, fmt.Sprint(EgressProxyUID)) {
+		t.Errorf("%s command %v", EgressInitName, init.Command)
+	}
+	side, ok := containers[EgressContainerName]
+	if !ok {
+		t.Fatalf("no sidecar %s", EgressContainerName)
+	}
+	sc := side.SecurityContext
+	if *sc.RunAsUser != EgressProxyUID || !*sc.RunAsNonRoot || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Add) != 0 || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("sidecar security context %+v, want uid %d with no capability", sc, EgressProxyUID)
+	}
+	cmd := strings.Join(side.Command, " ")
+	if !strings.Contains(cmd, "egress-proxy") || !strings.Contains(cmd, "-domains pypi.org,*.pythonhosted.org") || !strings.Contains(cmd, "-sandbox box") {
+		t.Errorf("sidecar command %q", cmd)
+	}
+	if side.StartupProbe == nil || side.StartupProbe.Exec == nil {
+		t.Errorf("sidecar has no startup probe: the pod would be ready before the proxy serves")
+	}
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.Name != EgressInitName && c.SecurityContext != nil && c.SecurityContext.Capabilities != nil && slices.Contains(c.SecurityContext.Capabilities.Add, "NET_ADMIN") {
+			t.Errorf("container %s holds NET_ADMIN", c.Name)
+		}
+	}
+
+	for _, mode := range []spec.EgressMode{spec.EgressDeny, spec.EgressAllow, spec.EgressOpen} {
+		p, _ := buildTestPod(t, func(s *spec.Sandbox) { s.Egress = spec.Egress{Mode: mode} })
+		for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+			if c.Name == EgressInitName || c.Name == EgressContainerName {
+				t.Errorf("egress %s: pod has %s", mode, c.Name)
+			}
+		}
+	}
+}
+
+// TestEgressProxyUpstream: the operator's -egress-dns and -egress-public reach the sidecar.
+func TestEgressProxyUpstream(t *testing.T) {
+	sb := sbx("box", func(s *v1alpha1.SandboxSpec) {
+		s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"a.test"}}
+	})
+	d, err := Accept(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, _ := testRing(t)
+	o := testPodOpts
+	o.EgressDNS = []netip.AddrPort{netip.MustParseAddrPort("203.0.113.90:53")}
+	o.ExtraPublic = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	p, err := BuildPod(sb, d, o, ring, "s", "t", 1_000_001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Join(p.Spec.Containers[len(p.Spec.Containers)-1].Command, " ")
+	if !strings.Contains(cmd, "-upstream 203.0.113.90:53") || !strings.Contains(cmd, "-egress-public 203.0.113.0/24") {
+		t.Errorf("sidecar command %q", cmd)
+	}
+}
+
+// TestNetworkPolicyAllowDomains: the proxy may reach the public internet and DNS: the given
+// servers only, or port 53 anywhere when the pod's own resolv.conf (cluster DNS) is used.
+func TestNetworkPolicyAllowDomains(t *testing.T) {
+	sb := sbx("box", func(s *v1alpha1.SandboxSpec) {
+		s.Egress = spec.Egress{Mode: spec.EgressAllowDomains, Domains: []string{"a.test"}}
+	})
+	d, err := Accept(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := BuildNetworkPolicy(sb, d, testPodOpts)
+	if len(np.Spec.Egress) != 2 || np.Spec.Egress[0].To[0].IPBlock.CIDR != "0.0.0.0/0" || len(np.Spec.Egress[0].Ports) != 0 {
+		t.Fatalf("egress %+v, want the public internet and DNS", np.Spec.Egress)
+	}
+	dns := np.Spec.Egress[1]
+	if len(dns.To) != 0 || len(dns.Ports) != 2 || dns.Ports[0].Port.IntValue() != 53 || *dns.Ports[0].Protocol != corev1.ProtocolUDP || *dns.Ports[1].Protocol != corev1.ProtocolTCP {
+		t.Errorf("DNS rule %+v, want port 53 UDP and TCP to any address", dns)
+	}
+	o := testPodOpts
+	o.EgressDNS = []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}
+	dns = BuildNetworkPolicy(sb, d, o).Spec.Egress[1]
+	if len(dns.To) != 1 || dns.To[0].IPBlock.CIDR != "10.96.0.10/32" || len(dns.Ports) != 2 {
+		t.Errorf("DNS rule %+v, want 10.96.0.10/32 port 53", dns)
+	}
+}

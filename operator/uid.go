@@ -136,5 +136,11 @@ func ParseUIDRange(s string) (first, last uint32, err error) {
 	if a == 0 || b < a || b > 1<<31-2 {
 		return 0, 0, fmt.Errorf("code uid range %q: want 1 <= first <= last < 2^31-1 (0 is root)", s)
 	}
+	for _, u := range []uint64{InstallUID, EgressProxyUID} {
+		if a <= u && u <= b {
+			// Code as the egress proxy's uid would pass the pod's redirect.
+			return 0, 0, fmt.Errorf("code uid range %q holds %d, a uid the operator's own containers run as (%d, %d): choose a range without them", s, u, InstallUID, EgressProxyUID)
+		}
+	}
 	return uint32(a), uint32(b), nil
 }

@@ -142,6 +142,8 @@ func TestParseUIDRange(t *testing.T) {
 		{"10", 0, 0, false},
 		{"10-20x", 0, 0, false},
 		{"1-4294967295", 0, 0, false},
+		{"60000-70000", 0, 0, false}, // holds EgressProxyUID (and InstallUID): code would pass the pod's redirect
+		{"65531-65531", 65531, 65531, true},
 	} {
 		f, l, err := ParseUIDRange(tc.in)
 		if (err == nil) != tc.ok || f != tc.first || l != tc.last {

@@ -192,6 +192,11 @@ func TestConformance(t *testing.T) {
 		Exercises: []capability.Name{capability.EgressDeny, capability.PublicOnlyEgress},
 		Replaces:  "EgressDenyOnlyLoopback",
 		Run:       func(t *testing.T) { egressByTraffic(t, e, b) },
+	}, {
+		// The hostname allowlist by traffic: the egress proxy in the pod's path, the bypass battery.
+		Name:      "EgressAllowDomainsByTraffic",
+		Exercises: []capability.Name{capability.DomainEgressRules},
+		Run:       func(t *testing.T) { egressAllowDomainsByTraffic(t, e, b) },
 	}}}
 	decls := conformance.Declarations(opts, b.Capabilities(ctxT(t)))
 	for _, d := range decls {

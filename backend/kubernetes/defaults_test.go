@@ -18,7 +18,7 @@ func TestPublishedFacts(t *testing.T) {
 		want bool
 		why  string // substring of the reason when false
 	}{
-		{capability.DomainEgressRules, false, "egress proxy in the pod's network path"},
+		{capability.DomainEgressRules, true, ""},
 		{capability.EgressDeny, true, ""},
 		{capability.PublicOnlyEgress, true, ""},
 		{capability.ProcessLimit, true, ""},

@@ -187,8 +187,10 @@ func TestExamplePromises(t *testing.T) {
 	}{
 		{[]string{"plan", "-f", "examples/python-tool.yaml", "--platform", "local", "--capabilities-file", localSet}, 0,
 			[]string{"OK  1 sandbox can run on local as declared"}, []string{"REFUSED"}},
-		{[]string{"plan", "-f", "examples/allowlisted-egress.yaml", "--platform", "kubernetes"}, 1,
-			[]string{"needs=domainEgressRules", "egress proxy in the pod's network path"}, nil},
+		{[]string{"plan", "-f", "examples/allowlisted-egress.yaml", "--platform", "docker"}, 1,
+			[]string{"needs=domainEgressRules", "no egress proxy in the container's network path"}, nil},
+		{[]string{"plan", "-f", "examples/allowlisted-egress.yaml", "--platform", "kubernetes"}, 0,
+			[]string{"OK  1 sandbox can run on kubernetes as declared"}, []string{"REFUSED"}},
 		{[]string{"plan", "-f", "examples/gcp-without-host.yaml", "--platform", "gcp"}, 1,
 			[]string{"field=sandboxes[0].hostedBy", "needs=gcp.requiresHost"}, nil},
 		{[]string{"plan", "-f", "examples/gcp-without-host.yaml", "--platform", "aws"}, 1,
@@ -287,7 +289,7 @@ func TestCLI(t *testing.T) {
 		{name: "capabilities aws", args: []string{"capabilities", "--platform", "aws"}, code: 0,
 			stdout: []string{"idleTimeout          no        a MicroVM's idle policy counts only inbound traffic", "bounds: maxLifetime 28800s\n"}},
 		{name: "capabilities kubernetes", args: []string{"capabilities", "--platform", "kubernetes"}, code: 0,
-			stdout: []string{"domainEgressRules    no        hostname allowlists need the egress proxy in the pod's network path", "bounds: none"}},
+			stdout: []string{"domainEgressRules    yes\n", "liveEgress           no        a pod's NetworkPolicy is not changed while it runs", "bounds: none"}},
 		{name: "capabilities unknown platform", args: []string{"capabilities", "--platform", "openstack"}, code: 2,
 			stderr: []string{`platform "openstack" (from --platform): allowed are auto, local, docker, kubernetes, aws, azure, gcp`}, noStdout: true},
 	}

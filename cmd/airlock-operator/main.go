@@ -35,6 +35,9 @@ import (
 const usage = `usage:
   airlock-operator run [flags]            run the pool controller and the broker (see -h)
   airlock-operator install-agent SRC DST  copy the agent binary (the sandbox pods' init container)
+  airlock-operator egress-init [flags]    set a sandbox pod's nftables for allowDomains (its init container)
+  airlock-operator egress-proxy [flags]   a sandbox pod's egress resolver and proxy (its sidecar)
+  airlock-operator egress-ready [flags]   the sidecar's startup probe
 `
 
 func main() {
@@ -55,6 +58,12 @@ func main() {
 		}
 		if err := installAgent(os.Args[2], os.Args[3]); err != nil {
 			fmt.Fprintln(os.Stderr, "airlock-operator install-agent:", err)
+			os.Exit(1)
+		}
+	case "egress-init", "egress-proxy", "egress-ready":
+		cmd := map[string]func([]string) error{"egress-init": egressInit, "egress-proxy": egressProxy, "egress-ready": egressReady}[os.Args[1]]
+		if err := cmd(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-operator %s: %v\n", os.Args[1], err)
 			os.Exit(1)
 		}
 	default:
@@ -110,6 +119,7 @@ func run(args []string) error {
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
 		leaderElect  = fs.Bool("leader-elect", false, "run the pool controller on the elected replica only (a Lease in -namespace); the broker serves on every replica")
 		drainTimeout = fs.Duration("drain-timeout", 20*time.Second, "on SIGTERM, how long the broker lets claims in flight finish (keep it below the pod's terminationGracePeriodSeconds)")
+		egressDNS    = fs.String("egress-dns", "", "DNS servers (ip:port, comma-separated) the egress proxy of allowDomains pods asks (default: the pod's own /etc/resolv.conf, i.e. the cluster DNS)")
 		egressPublic = fs.String("egress-public", "", "documentation prefixes (TEST-NET, comma-separated) that public-only egress may reach: a lab's fake internet, never real space")
 		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
 			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
@@ -145,6 +155,10 @@ func run(args []string) error {
 	shard, shards, err := operator.ParseShard(*brokerShard)
 	if err != nil {
 		return fmt.Errorf("-broker-shard: %w", err)
+	}
+	egressUpstream, err := parseUpstream(*egressDNS)
+	if err != nil {
+		return fmt.Errorf("-egress-dns: %w", err)
 	}
 	sel, err := labels.ConvertSelectorToLabelsMap(*brokerLabels)
 	if err != nil || len(sel) == 0 {
@@ -191,6 +205,7 @@ func run(args []string) error {
 	pods := operator.PodOptions{
 		AirlockImage: *image, PullPolicy: pp, AgentPort: int32(*agentPort),
 		OperatorNS: *namespace, BrokerSelector: sel, GVisorClassName: *gvisorClass, ExtraPublic: extraPublic,
+		EgressDNS: egressUpstream,
 	}
 	uids := &operator.CodeUIDs{Reader: mgr.GetClient(), First: uidFirst, Last: uidLast}
 	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}

@@ -27,11 +27,13 @@ fi
 # The egress tests' fake internet (a TEST-NET range in a network namespace they make on the node)
 # counts as public for public-only sandboxes; the node's own address stays non-public.
 FAKE_INTERNET=203.0.113.0/24
+# ...and the allowDomains tests' fake DNS server there is what the pods' egress proxy asks.
+FAKE_DNS=203.0.113.90:53
 # No kube-proxy runs here, so the kubernetes Service IP does not route: point the operator's
 # in-cluster config at the API server's node address (its certificate names it).
 "$BIN/helm" --kubeconfig "$KUBECONFIG_OUT" upgrade --install airlock "$REPO/deploy/helm/airlock" \
   --namespace "$NS" --set masterSecret.create=true --set sandboxImagePullPolicy=IfNotPresent \
-  --set-json "egressPublic=[\"$FAKE_INTERNET\"]" \
+  --set-json "egressPublic=[\"$FAKE_INTERNET\"]" --set-json "egressDNS=[\"$FAKE_DNS\"]" \
   --set-json "extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"$(cat "$STATE/node-ip")\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"6443\"}]" \
   --wait --timeout 3m >&2
 kc wait --for condition=established --timeout=60s crd/sandboxes.airlock.dev >&2
