@@ -105,18 +105,19 @@ func newBackend(b *testing.B, stateDir string) *local.Backend {
 
 // stateDir is a fresh state dir whose parents the sandbox's mapped root can traverse, under
 // $AIRLOCK_BENCH_STATE_PARENT (default /run: ext4 on this machine, where a host's /run is
-// usually a tmpfs; give a tmpfs to measure that case).
+// usually a tmpfs). The runtime makes the dir itself, so on a disk parent it mounts a tmpfs of
+// its own there; AIRLOCK_BENCH_STATE_ON_DISK=1 makes it beforehand, which keeps it on disk.
 func stateDir(b *testing.B) string {
 	b.Helper()
 	parent := os.Getenv("AIRLOCK_BENCH_STATE_PARENT")
 	if parent == "" {
 		parent = "/run"
 	}
-	return stateDirIn(b, parent)
+	return stateDirIn(b, parent, os.Getenv("AIRLOCK_BENCH_STATE_ON_DISK") == "1")
 }
 
-// stateDirIn is stateDir under parent.
-func stateDirIn(b *testing.B, parent string) string {
+// stateDirIn is stateDir under parent, made beforehand if onDisk.
+func stateDirIn(b *testing.B, parent string, onDisk bool) string {
 	b.Helper()
 	dir, err := os.MkdirTemp(parent, "airlock-bench-")
 	if err != nil {
@@ -126,8 +127,17 @@ func stateDirIn(b *testing.B, parent string) string {
 		b.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
+	if onDisk {
+		// Made here, not by the runtime: it stays on the parent's filesystem (no tmpfs of the
+		// runtime's own), as before issue 26.
+		if err := os.Mkdir(state, 0o711); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Cleanup(func() {
-		os.RemoveAll(dir)
+		if err := local.RemoveStateDir(dir); err != nil {
+			b.Errorf("remove %s: %v", dir, err)
+		}
 		// The CLI runs' and backends' default parent for this state dir, empty by now.
 		runcodetest.RemoveCgroupParent(b, local.CgroupParentFor(state))
 	})
@@ -162,7 +172,12 @@ func freshRunTimed(ctx context.Context, be sandbox.Backend) (phases, error) {
 		return p, err
 	}
 	p.created = time.Since(start)
-	defer be.Terminate(context.WithoutCancel(ctx), s.ID)
+	terminated := false
+	defer func() {
+		if !terminated { // a failed call's sandbox; a second Terminate is work no caller does
+			be.Terminate(context.WithoutCancel(ctx), s.ID)
+		}
+	}()
 	ag, err := be.Connect(ctx, s.ID)
 	if err != nil {
 		return p, err
@@ -177,6 +192,7 @@ func freshRunTimed(ctx context.Context, be sandbox.Backend) (phases, error) {
 		return p, fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
 	}
 	p.result = time.Since(start)
+	terminated = true
 	if err := be.Terminate(ctx, s.ID); err != nil {
 		return p, err
 	}

@@ -94,7 +94,12 @@ func freshRunDecl(ctx context.Context, be sandbox.Backend, decl spec.Sandbox) er
 	if err != nil {
 		return err
 	}
-	defer be.Terminate(context.WithoutCancel(ctx), s.ID)
+	terminated := false
+	defer func() {
+		if !terminated { // a failed call's sandbox; a second Terminate is work no caller does
+			be.Terminate(context.WithoutCancel(ctx), s.ID)
+		}
+	}()
 	ag, err := be.Connect(ctx, s.ID)
 	if err != nil {
 		return err
@@ -108,6 +113,7 @@ func freshRunDecl(ctx context.Context, be sandbox.Backend, decl spec.Sandbox) er
 	if res.ExitCode != 0 || strings.TrimSpace(out.String()) != "4" {
 		return fmt.Errorf("exit %d output %q", res.ExitCode, out.String())
 	}
+	terminated = true
 	return be.Terminate(ctx, s.ID)
 }
 

@@ -241,9 +241,10 @@ func BenchmarkCallCPU(b *testing.B) {
 			return err
 		}},
 	}
-	// AIRLOCK_BENCH_AGENTS="name=/path/to/airlock-agent[@state-dir-parent],...": a library
+	// AIRLOCK_BENCH_AGENTS="name=/path/to/airlock-agent[@[disk:]state-dir-parent],...": a library
 	// phase per agent binary (each with its own backend and a state dir under /run or the
-	// parent given), interleaved with the rest, for before/after.
+	// parent given; "disk:" makes it beforehand, so it stays on the parent's filesystem),
+	// interleaved with the rest, for before/after.
 	for _, kv := range strings.Split(os.Getenv("AIRLOCK_BENCH_AGENTS"), ",") {
 		name, bin, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -251,7 +252,8 @@ func BenchmarkCallCPU(b *testing.B) {
 		}
 		dir := ""
 		if bin2, parent, ok := strings.Cut(bin, "@"); ok {
-			bin, dir = bin2, stateDirIn(b, parent)
+			disk, onDisk := strings.CutPrefix(parent, "disk:")
+			bin, dir = bin2, stateDirIn(b, disk, onDisk)
 		} else {
 			dir = stateDir(b)
 		}

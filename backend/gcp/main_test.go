@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 
 	"go.uber.org/goleak"
@@ -76,7 +77,8 @@ func teardown() {
 			cmd.Env = launcherEnv()
 			_ = cmd.Run()
 		}
-		os.RemoveAll(fakeState)
+		// The launcher's local runtime made its state dir there: a tmpfs of its own on /run's disk.
+		_ = local.RemoveStateDir(fakeState)
 	}
 	if binDir != "" {
 		os.RemoveAll(binDir)

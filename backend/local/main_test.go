@@ -61,11 +61,19 @@ func goleakMain(m *testing.M) int {
 func testStateDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "al")
+	if err == nil {
+		err = os.Chmod(dir, 0o711) // the sandbox's mapped root traverses it
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	// A state dir New makes itself, as a first start does: on its own tmpfs (ownTmpfs).
+	t.Cleanup(func() {
+		if err := RemoveStateDir(dir); err != nil {
+			t.Errorf("remove the state dir: %v", err)
+		}
+	})
+	return filepath.Join(dir, "s")
 }
 
 // newTestBackend returns a backend over a fresh state dir, with its own cgroup parent; the

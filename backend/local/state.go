@@ -90,9 +90,12 @@ func mountPoints(r io.Reader) ([]string, error) {
 	return out, sc.Err()
 }
 
+// mountInfo is the mount table unmountUnder reads (a variable for a test).
+var mountInfo = "/proc/self/mountinfo"
+
 // unmountUnder detaches every host mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open(mountInfo)
 	if err != nil {
 		return err
 	}
@@ -111,4 +114,73 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return nil
+}
+
+// tmpfsMarker, in the directory beneath a state dir's own tmpfs, says the runtime made that
+// directory for its state: a later start (after a reboot emptied the tmpfs) mounts one again.
+const tmpfsMarker = ".airlock-tmpfs"
+
+// ownTmpfs mounts a tmpfs of the runtime's own on a state dir it made itself (made, or marked
+// by an earlier start) when the dir's filesystem is not in memory already. Every create and
+// terminate makes and frees about seven inodes there (session dir, run/, init.log, record,
+// uid claim, resolv.conf, agent.sock); on a disk filesystem that is inode allocation and
+// freeing per call (on ext4 without a journal a search past every inode freed in the last
+// minute: milliseconds of CPU per create at tens a second; docs/benchmarks.md). A directory
+// someone else made, or one holding anything, stays as it is: a tmpfs on it would hide what
+// is there. The mount is in the caller's mount namespace, like the sandboxes' roots.
+func ownTmpfs(dir string, made bool) error {
+	// Two starts on one fresh dir: the lock on the directory beneath makes the second see the
+	// first's tmpfs (a second tmpfs on top would hide the first's sandboxes).
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC {
+		return nil
+	}
+	if made {
+		f, err := os.OpenFile(filepath.Join(dir, tmpfsMarker), os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	} else {
+		entries, err := d.ReadDir(2)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if len(entries) != 1 || entries[0].Name() != tmpfsMarker {
+			return nil
+		}
+	}
+	if err := unix.Mount("airlock-state", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// RemoveStateDir removes a state dir for good: every mount at or below it (its own tmpfs, a
+// sandbox's leftovers) is detached first, then the tree goes. The sandboxes must be gone.
+func RemoveStateDir(dir string) error {
+	dir = filepath.Clean(dir)
+	var err error
+	// A mount that appears meanwhile (a start on the dir, finding only the marker, mounts its
+	// tmpfs again) fails the removal with EBUSY: detached and tried again, a few times.
+	for range 3 {
+		if err = unmountUnder(dir); err != nil {
+			return err
+		}
+		if err = os.RemoveAll(dir); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/spec"
 )
 
@@ -168,5 +172,104 @@ func TestRecordJSON(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, flat) {
 		t.Errorf("flat record read back %+v, want %+v", back, flat)
+	}
+}
+
+// mountsAt counts the mounts whose mount point is dir.
+func mountsAt(t *testing.T, dir string) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	points, err := mountPoints(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range points {
+		if p == dir {
+			n++
+		}
+	}
+	return n
+}
+
+func onTmpfs(t *testing.T, dir string) bool {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Type == unix.TMPFS_MAGIC
+}
+
+// TestStateDirOwnTmpfs: a state dir New makes itself gets a tmpfs of its own when its
+// filesystem is on disk (once, however many starts), again after a reboot emptied it (the
+// marker beneath), and a sandbox runs on it; a directory someone else made stays as it is.
+func TestStateDirOwnTmpfs(t *testing.T) {
+	testutil.RequireRoot(t)
+	parent, err := os.MkdirTemp("", "al")
+	if err == nil {
+		err = os.Chmod(parent, 0o711) // the sandbox's mapped root traverses it
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := RemoveStateDir(parent); err != nil {
+			t.Errorf("RemoveStateDir: %v", err)
+		}
+		if _, err := os.Stat(parent); !os.IsNotExist(err) {
+			t.Errorf("RemoveStateDir left %s: %v", parent, err)
+		}
+	})
+	if onTmpfs(t, parent) {
+		t.Skipf("%s is on tmpfs already: nothing for the runtime to mount", parent)
+	}
+
+	theirs := filepath.Join(parent, "theirs")
+	if err := os.Mkdir(theirs, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	newTestBackendAt(t, theirs)
+	if onTmpfs(t, theirs) || mountsAt(t, theirs) != 0 {
+		t.Errorf("a state dir someone else made got a tmpfs: %d mounts on it", mountsAt(t, theirs))
+	}
+
+	ours := filepath.Join(parent, "ours")
+	b := newTestBackendAt(t, ours)
+	newTestBackendAt(t, ours) // a second start on it
+	if !onTmpfs(t, ours) || mountsAt(t, ours) != 1 {
+		t.Fatalf("state dir made by New: tmpfs %v, %d mounts on it, want a tmpfs, one", onTmpfs(t, ours), mountsAt(t, ours))
+	}
+	ctx := context.Background()
+	s, err := b.Create(ctx, hostDecl("tmpfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.Connect(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if out, _, res := run(t, a, "echo ok"); strings.TrimSpace(out) != "ok" || res.ExitCode != 0 {
+		t.Fatalf("exec on a tmpfs state dir: %q, %+v", out, res)
+	}
+	if err := b.Terminate(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A reboot: the tmpfs is gone, the marker beneath is all that is left.
+	if err := unix.Unmount(ours, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(ours); len(entries) != 1 || entries[0].Name() != tmpfsMarker {
+		t.Fatalf("beneath the tmpfs: %v, want only %s", entries, tmpfsMarker)
+	}
+	newTestBackendAt(t, ours)
+	if !onTmpfs(t, ours) || mountsAt(t, ours) != 1 {
+		t.Errorf("after a reboot: tmpfs %v, %d mounts, want a tmpfs again, one", onTmpfs(t, ours), mountsAt(t, ours))
 	}
 }

@@ -135,3 +135,23 @@ func TestKill(t *testing.T) {
 		t.Errorf("kill an absent session: %v", err)
 	}
 }
+
+// TestTerminateTwiceSkipsMountTable: terminating a sandbox terminated already succeeds without
+// reading the host's mount table (a whole table parsed per call for a directory that is gone).
+func TestTerminateTwiceSkipsMountTable(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := context.Background()
+	s, err := b.Create(ctx, hostDecl("twice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Terminate(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	saved := mountInfo
+	mountInfo = filepath.Join(t.TempDir(), "no-mountinfo") // any read of it fails
+	defer func() { mountInfo = saved }()
+	if err := b.Terminate(ctx, s.ID); err != nil {
+		t.Fatalf("second terminate: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/platform"
 )
@@ -55,7 +56,8 @@ func TestPlatformGCP(t *testing.T) {
 			del.Env = append(os.Environ(), "AIRLOCK_FAKE_LAUNCHER_STATE="+state, "AIRLOCK_AGENT="+agent)
 			_ = del.Run()
 		}
-		os.RemoveAll(state)
+		// The launcher's local runtime made its state dir there: a tmpfs of its own on /run's disk.
+		_ = local.RemoveStateDir(state)
 	})
 	t.Setenv(envServer, "")
 	conf := "gcp:\n  launcher: " + launcher + "\n  agent: " + agent + "\n"
