@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -289,9 +290,9 @@ func TestInPlaceRefusals(t *testing.T) {
 }
 
 func TestParseNameservers(t *testing.T) {
-	got := parseNameservers(bytes.NewReader([]byte("# c\nsearch x\nnameserver 10.96.0.10\nnameserver fd00::a\nnameserver bogus\noptions ndots:5\n")))
-	want := []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53"), netip.MustParseAddrPort("[fd00::a]:53")}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	got := parseNameservers(bytes.NewReader([]byte("# c\nsearch x\nnameserver 10.96.0.10\nnameserver fd00::a\nnameserver  fe80::1%eth0\nnameserver bogus\noptions ndots:5\nnameserver\n")))
+	want := []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53"), netip.MustParseAddrPort("[fd00::a]:53"), netip.MustParseAddrPort("[fe80::1%eth0]:53")}
+	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 }

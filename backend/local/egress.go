@@ -71,7 +71,7 @@ func (b *Backend) egressGateway() (*egress.Gateway, error) {
 		opts.Logger = b.log
 	}
 	if len(opts.Upstream) == 0 {
-		opts.Upstream = egresswire.HostNameservers("/etc/resolv.conf")
+		opts.Upstream = egress.ResolvConfNameservers("/etc/resolv.conf")
 	}
 	gw, err := egress.NewGateway(opts)
 	if err != nil {
@@ -114,7 +114,7 @@ func (b *Backend) attachEgress(ctx context.Context, s *session, cfg *nsinit.Conf
 
 // setupEgress attaches s's network namespace with p and keeps the attachment.
 func (b *Backend) setupEgress(ctx context.Context, s *session, p egress.Policy) (*egress.Attachment, error) {
-	if p.Mode != spec.EgressDeny && len(b.opts.Egress.Upstream) == 0 && len(egresswire.HostNameservers("/etc/resolv.conf")) == 0 {
+	if p.Mode != spec.EgressDeny && len(b.opts.Egress.Upstream) == 0 && len(egress.ResolvConfNameservers("/etc/resolv.conf")) == 0 {
 		return nil, fmt.Errorf("%w: egress mode %q needs a DNS server for the sandbox's resolver to ask: none in Options.Egress.Upstream or the host's /etc/resolv.conf", sandbox.ErrUnsupported, p.Mode)
 	}
 	gw, err := b.egressGateway()

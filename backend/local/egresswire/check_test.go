@@ -3,7 +3,6 @@ package egresswire
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"testing"
 
@@ -84,13 +83,5 @@ func TestEgressEnforceable(t *testing.T) {
 				t.Errorf("probed = %v, want %v", probed, tc.wantProbed)
 			}
 		})
-	}
-}
-
-func TestParseNameservers(t *testing.T) {
-	got := parseNameservers(strings.NewReader("# c\nsearch x\nnameserver 10.255.255.53\nnameserver  fe80::1%eth0\nnameserver bogus\noptions edns0\nnameserver\n"))
-	want := []netip.AddrPort{netip.MustParseAddrPort("10.255.255.53:53"), netip.MustParseAddrPort("[fe80::1%eth0]:53")}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("got %v, want %v", got, want)
 	}
 }

@@ -1,14 +1,11 @@
 package egresswire
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -18,32 +15,6 @@ import (
 
 // Init binds <session>/run/resolv.conf, naming the gateway's resolver, over the sandbox's
 // /etc/resolv.conf; the gateway asks the host's nameservers.
-
-// HostNameservers reads the nameserver lines of a resolv.conf; unreadable or none: nil.
-func HostNameservers(path string) []netip.AddrPort {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	return parseNameservers(f)
-}
-
-// parseNameservers reads the nameserver lines of a resolv.conf, each on port 53.
-func parseNameservers(r io.Reader) []netip.AddrPort {
-	var out []netip.AddrPort
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 || f[0] != "nameserver" {
-			continue
-		}
-		if a, err := netip.ParseAddr(f[1]); err == nil {
-			out = append(out, netip.AddrPortFrom(a, 53))
-		}
-	}
-	return out
-}
 
 // WriteResolvConf rewrites the file init bound over /etc/resolv.conf, in place (the bind
 // holds the inode).
