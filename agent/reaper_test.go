@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,6 +181,27 @@ func TestReaper(t *testing.T) {
 		}
 	})
 
+	// The reaper started ahead for the next exec can die while it waits (killed from outside;
+	// once it was lost across a gVisor pause): the exec gets a reaper started then.
+	t.Run("reaper started ahead killed", func(t *testing.T) {
+		run(t, h.cl, sbtypes.ExecRequest{Shell: "true"})
+		var ahead int
+		eventually(t, "a reaper waits for the next exec", func() bool {
+			ahead = waitingReaper(h.proc.Process.Pid)
+			return ahead > 0
+		})
+		if err := syscall.Kill(ahead, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the killed reaper is gone", func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", ahead))
+			return err != nil
+		})
+		if out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: "echo alive"}); res.ExitCode != 0 || out != "alive\n" {
+			t.Errorf("the exec after its reaper was killed: %+v %q", res, out)
+		}
+	})
+
 	// Signals the reaper catches are dropped, not fatal to it.
 	t.Run("reaper ignores catchable signals", func(t *testing.T) {
 		dir := t.TempDir()
@@ -229,4 +251,34 @@ func TestReaperUnavailable(t *testing.T) {
 	if res.ExitCode != 0 || strings.HasPrefix(out, "airlock-exec-reaper") {
 		t.Errorf("stdout %q result %+v: the command runs below a reaper", out, res)
 	}
+}
+
+// waitingReaper returns the pid of an agent's child that is an exec reaper with no command
+// below it (the one started ahead), or 0.
+func waitingReaper(agent int) int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", agent))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil {
+				continue
+			}
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if !strings.HasPrefix(string(cmd), "airlock-exec-reaper\x00") {
+				continue
+			}
+			kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+			busy := false
+			for _, k := range kids {
+				if c, _ := os.ReadFile(k); len(strings.TrimSpace(string(c))) > 0 {
+					busy = true
+				}
+			}
+			if !busy {
+				return pid
+			}
+		}
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -363,6 +364,7 @@ func (s *spawner) runReaper(req *spawnRequest) spawnReply {
 	r := s.next
 	s.next = nil
 	s.nextMu.Unlock()
+	ahead := r != nil
 	if r == nil {
 		var err error
 		if r, err = s.startReaper(); err != nil {
@@ -374,7 +376,19 @@ func (s *spawner) runReaper(req *spawnRequest) spawnReply {
 		uid := s.cred.Uid
 		spec.UID, spec.GID = &uid, s.cred.Gid
 	}
-	if err := r.link.hand(spec, req.files); err != nil {
+	err := r.link.hand(spec, req.files)
+	if err != nil && ahead && (errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)) {
+		// The reaper started ahead died while it waited (its end of the socket is gone: killed
+		// from outside, or lost across a pause); it never had a command, so one started now
+		// takes this one.
+		slog.Warn("exec reaper started ahead is gone; starting another", "component", "agent", "pid", r.pid, "err", err)
+		r.drop()
+		if r, err = s.startReaper(); err != nil {
+			return spawnReply{err: err}
+		}
+		err = r.link.hand(spec, req.files)
+	}
+	if err != nil {
 		r.drop()
 		return spawnReply{err: err}
 	}
