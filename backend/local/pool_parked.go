@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -69,6 +70,10 @@ type ParkOptions struct {
 	Memory int64
 	// Missed: the run that started this filler found nothing parked.
 	Missed bool
+	// Raise: this process runs lowered (nice > 0, set by the run that started it, which ran at
+	// nice 0), so the sandboxes it makes start lowered too; each is raised to nice 0, every
+	// thread of every process in it, before it is parked. Needs root.
+	Raise bool
 }
 
 // parkedTarget is a key's grown parked count, kept in <state>/spares/<key>.target and
@@ -283,6 +288,13 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 			e.Prestart = data
 		}
 	}
+	if opts.Raise {
+		if s := b.sessionOf(sess.ID); s == nil {
+			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: not this process's", sess.ID)
+		} else if err := raiseThreads(s.cg.procs); err != nil {
+			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: %w", sess.ID, err)
+		}
+	}
 	e.Parked = time.Now()
 	if opts.Memory > 0 {
 		if s := b.sessionOf(sess.ID); s != nil {
@@ -455,4 +467,42 @@ func (b *Backend) RetireParked(ctx context.Context, dryRun bool) ([]string, erro
 		}
 	}
 	return ids, errors.Join(errs...)
+}
+
+// raiseThreads sets every thread of the processes procs lists to nice 0, pass after pass until
+// one finds none lowered: a thread made during a pass inherits its maker's nice, which the next
+// pass sees. A lowered thread left behind would run claimed code below the priority a sandbox
+// made for it has, so a sandbox that never settles is an error (its filler terminates it).
+func raiseThreads(procs func() ([]int, error)) error {
+	for range 16 {
+		pids, err := procs()
+		if err != nil {
+			return err
+		}
+		raised := false
+		for _, pid := range pids {
+			tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+			if err != nil {
+				continue // exited meanwhile
+			}
+			for _, t := range tasks {
+				tid, err := strconv.Atoi(t.Name())
+				if err != nil {
+					continue
+				}
+				// The system call answers 20 - nice.
+				if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err != nil || p == 20 {
+					continue // exited meanwhile, or at nice 0
+				}
+				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+					return fmt.Errorf("thread %d of process %d: %w", tid, pid, err)
+				}
+				raised = true
+			}
+		}
+		if !raised {
+			return nil
+		}
+	}
+	return errors.New("threads kept appearing lowered")
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,7 +43,7 @@ type poolFillFlags struct {
 	count     int
 	terminate []string
 	gateFD    int
-	raise     bool
+	lowered   bool
 	missed    bool
 	memory    string
 	backend   cli.BackendFlags
@@ -62,7 +61,7 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "parked sandboxes to keep parked")
 	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used parked sandbox airlock run killed, to terminate first; repeatable")
-	cmd.Flags().BoolVar(&f.raise, "raise-after-gate", false, "the starting run lowered this filler's priority: raise it to nice 0 once the gate opens")
+	cmd.Flags().BoolVar(&f.lowered, "lowered", false, "the starting run lowered this filler's priority: it stays lowered, and raises each parked sandbox to nice 0 before parking it")
 	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
 	cmd.Flags().BoolVar(&f.missed, "missed", false, "the starting run found nothing parked: grow the parked count by one within the pool memory")
 	cmd.Flags().StringVar(&f.memory, runcode.PoolMemoryFlag, runcode.DefaultPoolMemory(), "the pool memory: host memory the parked sandboxes may hold as their count grows (default $"+runcode.EnvPoolMemory+", else "+runcode.PoolMemoryDefault+")")
@@ -96,12 +95,6 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 		if err := awaitGate(ctx, f.gateFD); err != nil {
 			log.Error("parked sandboxes: waiting for the run failed", "err", err)
 			return err
-		}
-		if f.raise {
-			if err := syscall.Setpriority(syscall.PRIO_PGRP, 0, 0); err != nil {
-				log.Error("parked sandboxes: raising the filler's priority back failed", "err", err)
-				return err
-			}
 		}
 	}
 	b, err := platform.Local(ctx, platform.LocalConfig{StateDir: f.backend.StateDir, CgroupParent: f.backend.CgroupParent}, log)
@@ -137,7 +130,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge, Memory: memory, Missed: f.missed,
+	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge, Memory: memory, Missed: f.missed, Raise: f.lowered,
 		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
 			pre, err := pf(ctx, sess, a)
 			if err != nil {

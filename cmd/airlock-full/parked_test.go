@@ -304,9 +304,9 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the filler to start", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 1 })
-	// Until its gate opens, every thread of the filler runs at the lowest priority: a run
-	// at nice 0 lowers it; a run already niced (this suite run under nice) leaves it at its
-	// own, which the filler inherits (StartFiller).
+	// Every thread of the filler runs at the lowest priority, before its gate opens and after
+	// (it makes the parked sandboxes lowered): a run at nice 0 lowers it; a run already niced
+	// (this suite run under nice) leaves it at its own, which the filler inherits (Start).
 	own := runcli.OwnNice()
 	gatedNice, fillerNice := own, own
 	if own == 0 {
@@ -332,8 +332,9 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := env.waitParked(t) // parked once the gate is closed
-	// The parked sandbox it made runs at the run's own nice (0 unless the suite is niced): its init,
-	// agent and pre-started python (the code's process to be), every thread.
+	// The parked sandbox it made runs at the run's own nice (0 unless the suite is niced), raised
+	// from the filler's before it was parked (local.ParkOptions.Raise): its init, agent and
+	// pre-started python (the code's process to be), every thread.
 	procs := append([]int{env.initPID(t, id)}, descendants(env.initPID(t, id))...)
 	if len(procs) < 2 {
 		t.Fatalf("the parked sandbox's processes: %v, want init and the pre-started python at least", procs)

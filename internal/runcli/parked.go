@@ -22,8 +22,8 @@ import (
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// gatedNice is the nice value of a gated filler until its gate opens (StartFiller).
-	gatedNice = 19
+	// fillerNice is a lowered filler's nice value (Start).
+	fillerNice = 19
 	// killTimeout bounds the kill of a used parked sandbox.
 	killTimeout = 30 * time.Second
 	// aliasPrefix names an image's alias among the parked sandboxes' index dirs.
@@ -85,15 +85,18 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 	for _, id := range terminate {
 		args = append(args, "--terminate", id)
 	}
-	// A gated filler's own start (~6 ms of CPU: the runtime, package inits) comes while the
-	// run's kill has the kernel free the sandbox's memory on both cores: at the lowest
-	// priority it takes only what the kill leaves idle. Every thread of its process group (its
-	// own: Setsid) is lowered just after its start, and raised back by itself once its gate
-	// opens, before it makes anything: its sandboxes (init, agent, the code) inherit it. Only
-	// for a run as root at nice 0 (one that could raise it again, to where it was).
-	lower := gated && os.Geteuid() == 0 && OwnNice() == 0
+	// A filler runs at the lowest priority for its whole life, so that refilling takes only
+	// the CPU the runs leave idle and never starves the run it refills for (a caller's next
+	// call, back to back): its own start (~6 ms of CPU: the runtime, package inits), the
+	// terminate of the used sandbox, and every sandbox it makes, whose init, agent and
+	// pre-started python inherit the lowered priority while they start. Each parked sandbox
+	// is raised back to nice 0 before it is parked (local.ParkOptions.Raise): the code that
+	// claims it runs at the priority of a sandbox made for it. Every thread of the filler's
+	// process group (its own: Setsid) is lowered just after its start. Only for a run as root
+	// at nice 0 (one that may raise the parked sandbox again, to where it was).
+	lower := os.Geteuid() == 0 && OwnNice() == 0
 	if lower {
-		args = append(args, "--raise-after-gate")
+		args = append(args, "--lowered")
 	}
 	cmd := exec.Command(f.Exe, args...)
 	cmd.SysProcAttr = ownSession()
@@ -115,7 +118,7 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 		return nil, err
 	}
 	if lower {
-		lowerGroup(cmd.Process.Pid, gatedNice)
+		lowerGroup(cmd.Process.Pid, fillerNice)
 	}
 	if w == nil {
 		return nil, cmd.Process.Release()
