@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/platform/setting"
+	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -56,6 +57,40 @@ type File struct {
 	AWS        AWSConfig        `json:"aws,omitempty"`
 	Gcp        GcpConfig        `json:"gcp,omitempty"`
 	Azure      AzureConfig      `json:"azure,omitempty"`
+	Pool       PoolConfig       `json:"pool,omitempty"`
+}
+
+// PoolConfig is the config file's pool section: what the local runtime's pools (airlock run's
+// parked sandboxes, the MCP server's process pool) may hold.
+type PoolConfig struct {
+	// Memory is the pool memory (docs/pool.md#the-pool-memory), e.g. 256Mi.
+	Memory string `json:"memory,omitempty"`
+}
+
+// PoolMemory is the pool memory in bytes and where it came from: the flag (flagSet: --pool-memory
+// was given), else $AIRLOCK_POOL_MEMORY, else pool.memory in the config file, else
+// core.PoolMemoryDefault. A bad value is refused naming where it came from.
+func PoolMemory(flag string, flagSet bool) (int64, string, error) {
+	v, from := core.PoolMemoryDefault, "the default"
+	if flagSet {
+		v, from = flag, "--"+core.PoolMemoryFlag
+	} else if env, ok := os.LookupEnv(core.EnvPoolMemory); ok {
+		v, from = env, "$"+core.EnvPoolMemory
+	} else {
+		path, must := ConfigPath()
+		f, err := LoadFile(path, must)
+		if err != nil {
+			return 0, "", err
+		}
+		if f.Pool.Memory != "" {
+			v, from = f.Pool.Memory, "pool.memory in "+path
+		}
+	}
+	n, err := core.ParsePoolMemory(v)
+	if err != nil {
+		return 0, from, fmt.Errorf("%s: %w", from, err)
+	}
+	return n, from, nil
 }
 
 // ConfigPath is the config file to read: $AIRLOCK_CONFIG, else DefaultConfigFile; must says

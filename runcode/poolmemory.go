@@ -9,8 +9,5 @@ const (
 	PoolMemoryDefault = core.PoolMemoryDefault
 )
 
-// DefaultPoolMemory is --pool-memory's default: $AIRLOCK_POOL_MEMORY, else PoolMemoryDefault.
-func DefaultPoolMemory() string { return core.DefaultPoolMemory() }
-
 // ParsePoolMemory reads a pool memory (core.ParsePoolMemory).
 func ParsePoolMemory(s string) (int64, error) { return core.ParsePoolMemory(s) }

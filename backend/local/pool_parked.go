@@ -9,8 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -244,11 +247,20 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 		if live >= t.count(opts) {
 			return nil
 		}
-		mem, err := b.parkOne(ctx, tmpl, key, self, opts)
-		if err != nil {
+		// As many at once as there are processors: a filler lowered below the runs takes only
+		// what they leave idle, and in the pause between a caller's bursts that is every core.
+		n := min(t.count(opts)-live, runtime.NumCPU())
+		mems := make([]int64, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { mems[i], errs[i] = b.parkOne(ctx, tmpl, key, self, opts) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return err
 		}
-		t.SandboxMemory = max(t.SandboxMemory, mem)
+		t.SandboxMemory = max(t.SandboxMemory, slices.Max(mems))
 	}
 }
 

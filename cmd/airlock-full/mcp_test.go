@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/servercmd"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/runcode"
 )
 
@@ -25,24 +26,35 @@ func TestMCPCommandUsage(t *testing.T) {
 		args []string
 		has  string
 		env  string // $AIRLOCK_POOL_MEMORY, "" for unset
+		file string // the config file's text, "" for none
 	}{
-		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address", ""},
-		{[]string{"--log-level", "loud"}, "--log-level", ""},
-		{[]string{"--max-sessions", "0"}, "--max-sessions", ""},
-		{[]string{"--max-runs", "0"}, "--max-runs", ""},
-		{[]string{"--pool", "-1"}, "--pool", ""},
-		{[]string{"--pool", "4", "--pool-max", "2"}, "--pool-max", ""},
-		{[]string{"--pool", "1", "--pool-idle", "10ms"}, "--pool-idle", ""},
-		{[]string{"--pool-memory", "lots"}, `--pool-memory: invalid: pool memory "lots"`, ""},
-		{[]string{"--pool-memory", "-1Mi"}, "0 (no bound) or more", ""},
-		{[]string{"--pool-memory", "1.5"}, "allowed is a whole number of bytes", ""},
-		{[]string{"--image", ""}, "--image", ""},
-		{[]string{"extra"}, "takes no arguments", ""},
-		{nil, "$AIRLOCK_POOL_MEMORY: invalid", "lots"},
+		{[]string{"--http", "0.0.0.0:0"}, "not a loopback address", "", ""},
+		{[]string{"--log-level", "loud"}, "--log-level", "", ""},
+		{[]string{"--max-sessions", "0"}, "--max-sessions", "", ""},
+		{[]string{"--max-runs", "0"}, "--max-runs", "", ""},
+		{[]string{"--pool", "-1"}, "--pool", "", ""},
+		{[]string{"--pool", "4", "--pool-max", "2"}, "--pool-max", "", ""},
+		{[]string{"--pool", "1", "--pool-idle", "10ms"}, "--pool-idle", "", ""},
+		{[]string{"--pool-memory", "lots"}, `--pool-memory: invalid: pool memory "lots"`, "", ""},
+		{[]string{"--pool-memory", "-1Mi"}, "0 (no bound) or more", "", ""},
+		{[]string{"--pool-memory", "1.5"}, "allowed is a whole number of bytes", "", ""},
+		{[]string{"--image", ""}, "--image", "", ""},
+		{[]string{"extra"}, "takes no arguments", "", ""},
+		{nil, "$AIRLOCK_POOL_MEMORY: invalid", "lots", ""},
+		{nil, "config.yaml: invalid: pool memory \"lots\"", "", "pool:\n  memory: lots\n"},
+		{nil, `unknown field "size"`, "", "pool:\n  size: 3\n"},
 	} {
 		t.Setenv(runcode.EnvPoolMemory, tt.env) // restored after the test
 		if tt.env == "" {
 			os.Unsetenv(runcode.EnvPoolMemory)
+		}
+		t.Setenv(platform.EnvConfig, "")
+		if tt.file != "" {
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(platform.EnvConfig, p)
 		}
 		cmd := servercmd.NewMCPCmd(&cli.Globals{Output: cli.OutputText})
 		cmd.SetOut(io.Discard)

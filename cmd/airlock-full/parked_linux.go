@@ -64,7 +64,7 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	cmd.Flags().BoolVar(&f.lowered, "lowered", false, "the starting run lowered this filler's priority: it stays lowered, and raises each parked sandbox to nice 0 before parking it")
 	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
 	cmd.Flags().BoolVar(&f.missed, "missed", false, "the starting run found nothing parked: grow the parked count by one within the pool memory")
-	cmd.Flags().StringVar(&f.memory, runcode.PoolMemoryFlag, runcode.DefaultPoolMemory(), "the pool memory: host memory the parked sandboxes may hold as their count grows (default $"+runcode.EnvPoolMemory+", else "+runcode.PoolMemoryDefault+")")
+	cmd.Flags().StringVar(&f.memory, runcode.PoolMemoryFlag, "", "the pool memory: host memory the parked sandboxes may hold as their count grows (default $"+runcode.EnvPoolMemory+", else pool.memory in the config file, else "+runcode.PoolMemoryDefault+")")
 	f.backend.Add(cmd)
 	return cmd
 }
@@ -77,9 +77,9 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	if f.count < 1 || f.count > sessions.MaxParked {
 		return cli.UsageError("--count %d must be 1 to %d", f.count, sessions.MaxParked)
 	}
-	memory, err := runcode.ParsePoolMemory(f.memory)
+	memory, _, err := platform.PoolMemory(f.memory, cmd.Flags().Changed(runcode.PoolMemoryFlag))
 	if err != nil {
-		return cli.UsageError("--%s: %v", runcode.PoolMemoryFlag, err)
+		return cli.UsageError("%v", err)
 	}
 	logw, err := openFillLog(f.backend.StateDir)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -299,11 +300,16 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	testutil.RequireRoot(t)
 	env := newRuntimeEnv(t)
 	env.useParked(t)
-	gate, err := env.filler(t).Start(nil, true)
+	f := env.filler(t)
+	f.Memory = "64Mi" // a run's --pool-memory, handed to its filler
+	gate, err := f.Start(nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the filler to start", func() bool { return len(testutil.PoolFillers(env.stateDir)) == 1 })
+	if args := processesWithArg("--pool-memory"); len(args) != 1 || !slices.Contains(processesWithArg("64Mi"), args[0]) {
+		t.Errorf("the filler's processes with --pool-memory 64Mi among their arguments: %v, %v", args, processesWithArg("64Mi"))
+	}
 	// Every thread of the filler runs at the lowest priority, before its gate opens and after
 	// (it makes the parked sandboxes lowered): a run at nice 0 lowers it; a run already niced
 	// (this suite run under nice) leaves it at its own, which the filler inherits (Start).

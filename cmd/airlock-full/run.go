@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/runcode"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/token"
@@ -87,6 +89,11 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if err := f.Check(cmd.Flags().Changed(runcli.PoolFlag)); err != nil {
 		return err
 	}
+	// The front reads the flag and the variable only; here the config file counts too.
+	poolMemory, _, err := platform.PoolMemory(f.PoolMemory, f.PoolMemory != "")
+	if err != nil {
+		return cli.UsageError("%v", err)
+	}
 	img, err := cli.ParseImage(f.Image)
 	if err != nil {
 		return cli.UsageError("--image: %v", err)
@@ -111,6 +118,9 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 	if !onLocal && cmd.Flags().Changed(runcli.PoolFlag) && f.Pool > 0 {
 		return cli.UsageError("--pool: parked sandboxes are the local runtime's; the platform is %s", other)
 	}
+	if !onLocal && f.PoolMemory != "" {
+		return cli.UsageError("--%s: parked sandboxes are the local runtime's; the platform is %s", runcode.PoolMemoryFlag, other)
+	}
 	useParked := onLocal && f.Pool > 0 && runcode.Fits(runcode.Declaration(req, opts), parkedTemplate(img))
 	var filler runcli.Filler
 	discarded := f.discarded
@@ -118,6 +128,7 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		if filler, err = newFiller(&f.backend, img, f.Pool); err != nil {
 			return &cli.ExitError{Code: exitRunFailed, Err: err}
 		}
+		filler.Memory = strconv.FormatInt(poolMemory, 10)
 		out, err := runcli.RunParked(ctx, runcli.ParkedRun{StateDir: filler.StateDir, ImageKey: imageKey(img),
 			Req: req, Opts: opts.Core(), Filler: filler, Log: log})
 		if out.Ran {
@@ -140,6 +151,9 @@ func runRun(cmd *cobra.Command, g *cli.Globals, f *runFlags, args []string) erro
 		// platform's.
 		if cmd.Flags().Changed(runcli.PoolFlag) && f.Pool > 0 {
 			return cli.UsageError("--pool: parked sandboxes are the local runtime's; the platform is %s (%s)", ch.Platform, ch.Why)
+		}
+		if f.PoolMemory != "" {
+			return cli.UsageError("--%s: parked sandboxes are the local runtime's; the platform is %s (%s)", runcode.PoolMemoryFlag, ch.Platform, ch.Why)
 		}
 		useParked = false
 		if err := cli.CheckImage(cmd.Flags(), "image", img, ch); err != nil {

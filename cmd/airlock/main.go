@@ -73,7 +73,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	out, err := runcli.RunParked(ctx, runcli.ParkedRun{
 		StateDir: inv.stateDir, ImageKey: inv.image.Key, Req: req, Opts: opts, Log: log,
 		Filler: runcli.Filler{Exe: full, StateDir: inv.stateDir, CgroupParent: inv.cgroupParent,
-			ImageJSON: inv.image.JSON, Count: inv.flags.Pool},
+			ImageJSON: inv.image.JSON, Count: inv.flags.Pool, Memory: inv.flags.PoolMemory},
 	})
 	if !out.Ran {
 		return execFull(full, args, inv.runAt, out.Discarded, stderr)

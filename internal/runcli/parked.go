@@ -65,8 +65,11 @@ type Filler struct {
 	ImageJSON    string
 	Count        int
 	// Missed: the run found nothing parked; the filler grows the parked count by one, within
-	// the pool memory ($AIRLOCK_POOL_MEMORY, which it inherits).
+	// the pool memory.
 	Missed bool
+	// Memory is the pool memory to give the filler (--pool-memory); "": it reads
+	// $AIRLOCK_POOL_MEMORY (inherited), else the config file, else the default.
+	Memory string
 }
 
 // Start starts a detached airlock __pool-fill: its own session, no terminal, standard
@@ -81,6 +84,9 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 	}
 	if f.Missed {
 		args = append(args, "--missed")
+	}
+	if f.Memory != "" {
+		args = append(args, "--"+core.PoolMemoryFlag, f.Memory)
 	}
 	for _, id := range terminate {
 		args = append(args, "--terminate", id)

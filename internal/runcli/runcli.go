@@ -54,6 +54,9 @@ type Flags struct {
 	Interactive bool
 	MaxOutput   int64
 	Pool        int
+	// PoolMemory is --pool-memory as given ("": not given; the filler reads
+	// $AIRLOCK_POOL_MEMORY, else the config file, else the default).
+	PoolMemory string
 
 	// spares is the removed --spares, declared hidden so that it is refused naming --pool.
 	spares removedFlag
@@ -77,6 +80,7 @@ func (f *Flags) Add(fs *pflag.FlagSet) {
 	fs.BoolVarP(&f.Interactive, "interactive", "i", false, "feed standard input to the code")
 	fs.Int64Var(&f.MaxOutput, "max-output", wire.DefaultOutputCap, "cap on each of stdout and stderr, in bytes")
 	fs.IntVar(&f.Pool, PoolFlag, DefaultPool(), "sandboxes to keep parked for the next runs (0: none; default $"+EnvPool+", else 1)")
+	fs.StringVar(&f.PoolMemory, core.PoolMemoryFlag, "", "the pool memory: host memory the parked sandboxes may hold as their count grows with the run rate (a quantity, e.g. 256Mi; 0: --pool alone; default $"+core.EnvPoolMemory+", else pool.memory in the config file, else "+core.PoolMemoryDefault+")")
 	fs.Var(&f.spares, "spares", "renamed --"+PoolFlag)
 	_ = fs.MarkHidden("spares")
 }
@@ -147,7 +151,11 @@ func (f *Flags) Check(poolChanged bool) error {
 	if f.MaxOutput < 1 {
 		return cliexit.UsageError("--max-output %d must be at least 1 byte", f.MaxOutput)
 	}
-	if v, ok := os.LookupEnv(core.EnvPoolMemory); ok {
+	if f.PoolMemory != "" {
+		if _, err := core.ParsePoolMemory(f.PoolMemory); err != nil {
+			return cliexit.UsageError("--%s: %v", core.PoolMemoryFlag, err)
+		}
+	} else if v, ok := os.LookupEnv(core.EnvPoolMemory); ok {
 		if _, err := core.ParsePoolMemory(v); err != nil {
 			return cliexit.UsageError("$%s: %v", core.EnvPoolMemory, err)
 		}

@@ -36,29 +36,35 @@ func TestRootFlags(t *testing.T) {
 	}
 }
 
-// TestCheckPoolMemory: a run refuses a pool memory its filler could not read, naming the
-// variable, rather than leaving the filler to fail where nobody sees it.
+// TestCheckPoolMemory: a run refuses a pool memory its filler could not read, naming the flag
+// or the variable, rather than leaving the filler to fail where nobody sees it; the flag, when
+// given, is what counts.
 func TestCheckPoolMemory(t *testing.T) {
 	for _, tc := range []struct {
+		flag string
 		env  string
 		want string // "" for accepted
 	}{
-		{"256Mi", ""},
-		{"0", ""},
-		{"lots", "$AIRLOCK_POOL_MEMORY: invalid: pool memory \"lots\""},
-		{"-1", "allowed is a whole number of bytes"},
+		{"", "256Mi", ""},
+		{"", "0", ""},
+		{"", "lots", "$AIRLOCK_POOL_MEMORY: invalid: pool memory \"lots\""},
+		{"", "-1", "allowed is a whole number of bytes"},
+		{"1Gi", "", ""},
+		{"lots", "", "--pool-memory: invalid: pool memory \"lots\""},
+		{"1.5Gi", "256Mi", "--pool-memory: invalid"},
+		{"64Mi", "lots", ""}, // the flag wins; the variable is not read
 	} {
 		t.Setenv(core.EnvPoolMemory, tc.env)
-		f := Flags{MaxOutput: 1, Pool: 1}
+		f := Flags{MaxOutput: 1, Pool: 1, PoolMemory: tc.flag}
 		err := f.Check(false)
 		if tc.want == "" {
 			if err != nil {
-				t.Errorf("%q: %v", tc.env, err)
+				t.Errorf("flag %q, env %q: %v", tc.flag, tc.env, err)
 			}
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v, want an error naming %q", tc.env, err, tc.want)
+			t.Errorf("flag %q, env %q: %v, want an error naming %q", tc.flag, tc.env, err, tc.want)
 		}
 	}
 }

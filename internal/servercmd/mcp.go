@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/platform"
 	"github.com/airlock-sandbox/airlock/runcode"
 )
 
@@ -82,7 +83,7 @@ makes every call pay for ending the other one: node's exit is slow).`,
 	fl.IntVar(&f.pool, "pool", 1, "local runtime: keep this many run_code sandboxes created and ready (the process pool; 0: create one per call)")
 	fl.IntVar(&f.poolMax, "pool-max", 0, "most sandboxes the pool grows to when claims find it empty (default --pool)")
 	fl.DurationVar(&f.poolIdle, "pool-idle", local.DefaultPoolIdleExpiry, "replace a pooled sandbox left unclaimed this long")
-	fl.StringVar(&f.poolMemory, "pool-memory", runcode.DefaultPoolMemory(), "the pool memory: host memory the pool's waiting sandboxes may hold as it grows with the call rate (a quantity, e.g. 256Mi; 0: the pool stays at --pool, or grows to --pool-max; default $"+runcode.EnvPoolMemory+", else "+runcode.PoolMemoryDefault+")")
+	fl.StringVar(&f.poolMemory, runcode.PoolMemoryFlag, "", "the pool memory: host memory the pool's waiting sandboxes may hold as it grows with the call rate (a quantity, e.g. 256Mi; 0: the pool stays at --pool, or grows to --pool-max; default $"+runcode.EnvPoolMemory+", else pool.memory in the config file, else "+runcode.PoolMemoryDefault+")")
 	fl.StringVar(&f.prestart, "pool-prestart", "python", `interpreters started and waiting in each pooled sandbox: python, node, "python,node" or none`)
 	fl.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn, error")
 	fl.Int64Var(&f.outputView, "output-view", mcp.DefaultOutputViewBytes, "bytes of each of stdout and stderr a tool result keeps for the model: the first and last half, the middle cut with a marker (0: all, up to the 1 MiB cap)")
@@ -121,12 +122,9 @@ func runMCP(cmd *cobra.Command, f *mcpFlags) error {
 	if f.poolIdle < time.Second {
 		return cli.UsageError("--pool-idle %v must be at least 1s", f.poolIdle)
 	}
-	poolMemory, err := runcode.ParsePoolMemory(f.poolMemory)
+	poolMemory, _, err := platform.PoolMemory(f.poolMemory, cmd.Flags().Changed(runcode.PoolMemoryFlag))
 	if err != nil {
-		if !cmd.Flags().Changed(runcode.PoolMemoryFlag) {
-			return cli.UsageError("$%s: %v", runcode.EnvPoolMemory, err)
-		}
-		return cli.UsageError("--pool-memory: %v", err)
+		return cli.UsageError("%v", err)
 	}
 	prestart, err := runcode.ParsePrestart(f.prestart)
 	if err != nil {

@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -23,15 +22,6 @@ const (
 	// dozen back-to-back calls' sandboxes (~10 MiB each with python waiting).
 	PoolMemoryDefault = "256Mi"
 )
-
-// DefaultPoolMemory is the pool memory's default text: $AIRLOCK_POOL_MEMORY, else
-// PoolMemoryDefault.
-func DefaultPoolMemory() string {
-	if v, ok := os.LookupEnv(EnvPoolMemory); ok {
-		return v
-	}
-	return PoolMemoryDefault
-}
 
 var poolMemoryUnits = []struct {
 	suffix string
