@@ -155,3 +155,78 @@ func BenchmarkBackToBackRun(b *testing.B) {
 	}
 	backToBack(b, "run", call)
 }
+
+// refillSamples is how many calls each of refillBeside's two kinds times; refillPause lets
+// a pool of two refill and settle.
+const (
+	refillSamples = 20
+	refillPause   = time.Second
+)
+
+// refillBeside times a pooled call with the pool's refill running beside it against the same
+// call with nothing refilling (issue 26: refilling must not starve the call it refills for).
+// Each round, after a pause that lets the pool fill and settle: "alone" is one call, timed;
+// "beside" is one call that takes a pooled sandbox and so starts its refill, then a second,
+// timed, right behind it while that refill runs. The pool holds at least two, so both are hits.
+// It reports the p50 and p90 of each and their ratios (beside / alone).
+func refillBeside(b *testing.B, name string, call func() error) {
+	var alone, beside []float64
+	timed := func(into *[]float64) {
+		t := time.Now()
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+		*into = append(*into, float64(time.Since(t).Microseconds())/1000)
+	}
+	load := loadAvg()
+	for b.Loop() {
+		for range refillSamples {
+			time.Sleep(refillPause)
+			timed(&alone)
+			time.Sleep(refillPause)
+			if err := call(); err != nil {
+				b.Fatal(err)
+			}
+			timed(&beside)
+		}
+	}
+	a50, a90, s50, s90 := pct(alone, 50), pct(alone, 90), pct(beside, 50), pct(beside, 90)
+	b.ReportMetric(a50, name+"-alone-p50-ms")
+	b.ReportMetric(s50, name+"-beside-p50-ms")
+	b.ReportMetric(s50/a50, "beside/alone-p50")
+	b.ReportMetric(s90/a90, "beside/alone-p90")
+	b.Logf("%s: a pooled call alone p50 %.1f p90 %.1f ms; with the previous call's refill beside it p50 %.1f p90 %.1f ms = %.2fx, %.2fx; %d each; load average %s (before) %s (after)",
+		name, a50, a90, s50, s90, s50/a50, s90/a90, len(alone), load, loadAvg())
+}
+
+// BenchmarkRefillBeside is refillBeside for `airlock run` (parked sandboxes, --pool 2: the
+// filler a run starts refills while the next run runs) and MCP run_code (the process pool,
+// --pool 2: the refill runs in the server's own process), host image.
+func BenchmarkRefillBeside(b *testing.B) {
+	b.Run("run", func(b *testing.B) {
+		needRoot(b)
+		cli := filepath.Join(binDir, "airlock")
+		if exec.Command(cli, "run", "--help").Run() != nil {
+			b.Skip("the airlock CLI did not build")
+		}
+		state := stateDir(b)
+		be := newBackend(b, state)
+		terminateParked(b, be, state)
+		call := func() error { return runPython(cli, "run", "--state-dir", state, "--pool", "2", "-c", snippet) }
+		if err := call(); err != nil { // the first run starts the filler
+			b.Fatal(err)
+		}
+		refillBeside(b, "run", call)
+	})
+	b.Run("mcp", func(b *testing.B) {
+		needRoot(b)
+		if _, err := os.Stat(filepath.Join(binDir, "airlock-full")); err != nil {
+			b.Skip("the full CLI did not build")
+		}
+		call := startMCP(b, []string{"mcp", "--state-dir", stateDir(b), "--pool", "2"})
+		if err := call(); err != nil {
+			b.Fatal(err)
+		}
+		refillBeside(b, "mcp", call)
+	})
+}

@@ -11,7 +11,7 @@
 #   BENCH        benchmarks to run (default 'SideBySide|SandboxesPerSecond|RunCodeThroughput|IdleMemory$');
 #                BENCH=issue6 is issue 6's set in one run: pre-started run_code vs host python, warm
 #                claim -> first exec, exec round trip, throughput (airlock's and every runtime's),
-#                200 idle sandboxes' memory; BENCH=backtoback is issue 26's back-to-back rows (airlock mcp's
+#                200 idle sandboxes' memory; BENCH=backtoback is issue 26's back-to-back rows and a pooled call with its refill beside it (airlock mcp's
 #                run_code and airlock run, each against host python; BENCHTIME 1x unless set)
 #   BENCHTIME    go test -benchtime (default 20x: ~5-10 minutes on a loaded 2-core machine)
 #   AIRLOCK_BENCH_CACHE  where the static runsc, the rootfs, the image and dockerd's roots live
@@ -100,7 +100,7 @@ export AIRLOCK_BENCH_REQUIRE=$require
 
 # ---- run -----------------------------------------------------------------------------------
 if [[ ${BENCH:-} == backtoback ]]; then
-	BENCH='BackToBack'
+	BENCH='BackToBack|RefillBeside'
 	BENCHTIME=${BENCHTIME:-1x}
 fi
 if [[ ${BENCH:-} == issue6 ]]; then

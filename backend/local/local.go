@@ -796,8 +796,13 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		cfg.Reexec = true
 		err = b.startRootless(s, cg, cmd, cfg)
 	} else {
-		// Born inside its cgroups; it still waits for the config before doing anything.
-		err = cg.start(cmd)
+		// Born inside its cgroups; it still waits for the config before doing anything. A
+		// refill is born lowered (lowered.go).
+		if lowered(ctx) && b.canLower() {
+			err = startLowered(func() error { return cg.start(cmd) })
+		} else {
+			err = cg.start(cmd)
+		}
 		if cmd.Process != nil {
 			// Started (if the thread could not leave the cgroups, still ours to reap).
 			b.watchStarted(s, cmd)

@@ -578,7 +578,15 @@ func (p *Pool) createOne() bool {
 	p.mu.Lock()
 	p.inflight++
 	p.mu.Unlock()
-	sess, err := p.b.Create(p.ctx, p.decl(true))
+	// A refill starts lowered, its warm-up and prestart included, and is raised to this
+	// process's nice before it is offered (lowered.go).
+	ctx := p.ctx
+	nice, nerr := threadNice()
+	lower := p.b.canLower() && nerr == nil
+	if lower {
+		ctx = withLowered(ctx)
+	}
+	sess, err := p.b.Create(ctx, p.decl(true))
 	var s *session
 	if err == nil {
 		p.b.mu.Lock()
@@ -593,6 +601,12 @@ func (p *Pool) createOne() bool {
 	if err == nil {
 		pre = p.warmUp(sess)
 		mem = p.memoryOf(s)
+		if lower {
+			if err = raiseThreads(s.cg.procs, nice); err != nil {
+				err = fmt.Errorf("raising pooled sandbox %s to nice %d: %w", sess.ID, nice, err)
+				release(pre)
+			}
+		}
 	}
 	p.mu.Lock()
 	p.stats.Creating--

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -303,7 +302,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 	if opts.Raise {
 		if s := b.sessionOf(sess.ID); s == nil {
 			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: not this process's", sess.ID)
-		} else if err := raiseThreads(s.cg.procs); err != nil {
+		} else if err := raiseThreads(s.cg.procs, 0); err != nil {
 			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: %w", sess.ID, err)
 		}
 	}
@@ -479,42 +478,4 @@ func (b *Backend) RetireParked(ctx context.Context, dryRun bool) ([]string, erro
 		}
 	}
 	return ids, errors.Join(errs...)
-}
-
-// raiseThreads sets every thread of the processes procs lists to nice 0, pass after pass until
-// one finds none lowered: a thread made during a pass inherits its maker's nice, which the next
-// pass sees. A lowered thread left behind would run claimed code below the priority a sandbox
-// made for it has, so a sandbox that never settles is an error (its filler terminates it).
-func raiseThreads(procs func() ([]int, error)) error {
-	for range 16 {
-		pids, err := procs()
-		if err != nil {
-			return err
-		}
-		raised := false
-		for _, pid := range pids {
-			tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-			if err != nil {
-				continue // exited meanwhile
-			}
-			for _, t := range tasks {
-				tid, err := strconv.Atoi(t.Name())
-				if err != nil {
-					continue
-				}
-				// The system call answers 20 - nice.
-				if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err != nil || p == 20 {
-					continue // exited meanwhile, or at nice 0
-				}
-				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-					return fmt.Errorf("thread %d of process %d: %w", tid, pid, err)
-				}
-				raised = true
-			}
-		}
-		if !raised {
-			return nil
-		}
-	}
-	return errors.New("threads kept appearing lowered")
 }

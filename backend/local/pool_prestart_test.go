@@ -3,10 +3,14 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
@@ -144,4 +148,104 @@ func TestPoolPrestart(t *testing.T) {
 			t.Errorf("value of %s never released", id)
 		}
 	}
+}
+
+// TestPoolRefillLowered: a refill starts lowered (issue 26: it must not starve the call it
+// refills for), its init and agent at nice 19 while Prestart runs, and is raised to the
+// pool's own nice, every thread, before it is offered.
+func TestPoolRefillLowered(t *testing.T) {
+	b := newTestBackend(t)
+	own, err := threadNice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own >= lowerNice {
+		t.Skipf("this test runs at nice %d: nothing to lower to", own)
+	}
+	nices := func(id string) map[int]int {
+		s := b.sessionOf(id)
+		if s == nil {
+			t.Errorf("session %s is not this backend's", id)
+			return nil
+		}
+		pids, err := s.cg.procs()
+		if err != nil {
+			t.Error(err)
+		}
+		out := map[int]int{}
+		for _, pid := range pids {
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			for _, e := range tasks {
+				tid, _ := strconv.Atoi(e.Name())
+				if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
+					out[tid] = 20 - p
+				}
+			}
+		}
+		return out
+	}
+	var mu sync.Mutex
+	starting := map[string]map[int]int{}
+	prestart := func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) (prestarted.Interpreters, error) {
+		n := nices(sess.ID)
+		mu.Lock()
+		starting[sess.ID] = n
+		mu.Unlock()
+		return &prestartValue{id: sess.ID, agent: a}, nil
+	}
+	p := newTestPool(t, b, PoolOptions{Size: 1, Prestart: prestart}, nil)
+	waitReady(t, p, 1)
+	s, v, err := p.ClaimForRun(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := starting[s.ID]
+	mu.Unlock()
+	if len(before) == 0 {
+		t.Fatalf("no thread of %s seen while it started", s.ID)
+	}
+	for tid, n := range before {
+		if n != lowerNice {
+			t.Errorf("while starting, thread %d of the refill at nice %d, want %d", tid, n, lowerNice)
+		}
+	}
+	after := nices(s.ID)
+	if len(after) == 0 {
+		t.Fatalf("no thread of %s once offered", s.ID)
+	}
+	for tid, n := range after {
+		if n != own {
+			t.Errorf("once offered, thread %d of the refill at nice %d, want the pool's own %d", tid, n, own)
+		}
+	}
+	// The threads that started it are back where they were once no refill is under way (one
+	// runs lowered, on its locked thread, while it starts init).
+	v.Close()
+	p.Discard(s.ID)
+	if err := p.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for tid, n := range threadNicesOf(t, os.Getpid()) {
+		if n != own {
+			t.Errorf("thread %d of this process left at nice %d, want %d", tid, n, own)
+		}
+	}
+}
+
+// threadNicesOf reads the nice of every thread of process pid.
+func threadNicesOf(t *testing.T, pid int) map[int]int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int{}
+	for _, e := range tasks {
+		tid, _ := strconv.Atoi(e.Name())
+		if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
+			out[tid] = 20 - p
+		}
+	}
+	return out
 }
