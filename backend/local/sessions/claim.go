@@ -26,7 +26,7 @@ import (
 // caller to terminate through the full runtime (or, were it to exit first, for the next
 // reconcile to reap).
 func Claim(ctx context.Context, stateDir, key string, minLeft time.Duration) (c *Claimed, discarded []string, err error) {
-	parked, err := Parked(stateDir, key)
+	parked, err := ParkedIDs(stateDir, key)
 	if err != nil || len(parked) == 0 {
 		return nil, nil, err
 	}
@@ -38,15 +38,19 @@ func Claim(ctx context.Context, stateDir, key string, minLeft time.Duration) (c 
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, e := range parked {
-		if !Take(stateDir, key, e.Session, owner) {
+	for _, id := range parked {
+		if !Take(stateDir, key, id, owner) {
 			continue // another claimer won it
 		}
-		c, err := open(ctx, stateDir, e, master, minLeft)
+		e, err := ReadTaken(stateDir, id, owner)
+		var c *Claimed
+		if err == nil {
+			c, err = open(ctx, stateDir, e, master, minLeft)
+		}
 		if err == nil {
 			return c, discarded, nil
 		}
-		discarded = append(discarded, e.Session)
+		discarded = append(discarded, id)
 		if ctx.Err() != nil {
 			return nil, discarded, fmt.Errorf("%w: claiming a parked sandbox: %v", sbtypes.ErrDeadlineExceeded, context.Cause(ctx))
 		}

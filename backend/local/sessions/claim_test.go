@@ -219,6 +219,15 @@ func TestClaimDiscards(t *testing.T) {
 		spoil   func(t *testing.T, b testBackend, id string)
 	}{
 		{"too little lifetime left", time.Hour, nil},
+		{"unreadable index entry", time.Minute, func(t *testing.T, b testBackend, id string) {
+			key, err := local.PoolKey(parkedTmpl())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(sessions.IndexDir(b.dir, key), id), []byte("{not json"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"paused", time.Minute, func(t *testing.T, b testBackend, id string) {
 			if err := b.Pause(t.Context(), id); err != nil {
 				t.Fatal(err)

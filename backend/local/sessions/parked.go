@@ -75,6 +75,57 @@ func Parked(stateDir, key string) ([]Entry, error) {
 	return out, nil
 }
 
+// ParkedIDs lists key's parked sandboxes, newest first by their index file's modification time
+// (written once, when parked), reading no entry: a claim reads only the one it takes
+// (ReadTaken), where reading every entry (Parked) cost a run ~20 µs per sandbox parked.
+func ParkedIDs(stateDir, key string) ([]string, error) {
+	idx := IndexDir(stateDir, key)
+	ents, err := os.ReadDir(idx)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	type parked struct {
+		id string
+		at time.Time
+	}
+	out := make([]parked, 0, len(ents))
+	for _, de := range ents {
+		if statedir.CheckSessionID(de.Name()) != nil {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue // claimed meanwhile
+		}
+		out = append(out, parked{de.Name(), fi.ModTime()})
+	}
+	slices.SortFunc(out, func(x, y parked) int { return y.at.Compare(x.at) })
+	ids := make([]string, len(out))
+	for i, p := range out {
+		ids[i] = p.id
+	}
+	return ids, nil
+}
+
+// ReadTaken reads the entry of a parked sandbox this process took (Take): its claim file.
+func ReadTaken(stateDir, id, owner string) (Entry, error) {
+	var e Entry
+	data, err := os.ReadFile(filepath.Join(stateDir, id, ClaimPrefix+owner))
+	if err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
+		return e, fmt.Errorf("parked sandbox %s: its index entry: %w", id, err)
+	}
+	if e.Session != id {
+		return e, fmt.Errorf("parked sandbox %s: its index entry names session %q", id, e.Session)
+	}
+	return e, nil
+}
+
 // Take claims a parked sandbox's index entry for owner (SelfProc): true when this process won
 // it. rename(2) is atomic: of any number of racing claimers exactly one wins.
 func Take(stateDir, key, id, owner string) bool {
