@@ -36,6 +36,7 @@ import (
 	"github.com/airlock-sandbox/airlock/capability"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/backoff"
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -797,9 +798,9 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		err = b.startRootless(s, cg, cmd, cfg)
 	} else {
 		// Born inside its cgroups; it still waits for the config before doing anything. A
-		// refill is born lowered (lowered.go).
-		if lowered(ctx) && b.canLower() {
-			err = startLowered(func() error { return cg.start(cmd) })
+		// refill is born idle (lowered.go).
+		if startsIdle(ctx) && b.canIdle() {
+			err = sched.StartIdle(func() error { return cg.start(cmd) })
 		} else {
 			err = cg.start(cmd)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -578,13 +579,13 @@ func (p *Pool) createOne() bool {
 	p.mu.Lock()
 	p.inflight++
 	p.mu.Unlock()
-	// A refill starts lowered, its warm-up and prestart included, and is raised to this
-	// process's nice before it is offered (lowered.go).
+	// A refill starts idle, its warm-up and prestart included, and is put back to this
+	// process's scheduling before it is offered (lowered.go).
 	ctx := p.ctx
-	nice, nerr := threadNice()
-	lower := p.b.canLower() && nerr == nil
-	if lower {
-		ctx = withLowered(ctx)
+	normal, nice := sched.Normal()
+	idle := p.b.canIdle() && normal
+	if idle {
+		ctx = withIdle(ctx)
 	}
 	sess, err := p.b.Create(ctx, p.decl(true))
 	var s *session
@@ -601,9 +602,9 @@ func (p *Pool) createOne() bool {
 	if err == nil {
 		pre = p.warmUp(sess)
 		mem = p.memoryOf(s)
-		if lower {
-			if err = raiseThreads(s.cg.procs, nice); err != nil {
-				err = fmt.Errorf("raising pooled sandbox %s to nice %d: %w", sess.ID, nice, err)
+		if idle {
+			if err = sched.Restore(s.cg.procs, nice); err != nil {
+				err = fmt.Errorf("putting pooled sandbox %s back to normal scheduling: %w", sess.ID, err)
 				release(pre)
 			}
 		}

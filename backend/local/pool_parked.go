@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	sbstats "github.com/airlock-sandbox/airlock/backend/local/stats"
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
 )
@@ -72,9 +73,10 @@ type ParkOptions struct {
 	Memory int64
 	// Missed: the run that started this filler found nothing parked.
 	Missed bool
-	// Raise: this process runs lowered (nice > 0, set by the run that started it, which ran at
-	// nice 0), so the sandboxes it makes start lowered too; each is raised to nice 0, every
-	// thread of every process in it, before it is parked. Needs root.
+	// Raise: this process runs idle (SCHED_IDLE, set by the run that started it, which ran
+	// under normal scheduling at nice 0), so the sandboxes it makes start idle too; each is put
+	// back to normal scheduling at nice 0, every thread of every process in it, before it is
+	// parked (internal/sched). Needs root.
 	Raise bool
 }
 
@@ -301,9 +303,9 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 	}
 	if opts.Raise {
 		if s := b.sessionOf(sess.ID); s == nil {
-			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: not this process's", sess.ID)
-		} else if err := raiseThreads(s.cg.procs, 0); err != nil {
-			return 0, fmt.Errorf("raising parked sandbox %s to nice 0: %w", sess.ID, err)
+			return 0, fmt.Errorf("putting parked sandbox %s back to normal scheduling: not this process's", sess.ID)
+		} else if err := sched.Restore(s.cg.procs, 0); err != nil {
+			return 0, fmt.Errorf("putting parked sandbox %s back to normal scheduling: %w", sess.ID, err)
 		}
 	}
 	e.Parked = time.Now()

@@ -3,15 +3,13 @@ package local
 import (
 	"context"
 	"errors"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
 )
@@ -150,19 +148,16 @@ func TestPoolPrestart(t *testing.T) {
 	}
 }
 
-// TestPoolRefillLowered: a refill starts lowered (issue 26: it must not starve the call it
-// refills for), its init and agent at nice 19 while Prestart runs, and is raised to the
-// pool's own nice, every thread, before it is offered.
-func TestPoolRefillLowered(t *testing.T) {
+// TestPoolRefillIdle: a refill starts idle (issue 26: it must not delay the call it refills
+// for), its init and agent under SCHED_IDLE while Prestart runs, and is put back to the pool's
+// own scheduling, every thread, before it is offered.
+func TestPoolRefillIdle(t *testing.T) {
 	b := newTestBackend(t)
-	own, err := threadNice()
-	if err != nil {
-		t.Fatal(err)
+	normal, own := sched.Normal()
+	if !normal || !sched.Supported() {
+		t.Skip("this test runs idle already, or not as root: nothing to start idle")
 	}
-	if own >= lowerNice {
-		t.Skipf("this test runs at nice %d: nothing to lower to", own)
-	}
-	nices := func(id string) map[int]int {
+	threads := func(id string) map[int]sched.Thread {
 		s := b.sessionOf(id)
 		if s == nil {
 			t.Errorf("session %s is not this backend's", id)
@@ -172,24 +167,19 @@ func TestPoolRefillLowered(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
-		out := map[int]int{}
+		out := map[int]sched.Thread{}
 		for _, pid := range pids {
-			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-			for _, e := range tasks {
-				tid, _ := strconv.Atoi(e.Name())
-				if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
-					out[tid] = 20 - p
-				}
-			}
+			th, _ := sched.Threads(pid) // exited meanwhile: none
+			maps.Copy(out, th)
 		}
 		return out
 	}
 	var mu sync.Mutex
-	starting := map[string]map[int]int{}
+	starting := map[string]map[int]sched.Thread{}
 	prestart := func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) (prestarted.Interpreters, error) {
-		n := nices(sess.ID)
+		th := threads(sess.ID)
 		mu.Lock()
-		starting[sess.ID] = n
+		starting[sess.ID] = th
 		mu.Unlock()
 		return &prestartValue{id: sess.ID, agent: a}, nil
 	}
@@ -205,47 +195,34 @@ func TestPoolRefillLowered(t *testing.T) {
 	if len(before) == 0 {
 		t.Fatalf("no thread of %s seen while it started", s.ID)
 	}
-	for tid, n := range before {
-		if n != lowerNice {
-			t.Errorf("while starting, thread %d of the refill at nice %d, want %d", tid, n, lowerNice)
+	for tid, th := range before {
+		if !th.Idle {
+			t.Errorf("while starting, thread %d of the refill runs %+v, want SCHED_IDLE", tid, th)
 		}
 	}
-	after := nices(s.ID)
+	after := threads(s.ID)
 	if len(after) == 0 {
 		t.Fatalf("no thread of %s once offered", s.ID)
 	}
-	for tid, n := range after {
-		if n != own {
-			t.Errorf("once offered, thread %d of the refill at nice %d, want the pool's own %d", tid, n, own)
+	for tid, th := range after {
+		if th.Idle || th.Nice != own {
+			t.Errorf("once offered, thread %d of the refill runs %+v, want normal at the pool's nice %d", tid, th, own)
 		}
 	}
 	// The threads that started it are back where they were once no refill is under way (one
-	// runs lowered, on its locked thread, while it starts init).
+	// runs idle, on its locked thread, while it starts init).
 	v.Close()
 	p.Discard(s.ID)
 	if err := p.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	for tid, n := range threadNicesOf(t, os.Getpid()) {
-		if n != own {
-			t.Errorf("thread %d of this process left at nice %d, want %d", tid, n, own)
-		}
-	}
-}
-
-// threadNicesOf reads the nice of every thread of process pid.
-func threadNicesOf(t *testing.T, pid int) map[int]int {
-	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	mine, err := sched.Threads(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[int]int{}
-	for _, e := range tasks {
-		tid, _ := strconv.Atoi(e.Name())
-		if p, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
-			out[tid] = 20 - p
+	for tid, th := range mine {
+		if th.Idle || th.Nice != own {
+			t.Errorf("thread %d of this process left at %+v, want normal at nice %d", tid, th, own)
 		}
 	}
-	return out
 }

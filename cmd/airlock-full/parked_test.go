@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/runcli"
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -310,21 +311,23 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 	if args := processesWithArg("--pool-memory"); len(args) != 1 || !slices.Contains(processesWithArg("64Mi"), args[0]) {
 		t.Errorf("the filler's processes with --pool-memory 64Mi among their arguments: %v, %v", args, processesWithArg("64Mi"))
 	}
-	// Every thread of the filler runs at the lowest priority, before its gate opens and after
-	// (it makes the parked sandboxes lowered): a run at nice 0 lowers it; a run already niced
-	// (this suite run under nice) leaves it at its own, which the filler inherits (Start).
-	own := runcli.OwnNice()
-	gatedNice, fillerNice := own, own
-	if own == 0 {
-		gatedNice = 19
-	}
+	// Every thread of the filler runs idle (SCHED_IDLE), before its gate opens and after (it
+	// makes the parked sandboxes idle): a run as root under normal scheduling at nice 0 starts
+	// it so; a run already niced (this suite run under nice) leaves it as its own, which the
+	// filler inherits (Start).
+	normal, own := sched.Normal()
+	fillerIdle := normal && own == 0 && sched.Supported()
 	filler, err := strconv.Atoi(testutil.PoolFillers(env.stateDir)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	for tid, nice := range threadNices(t, filler) {
-		if nice != gatedNice {
-			t.Errorf("filler thread %d at nice %d before its gate opened, want %d (this test runs at %d)", tid, nice, gatedNice, own)
+	fillerThreads, err := sched.Threads(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tid, th := range fillerThreads {
+		if th.Idle != fillerIdle || th.Nice != own {
+			t.Errorf("filler thread %d runs %+v before its gate opened, want idle %v at nice %d (this test runs at nice %d)", tid, th, fillerIdle, own, own)
 		}
 	}
 	key := filepath.Join(env.stateDir, "master.key")
@@ -338,45 +341,25 @@ func TestFillerWaitsForItsGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := env.waitParked(t) // parked once the gate is closed
-	// The parked sandbox it made runs at the run's own nice (0 unless the suite is niced), raised
-	// from the filler's before it was parked (local.ParkOptions.Raise): its init, agent and
-	// pre-started python (the code's process to be), every thread.
+	// The parked sandbox it made runs under normal scheduling at the run's own nice (0 unless
+	// the suite is niced), put back from the filler's idle before it was parked
+	// (local.ParkOptions.Raise): its init, agent and pre-started python (the code's process to
+	// be), every thread.
 	procs := append([]int{env.initPID(t, id)}, descendants(env.initPID(t, id))...)
 	if len(procs) < 2 {
 		t.Fatalf("the parked sandbox's processes: %v, want init and the pre-started python at least", procs)
 	}
 	for _, pid := range procs {
-		for tid, nice := range threadNices(t, pid) {
-			if nice != fillerNice {
-				t.Errorf("parked sandbox process %d thread %d at nice %d, want %d", pid, tid, nice, fillerNice)
+		threads, err := sched.Threads(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tid, th := range threads {
+			if th.Idle || th.Nice != own {
+				t.Errorf("parked sandbox process %d thread %d runs %+v, want normal at nice %d", pid, tid, th, own)
 			}
 		}
 	}
-}
-
-// threadNices reads the nice value of every thread of process pid (field 19 of its stat).
-func threadNices(t *testing.T, pid int) map[int]int {
-	t.Helper()
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]int{}
-	for _, e := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, e.Name()))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// The fields after the command's closing parenthesis: state is the first, nice the 17th.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		nice, err := strconv.Atoi(f[16])
-		if err != nil {
-			t.Fatalf("stat of %d/%s: %v", pid, e.Name(), err)
-		}
-		tid, _ := strconv.Atoi(e.Name())
-		out[tid] = nice
-	}
-	return out
 }
 
 // descendants lists the processes below pid (children, their children, ...).

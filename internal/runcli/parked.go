@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/runcode/core"
 )
 
@@ -22,8 +23,6 @@ import (
 // an earlier run's filler, and starts a filler that parks the next one.
 
 const (
-	// fillerNice is a lowered filler's nice value (Start).
-	fillerNice = 19
 	// killTimeout bounds the kill of a used parked sandbox.
 	killTimeout = 30 * time.Second
 	// aliasPrefix names an image's alias among the parked sandboxes' index dirs.
@@ -91,17 +90,19 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 	for _, id := range terminate {
 		args = append(args, "--terminate", id)
 	}
-	// A filler runs at the lowest priority for its whole life, so that refilling takes only
-	// the CPU the runs leave idle and never starves the run it refills for (a caller's next
-	// call, back to back): its own start (~6 ms of CPU: the runtime, package inits), the
-	// terminate of the used sandbox, and every sandbox it makes, whose init, agent and
-	// pre-started python inherit the lowered priority while they start. Each parked sandbox
-	// is raised back to nice 0 before it is parked (local.ParkOptions.Raise): the code that
-	// claims it runs at the priority of a sandbox made for it. Every thread of the filler's
-	// process group (its own: Setsid) is lowered just after its start. Only for a run as root
-	// at nice 0 (one that may raise the parked sandbox again, to where it was).
-	lower := os.Geteuid() == 0 && OwnNice() == 0
-	if lower {
+	// A filler runs idle (SCHED_IDLE) for its whole life, so that refilling takes only the CPU
+	// the runs leave idle and never delays the run it refills for (a caller's next call, back
+	// to back): its own start (~6 ms of CPU: the runtime, package inits), the terminate of the
+	// used sandbox, and every sandbox it makes, whose init, agent and pre-started python
+	// inherit it while they start. Each parked sandbox is put back to normal scheduling at
+	// nice 0 before it is parked (local.ParkOptions.Raise): the code that claims it runs at the
+	// priority of a sandbox made for it. The filler is born idle: started from a thread of
+	// this process switched to SCHED_IDLE for the start (internal/sched). Only for a run as
+	// root under normal scheduling at nice 0 (one that may put the parked sandbox back to
+	// where it was).
+	normal, nice := sched.Normal()
+	idle := sched.Supported() && normal && nice == 0
+	if idle {
 		args = append(args, "--lowered")
 	}
 	cmd := exec.Command(f.Exe, args...)
@@ -117,14 +118,15 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 		cmd.ExtraFiles = []*os.File{r}
 		cmd.Args = append(cmd.Args, "--gate-fd", "3")
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if idle {
+		start = func() error { return sched.StartIdle(cmd.Start) }
+	}
+	if err := start(); err != nil {
 		if w != nil {
 			w.Close()
 		}
 		return nil, err
-	}
-	if lower {
-		lowerGroup(cmd.Process.Pid, fillerNice)
 	}
 	if w == nil {
 		return nil, cmd.Process.Release()
