@@ -798,7 +798,7 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 		err = b.startRootless(s, cg, cmd, cfg)
 	} else {
 		// Born inside its cgroups; it still waits for the config before doing anything. A
-		// refill is born idle (lowered.go).
+		// refill is born idle (idle.go).
 		if startsIdle(ctx) && b.canIdle() {
 			err = sched.StartIdle(func() error { return cg.start(cmd) })
 		} else {

@@ -580,7 +580,7 @@ func (p *Pool) createOne() bool {
 	p.inflight++
 	p.mu.Unlock()
 	// A refill starts idle, its warm-up and prestart included, and is put back to this
-	// process's scheduling before it is offered (lowered.go).
+	// process's scheduling before it is offered (idle.go).
 	ctx := p.ctx
 	normal, nice := sched.Normal()
 	idle := p.b.canIdle() && normal

@@ -248,7 +248,7 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 		if live >= t.count(opts) {
 			return nil
 		}
-		// As many at once as there are processors: a filler lowered below the runs takes only
+		// As many at once as there are processors: an idle filler (SCHED_IDLE) takes only
 		// what they leave idle, and in the pause between a caller's bursts that is every core.
 		n := min(t.count(opts)-live, runtime.NumCPU())
 		mems := make([]int64, n)

@@ -43,7 +43,7 @@ type poolFillFlags struct {
 	count     int
 	terminate []string
 	gateFD    int
-	lowered   bool
+	idle      bool
 	missed    bool
 	memory    string
 	backend   cli.BackendFlags
@@ -61,7 +61,7 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 	cmd.Flags().StringVar(&f.imageJSON, "image-json", "", "the runs' image, as JSON")
 	cmd.Flags().IntVar(&f.count, "count", 1, "parked sandboxes to keep parked")
 	cmd.Flags().StringArrayVar(&f.terminate, "terminate", nil, "a used parked sandbox airlock run killed, to terminate first; repeatable")
-	cmd.Flags().BoolVar(&f.lowered, "lowered", false, "the starting run lowered this filler's priority: it stays lowered, and raises each parked sandbox to nice 0 before parking it")
+	cmd.Flags().BoolVar(&f.idle, "idle", false, "the starting run started this filler under SCHED_IDLE: it stays idle, and puts each parked sandbox back to normal scheduling at nice 0 before parking it")
 	cmd.Flags().IntVar(&f.gateFD, "gate-fd", -1, "a pipe whose write end the starting run holds: wait for its end (the run's sandbox killed) before anything else")
 	cmd.Flags().BoolVar(&f.missed, "missed", false, "the starting run found nothing parked: grow the parked count by one within the pool memory")
 	cmd.Flags().StringVar(&f.memory, runcode.PoolMemoryFlag, "", "the pool memory: host memory the parked sandboxes may hold as their count grows (default $"+runcode.EnvPoolMemory+", else pool.memory in the config file, else "+runcode.PoolMemoryDefault+")")
@@ -130,7 +130,7 @@ func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge, Memory: memory, Missed: f.missed, Raise: f.lowered,
+	opts := local.ParkOptions{Count: f.count, MaxAge: parkedMaxAge, Memory: memory, Missed: f.missed, Raise: f.idle,
 		Prestart: func(ctx context.Context, sess *sandbox.Session, a sandbox.Agent) ([]byte, error) {
 			pre, err := pf(ctx, sess, a)
 			if err != nil {

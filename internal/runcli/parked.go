@@ -103,7 +103,7 @@ func (f Filler) Start(terminate []string, gated bool) (gate io.Closer, err error
 	normal, nice := sched.Normal()
 	idle := sched.Supported() && normal && nice == 0
 	if idle {
-		args = append(args, "--lowered")
+		args = append(args, "--idle")
 	}
 	cmd := exec.Command(f.Exe, args...)
 	cmd.SysProcAttr = ownSession()
