@@ -155,13 +155,35 @@ func claimable(p *corev1.Pod) bool {
 		p.Labels[LabelSandbox] != "" && p.Annotations != nil && p.Status.StartTime != nil && podReady(p)
 }
 
-// ParseShard parses "i/n" (0 <= i < n): a broker replica's shard of the idle pods.
-func ParseShard(s string) (shard, shards uint32, err error) {
+// ShardOrdinal is the i of ParseShard's "ordinal/n": the ordinal at the end of the pod's name.
+const ShardOrdinal = "ordinal"
+
+// ParseShard parses "i/n" (0 <= i < n): a broker replica's shard of the idle pods. In
+// "ordinal/n", i is the ordinal ending podName, a StatefulSet pod's name (<set>-<ordinal>), so
+// replicas of one StatefulSet take disjoint shards with one flag; an ordinal past n (the set
+// scaled beyond the n it was given) takes shard ordinal mod n: two replicas then share a shard,
+// which costs conflicts, never a double claim.
+func ParseShard(s, podName string) (shard, shards uint32, err error) {
 	a, b, ok := strings.Cut(s, "/")
-	i, err1 := strconv.ParseUint(a, 10, 32)
-	n, err2 := strconv.ParseUint(b, 10, 32)
-	if !ok || err1 != nil || err2 != nil || n == 0 || i >= n {
-		return 0, 0, fmt.Errorf("%q: want i/n with 0 <= i < n, e.g. 0/2 and 1/2 for two replicas", s)
+	n, errN := strconv.ParseUint(b, 10, 32)
+	if ok && a == ShardOrdinal && errN == nil && n > 0 {
+		_, ord, found := cutLast(podName, "-")
+		i, err := strconv.ParseUint(ord, 10, 32)
+		if !found || err != nil {
+			return 0, 0, fmt.Errorf("%q: pod name %q does not end in -<ordinal> (a StatefulSet pod's; $POD_NAME unset?)", s, podName)
+		}
+		return uint32(i % n), uint32(n), nil
+	}
+	i, errI := strconv.ParseUint(a, 10, 32)
+	if !ok || errI != nil || errN != nil || n == 0 || i >= n {
+		return 0, 0, fmt.Errorf("%q: want i/n with 0 <= i < n, e.g. 0/2 and 1/2 for two replicas, or %s/n in a StatefulSet of n", s, ShardOrdinal)
 	}
 	return uint32(i), uint32(n), nil
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }

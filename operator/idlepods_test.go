@@ -131,16 +131,22 @@ func TestIdlePodsChurnStaysBounded(t *testing.T) {
 
 func TestParseShard(t *testing.T) {
 	for _, tc := range []struct {
-		in      string
+		in, pod string
 		i, n    uint32
 		wantErr bool
 	}{
-		{"0/1", 0, 1, false}, {"1/2", 1, 2, false}, {"2/2", 0, 0, true}, {"0/0", 0, 0, true},
-		{"1", 0, 0, true}, {"a/2", 0, 0, true}, {"-1/2", 0, 0, true}, {"", 0, 0, true},
+		{"0/1", "", 0, 1, false}, {"1/2", "", 1, 2, false}, {"2/2", "", 0, 0, true}, {"0/0", "", 0, 0, true},
+		{"1", "", 0, 0, true}, {"a/2", "", 0, 0, true}, {"-1/2", "", 0, 0, true}, {"", "", 0, 0, true},
+		// A StatefulSet's pods, <set>-<ordinal>: each its own shard.
+		{"ordinal/2", "airlock-operator-0", 0, 2, false}, {"ordinal/2", "airlock-operator-1", 1, 2, false},
+		{"ordinal/3", "airlock-operator-12", 0, 3, false},                                     // scaled past n: shares shard 12 mod 3
+		{"ordinal/2", "", 0, 0, true}, {"ordinal/2", "airlock-operator-7f9c-x2x", 0, 0, true}, // no ordinal (a Deployment's pod)
+		{"ordinal/0", "airlock-operator-0", 0, 0, true}, {"ordinal", "airlock-operator-0", 0, 0, true},
+		{"1/2", "airlock-operator-0", 1, 2, false}, // an explicit i wins over the name
 	} {
-		i, n, err := ParseShard(tc.in)
+		i, n, err := ParseShard(tc.in, tc.pod)
 		if (err != nil) != tc.wantErr || i != tc.i || n != tc.n {
-			t.Errorf("ParseShard(%q) = %d, %d, %v", tc.in, i, n, err)
+			t.Errorf("ParseShard(%q, %q) = %d, %d, %v", tc.in, tc.pod, i, n, err)
 		}
 	}
 }

@@ -451,7 +451,7 @@ func TestBrokerRestartKeepsSessions(t *testing.T) {
 	// Every replica goes (the chart runs two): no broker that saw the claim survives.
 	old := strings.Fields(kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name"))
 	kubectl(t, "", append([]string{"-n", "airlock-system", "delete", "--wait=true"}, old...)...)
-	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "deployment/airlock-operator", "--timeout=120s")
+	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "statefulset/airlock-operator", "--timeout=120s")
 	e.broker = brokerURL(t)
 	fresh := e.backend("app") // no state carried over from b
 	got, err := fresh.Get(ctxT(t), s.ID)
