@@ -234,6 +234,7 @@ func (b *Broker) claim(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
+	tr := &claimTrace{start: b.now()}
 	u, err := b.caller(r)
 	if err != nil {
 		return nil, err
@@ -279,19 +280,22 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 		}
 	}
 	if b.Idle != nil {
+		tr.from = "queue"
 		for p := b.Idle.Pop(req.Namespace, req.Sandbox); p != nil; p = b.Idle.Pop(req.Namespace, req.Sandbox) {
-			g, err := b.claimPod(ctx, p.DeepCopy(), &req, &sb, d, u)
+			tr.pops++
+			g, err := b.claimPod(ctx, p.DeepCopy(), &req, &sb, d, u, tr)
 			if err != nil || g != nil {
 				return g, err
 			}
 		}
 	}
-	readers := []client.Reader{b.reader()}
+	readers, names := []client.Reader{b.reader()}, []string{"api list"}
 	if b.Reader != nil {
-		readers = append(readers, b.APIReader)
+		readers, names = append(readers, b.APIReader), []string{"cache list", "api list"}
 	}
-	for _, rd := range readers {
-		g, err := b.claimFrom(ctx, rd, &req, &sb, d, u)
+	for i, rd := range readers {
+		tr.from = names[i]
+		g, err := b.claimFrom(ctx, rd, &req, &sb, d, u, tr)
 		if err != nil || g != nil {
 			return g, err
 		}
@@ -308,7 +312,7 @@ func (b *Broker) reader() client.Reader {
 }
 
 // claimFrom tries to claim one of the idle ready pods rd lists; nil, nil when none could be had.
-func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo) (*brokerapi.Grant, error) {
+func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo, tr *claimTrace) (*brokerapi.Grant, error) {
 	var pods corev1.PodList
 	// No copy of every listed pod (a pool of 1,000 is 1,000 copies per claim): the one tried is
 	// copied below; the API reader ignores the option.
@@ -323,7 +327,7 @@ func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi
 	rand.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
 	for i := range items {
 		// Cache objects are shared (the list did not copy them): never modify them in place.
-		g, err := b.claimPod(ctx, items[i].DeepCopy(), req, sb, d, u)
+		g, err := b.claimPod(ctx, items[i].DeepCopy(), req, sb, d, u, tr)
 		if err != nil || g != nil {
 			return g, err
 		}
@@ -334,7 +338,7 @@ func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi
 // claimPod relabels p (a copy the caller owns) as claimed by u, preconditioned on its
 // resourceVersion, and makes the first call to its agent; nil, nil when p went to someone else,
 // is not claimable, or its agent did not answer (then it is deleted).
-func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo) (*brokerapi.Grant, error) {
+func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo, tr *claimTrace) (*brokerapi.Grant, error) {
 	if p.DeletionTimestamp != nil || !podReady(p) || p.Status.StartTime == nil {
 		return nil, nil
 	}
@@ -351,6 +355,7 @@ func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.Cla
 	p.Annotations[AnnotationClaimedAt] = now.UTC().Format(time.RFC3339)
 	p.Annotations[AnnotationExpiresAt] = exp.UTC().Format(time.RFC3339)
 	p.Spec.ActiveDeadlineSeconds = &deadline
+	tr.puts++
 	if err := b.Client.Update(ctx, p); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil, nil // someone else claimed (or the pool replaced) it first
@@ -376,8 +381,18 @@ func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.Cla
 			return nil, nil
 		}
 	}
-	b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username)
+	b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username,
+		"from", tr.from, "puts", tr.puts, "pops", tr.pops, "took", b.now().Sub(tr.start))
 	return g, nil
+}
+
+// claimTrace is what one claim cost, for its log line (the scale test counts these): where the
+// pod it got came from (the idle queue, the cache's list, the API's list), the pod updates it made
+// (each one but the last lost to another claim or a stale copy) and the pods it popped.
+type claimTrace struct {
+	start      time.Time
+	from       string
+	puts, pops int
 }
 
 // grant mints tokens for a claimed pod p.
