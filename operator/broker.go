@@ -103,8 +103,8 @@ type Broker struct {
 	Reader    client.Reader
 	APIReader client.Reader
 	// Idle, when set, hands out the idle pods the informer has seen, each once (IdlePods.Watch
-	// feeds it); a claim takes from it first and falls back to listing from Reader, then
-	// APIReader, when it is empty.
+	// feeds it); a claim takes from it, and when it is empty tries a few pods APIReader lists
+	// (maxListTries). Without it a claim lists from Reader, then APIReader.
 	Idle      *IdlePods
 	Reviewer  Reviewer
 	Keys      *Keys
@@ -288,21 +288,40 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 				return g, err
 			}
 		}
-	}
-	readers, names := []client.Reader{b.reader()}, []string{"api list"}
-	if b.Reader != nil {
-		readers, names = append(readers, b.APIReader), []string{"cache list", "api list"}
-	}
-	for i, rd := range readers {
-		tr.from = names[i]
-		g, err := b.claimFrom(ctx, rd, &req, &sb, d, u, tr)
+		// The queue is empty. Every claimable pod the cache shows went through it, so what the
+		// cache still shows idle was handed out already (claimed, or a claim in flight): trying
+		// those was an update and a conflict each, and claims that walked a pool of 1,000 so
+		// took 17 to 52 s (TestScaleKWOK). Only the API can show a pod the informer has not
+		// delivered yet: a few of those are tried.
+		tr.from = "api list"
+		g, err := b.claimFrom(ctx, b.APIReader, &req, &sb, d, u, tr, maxListTries)
 		if err != nil || g != nil {
 			return g, err
 		}
+	} else {
+		readers, names := []client.Reader{b.reader()}, []string{"api list"}
+		if b.Reader != nil {
+			readers, names = append(readers, b.APIReader), []string{"cache list", "api list"}
+		}
+		for i, rd := range readers {
+			tr.from = names[i]
+			g, err := b.claimFrom(ctx, rd, &req, &sb, d, u, tr, 0)
+			if err != nil || g != nil {
+				return g, err
+			}
+		}
 	}
+	b.Log.Info("claim found no pod", "namespace", req.Namespace, "sandbox", req.Sandbox, "owner", u.Username,
+		"puts", tr.puts, "pops", tr.pops, "took", b.now().Sub(tr.start))
 	return nil, &httpError{status: http.StatusServiceUnavailable, code: brokerapi.CodeUnavailable, retryAfter: b.RetryAfter,
 		err: fmt.Errorf("Sandbox %s/%s has no idle ready pod (poolSize %d); retry later", req.Namespace, req.Sandbox, sb.Spec.PoolSize)}
 }
+
+// maxListTries bounds the pods a claim tries from the API's list once the idle queue is empty:
+// that list holds the pods other claims are taking from the queue (a conflict each) besides any
+// the informer has not delivered; past a few conflicts the caller is better served by a 503
+// and its retry.
+const maxListTries = 4
 
 func (b *Broker) reader() client.Reader {
 	if b.Reader != nil {
@@ -311,8 +330,9 @@ func (b *Broker) reader() client.Reader {
 	return b.APIReader
 }
 
-// claimFrom tries to claim one of the idle ready pods rd lists; nil, nil when none could be had.
-func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo, tr *claimTrace) (*brokerapi.Grant, error) {
+// claimFrom tries to claim one of the idle ready pods rd lists, updating at most tries of them
+// (0: no bound); nil, nil when none could be had.
+func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi.ClaimRequest, sb *v1alpha1.Sandbox, d spec.Sandbox, u authnv1.UserInfo, tr *claimTrace, tries int) (*brokerapi.Grant, error) {
 	var pods corev1.PodList
 	// No copy of every listed pod (a pool of 1,000 is 1,000 copies per claim): the one tried is
 	// copied below; the API reader ignores the option.
@@ -325,7 +345,7 @@ func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi
 	// of Update makes a pod go to exactly one of them.
 	items := pods.Items
 	rand.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
-	for i := range items {
+	for i, puts := 0, tr.puts; i < len(items) && (tries == 0 || tr.puts-puts < tries); i++ {
 		// Cache objects are shared (the list did not copy them): never modify them in place.
 		g, err := b.claimPod(ctx, items[i].DeepCopy(), req, sb, d, u, tr)
 		if err != nil || g != nil {

@@ -18,9 +18,10 @@ import (
 // idle ready pod the informer shows is handed out once per broker replica, so concurrent claims
 // in one replica never race for the same pod (a shuffled list read from a lagging cache made
 // them: conflicts, and retries that walk the list). Replicas take disjoint shards (a hash of the
-// pod name modulo Shards equals Shard); the resourceVersion precondition of the claim's update
-// stays the arbiter, so a pod handed out by two replicas (a shard misconfigured, a replica
-// stealing from an empty shard) still goes to one claim.
+// pod name modulo Shards equals Shard) first, and the other shards' pods only when their own is
+// empty; the resourceVersion precondition of the claim's update stays the arbiter, so a pod
+// handed out by two replicas (a shard misconfigured, a replica stealing from an empty shard)
+// still goes to one claim.
 type IdlePods struct {
 	// Shard and Shards pick this replica's pods; Shards 0 or 1 takes them all.
 	Shard, Shards uint32
@@ -29,10 +30,11 @@ type IdlePods struct {
 	per map[types.NamespacedName]*idleSet // by namespace and Sandbox name
 }
 
-// idleSet is a FIFO of claimable pods: the oldest ready first.
+// idleSet holds one Sandbox's claimable pods in two FIFOs, the oldest ready first: this
+// replica's shard, then the others'.
 type idleSet struct {
-	order []string
-	pods  map[string]*corev1.Pod // the informer's object: never modified
+	mine, theirs []string
+	pods         map[string]*corev1.Pod // the informer's object: never modified
 }
 
 // Watch feeds q from inf, the informer of managed pods.
@@ -63,7 +65,7 @@ func (q *IdlePods) Observe(obj any) {
 	if !ok {
 		return
 	}
-	if !claimable(p) || !q.mine(p.Name) {
+	if !claimable(p) {
 		q.remove(p)
 		return
 	}
@@ -79,7 +81,11 @@ func (q *IdlePods) Observe(obj any) {
 		q.per[key] = s
 	}
 	if _, queued := s.pods[p.Name]; !queued {
-		s.order = append(s.order, p.Name)
+		if q.mine(p.Name) {
+			s.mine = append(s.mine, p.Name)
+		} else {
+			s.theirs = append(s.theirs, p.Name)
+		}
 	}
 	s.pods[p.Name] = p
 }
@@ -89,24 +95,30 @@ func (q *IdlePods) remove(p *corev1.Pod) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if s := q.per[key]; s != nil {
-		delete(s.pods, p.Name) // its name leaves order when Pop reaches it, or here:
-		if len(s.order) > 2*len(s.pods)+64 {
-			kept := make([]string, 0, len(s.pods))
+		delete(s.pods, p.Name) // its name leaves the FIFO when Pop reaches it, or here:
+		if len(s.mine)+len(s.theirs) > 2*len(s.pods)+64 {
 			seen := make(map[string]bool, len(s.pods))
-			for _, n := range s.order {
-				if _, ok := s.pods[n]; ok && !seen[n] {
-					kept = append(kept, n)
-					seen[n] = true
-				}
-			}
-			s.order = kept
+			s.mine, s.theirs = s.compact(s.mine, seen), s.compact(s.theirs, seen)
 		}
 	}
 }
 
-// Pop hands out a claimable pod of Sandbox namespace/name (the informer's object: DeepCopy before
-// changing it), or nil when none is queued. A handed-out pod comes back only through a later
-// event that still shows it claimable (a claim that lost its update leaves it to the next event).
+// compact keeps the names of fifo still queued, once each.
+func (s *idleSet) compact(fifo []string, seen map[string]bool) []string {
+	kept := make([]string, 0, len(fifo))
+	for _, n := range fifo {
+		if _, ok := s.pods[n]; ok && !seen[n] {
+			kept = append(kept, n)
+			seen[n] = true
+		}
+	}
+	return kept
+}
+
+// Pop hands out a claimable pod of Sandbox namespace/name, this replica's shard first (the
+// informer's object: DeepCopy before changing it), or nil when none is queued. A handed-out pod
+// comes back only through a later event that still shows it claimable (a claim that lost its
+// update leaves it to the next event).
 func (q *IdlePods) Pop(namespace, name string) *corev1.Pod {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -114,15 +126,17 @@ func (q *IdlePods) Pop(namespace, name string) *corev1.Pod {
 	if s == nil {
 		return nil
 	}
-	for len(s.order) > 0 {
-		n := s.order[0]
-		s.order = s.order[1:]
-		if p, ok := s.pods[n]; ok {
-			delete(s.pods, n)
-			return p
+	for _, fifo := range []*[]string{&s.mine, &s.theirs} {
+		for len(*fifo) > 0 {
+			n := (*fifo)[0]
+			*fifo = (*fifo)[1:]
+			if p, ok := s.pods[n]; ok {
+				delete(s.pods, n)
+				return p
+			}
 		}
+		*fifo = nil // let the backing array go
 	}
-	s.order = nil // let the backing array go
 	return nil
 }
 

@@ -86,7 +86,8 @@ func TestIdlePodsHandOutOnce(t *testing.T) {
 	}
 }
 
-// Shards split the pods between replicas: every pod in exactly one.
+// Shards split the pods between replicas: each hands out its own shard first, every pod is in
+// exactly one shard, and a replica whose shard is empty hands out the others' pods.
 func TestIdlePodsShards(t *testing.T) {
 	const shards, pods = 3, 300
 	qs := make([]*IdlePods, shards)
@@ -98,18 +99,28 @@ func TestIdlePodsShards(t *testing.T) {
 			q.Observe(idlePod(fmt.Sprintf("box-%d", i)))
 		}
 	}
-	seen := map[string]int{}
+	first := map[string]int{} // pod → how many replicas hand it out before any pod of another shard
 	for i, q := range qs {
 		got := popAll(q)
-		if len(got) < pods/shards/2 {
-			t.Errorf("shard %d holds %d of %d pods", i, len(got), pods)
+		if len(got) != pods {
+			t.Errorf("replica %d hands out %d of %d pods", i, len(got), pods)
 		}
-		for _, n := range got {
-			seen[n]++
+		own := 0
+		for own < len(got) && q.mine(got[own]) {
+			first[got[own]]++
+			own++
+		}
+		for _, n := range got[own:] {
+			if q.mine(n) {
+				t.Errorf("replica %d hands out its own %s after another shard's pod", i, n)
+			}
+		}
+		if own < pods/shards/2 {
+			t.Errorf("shard %d holds %d of %d pods", i, own, pods)
 		}
 	}
 	for i := range pods {
-		if n := seen[fmt.Sprintf("box-%d", i)]; n != 1 {
+		if n := first[fmt.Sprintf("box-%d", i)]; n != 1 {
 			t.Errorf("box-%d is in %d shards", i, n)
 		}
 	}
@@ -124,8 +135,8 @@ func TestIdlePodsChurnStaysBounded(t *testing.T) {
 		q.remove(p)
 	}
 	s := q.per[idleKey("ns", "box")]
-	if len(s.order) > 64+1 {
-		t.Fatalf("queue holds %d names for 0 pods", len(s.order))
+	if n := len(s.mine) + len(s.theirs); n > 64+1 {
+		t.Fatalf("queue holds %d names for 0 pods", n)
 	}
 }
 

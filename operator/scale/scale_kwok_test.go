@@ -206,6 +206,7 @@ func TestScaleKWOK(t *testing.T) {
 	var mu sync.Mutex
 	podsSeen := map[string]bool{}
 	var lat []time.Duration
+	var lastGrant time.Time
 	var wg sync.WaitGroup
 	body, _ := json.Marshal(brokerapi.ClaimRequest{Namespace: ns, Sandbox: "big"})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
@@ -238,6 +239,7 @@ func TestScaleKWOK(t *testing.T) {
 				d := time.Since(t0)
 				granted.Add(1)
 				mu.Lock()
+				lastGrant = time.Now()
 				if podsSeen[g.Pod] {
 					t.Errorf("pod %s granted twice", g.Pod)
 				}
@@ -258,6 +260,8 @@ func TestScaleKWOK(t *testing.T) {
 	t.Logf("load average at the claims' end: %s", loadavg())
 	t.Logf("claims by where the pod came from: %v; pod updates per claim %s; pods popped per claim %s; time in the broker %s",
 		traces.from, traces.puts.summary(), traces.pops.summary(), traces.took.summary())
+	t.Logf("claims answered 503 (no idle pod): %d; pod updates each %s; time in the broker %s; the last grant came %v after the first claim",
+		len(traces.noneTook), traces.nonePuts.summary(), traces.noneTook.summary(), lastGrant.Sub(start).Round(time.Millisecond))
 	if n < pool {
 		t.Fatalf("%d claims granted, want %d", n, pool)
 	}
@@ -298,12 +302,15 @@ func TestScaleKWOK(t *testing.T) {
 }
 
 // claimTraces counts the broker's "claimed" records (where the pod came from, pod updates and
-// pops per claim, time in the broker) and passes warnings on to next.
+// pops per claim, time in the broker) and its "claim found no pod" records, and passes the other
+// warnings on to next.
 type claimTraces struct {
 	next             slog.Handler
 	mu               sync.Mutex
 	from             map[string]int
 	puts, pops, took dist
+	// Of the claims answered 503 (no idle pod): pod updates and time in the broker.
+	nonePuts, noneTook dist
 }
 
 func (c *claimTraces) Enabled(ctx context.Context, l slog.Level) bool {
@@ -311,6 +318,20 @@ func (c *claimTraces) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (c *claimTraces) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "claim found no pod" {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "puts":
+				c.nonePuts = append(c.nonePuts, float64(a.Value.Int64()))
+			case "took":
+				c.noneTook = append(c.noneTook, a.Value.Duration().Seconds())
+			}
+			return true
+		})
+		return nil
+	}
 	if r.Message != "claimed" {
 		if c.next.Enabled(ctx, r.Level) {
 			return c.next.Handle(ctx, r)
