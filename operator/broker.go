@@ -336,9 +336,15 @@ func (b *Broker) claimFrom(ctx context.Context, rd client.Reader, req *brokerapi
 	var pods corev1.PodList
 	// No copy of every listed pod (a pool of 1,000 is 1,000 copies per claim): the one tried is
 	// copied below; the API reader ignores the option.
-	if err := rd.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{
+	opts := []client.ListOption{client.InNamespace(req.Namespace), client.MatchingLabels{
 		LabelSandbox: req.Sandbox, LabelState: StateIdle, LabelManagedBy: ManagedBy,
-	}, client.UnsafeDisableDeepCopy); err != nil {
+	}, client.UnsafeDisableDeepCopy}
+	if tries > 0 {
+		// One page: the whole pool, uncached, cost 2.7 s a claim on KWOK at 1,000 pods (pods in
+		// name order, i.e. their random suffixes').
+		opts = append(opts, client.Limit(int64(4*tries)))
+	}
+	if err := rd.List(ctx, &pods, opts...); err != nil {
 		return nil, fmt.Errorf("%w: list pool: %v", errUnavailable, err)
 	}
 	// Random order spreads concurrent claimers over the pool; the resourceVersion precondition
