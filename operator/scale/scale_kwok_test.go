@@ -258,6 +258,11 @@ func TestScaleKWOK(t *testing.T) {
 	t.Logf("claims: %d granted by %d callers in %v: %.1f claims/s; latency p50 %v p99 %v; %d answers other than 200 (503 while the cache catches up, conflicts)",
 		n, callers, claimTime.Round(time.Millisecond), float64(n)/claimTime.Seconds(), pct(0.5), pct(0.99), failures.Load())
 	t.Logf("load average at the claims' end: %s", loadavg())
+	var refill corev1.PodList
+	if err := mgr.GetAPIReader().List(ctx, &refill, client.InNamespace(ns), client.MatchingLabels{operator.LabelState: operator.StateIdle}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("refill at the claims' end: %d idle pods made (the pool controller's writes compete with the claims')", len(refill.Items))
 	t.Logf("claims by where the pod came from: %v; pod updates per claim %s; pods popped per claim %s; time in the broker %s",
 		traces.from, traces.puts.summary(), traces.pops.summary(), traces.took.summary())
 	t.Logf("claims answered 503 (no idle pod): %d; pod updates each %s; time in the broker %s; the last grant came %v after the first claim",
