@@ -33,15 +33,14 @@ import (
 
 // PoolReconciler keeps each Sandbox's pool of idle pods at spec.poolSize.
 type PoolReconciler struct {
-	// Client reads from the informer cache, pods included: a pool's pods are counted there, with
-	// the pods created but not yet shown by it (created) counted too, so a lagging cache never
-	// makes a pod twice. (An uncached list of the pool on every wake was what a burst of claims
-	// cost the API server most: 1,000 pods read per claim burst.)
 	Client client.Client
-	Keys   *Keys
-	Pods   PodOptions
-	UIDs   *CodeUIDs // each pod's code uid, unique among existing pods
-	Log    *slog.Logger
+	// APIReader reads pods uncached: counting from a cache that has not seen the pods just created
+	// would create them twice.
+	APIReader client.Reader
+	Keys      *Keys
+	Pods      PodOptions
+	UIDs      *CodeUIDs // each pod's code uid, unique among existing pods
+	Log       *slog.Logger
 	// CreateParallel bounds the pod creates one reconcile has in flight (default 16): a fill of
 	// 1,000 one create after another ran at one API round trip per pod.
 	CreateParallel int
@@ -49,50 +48,6 @@ type PoolReconciler struct {
 	// the events of that window (a claim each, under load) wake it once. Sandbox events are not
 	// delayed.
 	WakeDelay time.Duration
-
-	created createdPods
-}
-
-// createdPods remembers, per Sandbox, the pods this reconciler created that its cache has not
-// shown yet (the ReplicaSet controller's "expectations"). One not shown after createdTTL (deleted
-// before the cache ever saw it, a watch that skipped it) is forgotten: the pool is then refilled,
-// and a pool briefly one too big shrinks at the next reconcile.
-type createdPods struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]map[string]time.Time // Sandbox → pod name → when created
-}
-
-const createdTTL = time.Minute
-
-func (c *createdPods) add(sb types.NamespacedName, pod string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[types.NamespacedName]map[string]time.Time{}
-	}
-	if c.m[sb] == nil {
-		c.m[sb] = map[string]time.Time{}
-	}
-	c.m[sb][pod] = now
-}
-
-// unseen counts sb's created pods that seen (the cache's pods of sb, by name) lacks, and forgets
-// the others.
-func (c *createdPods) unseen(sb types.NamespacedName, seen map[string]bool, now time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for pod, at := range c.m[sb] {
-		if seen[pod] || now.Sub(at) > createdTTL {
-			delete(c.m[sb], pod)
-			continue
-		}
-		n++
-	}
-	if len(c.m[sb]) == 0 {
-		delete(c.m, sb)
-	}
-	return n
 }
 
 // SetupWithManager registers the reconciler: Sandboxes, and the pods and policies they own.
@@ -145,20 +100,23 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if sb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the pods
 	}
-	// From the cache, plus the pods created that it has not shown yet (r.created). A claim it
-	// has not shown yet counts its pod as idle: one pod too few is made now, and the claim's
-	// event wakes this again. A pod it shows idle that was claimed is never deleted as extra:
-	// deletes are preconditioned on the version seen.
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(sb.Namespace),
+	// Idle pods uncached: counting from a cache that has not seen the pods just created would
+	// create them twice. The others (claimed: counted, and deleted once finished) from the cache:
+	// an uncached list of a pool with 1,000 sessions cost the API server seconds on every wake.
+	var pods, others corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(sb.Namespace),
+		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy, LabelState: StateIdle}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.List(ctx, &others, client.InNamespace(sb.Namespace),
 		client.MatchingLabels{LabelSandbox: sb.Name, LabelManagedBy: ManagedBy}); err != nil {
 		return ctrl.Result{}, err
 	}
-	seen := make(map[string]bool, len(pods.Items))
-	for i := range pods.Items {
-		seen[pods.Items[i].Name] = true
+	for _, p := range others.Items {
+		if p.Labels[LabelState] != StateIdle {
+			pods.Items = append(pods.Items, p)
+		}
 	}
-	unseen := r.created.unseen(req.NamespacedName, seen, time.Now())
 	// A finished pod (failed, lifetime reached, agent exited) serves nobody.
 	live := pods.Items[:0]
 	for i := range pods.Items {
@@ -230,8 +188,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			st.Starting++
 		}
 	}
-	st.Starting += int32(unseen)
-	made, createErr := r.createPods(ctx, &sb, d, ring, tmpl, want-len(fresh)-unseen)
+	made, createErr := r.createPods(ctx, &sb, d, ring, tmpl, want-len(fresh))
 	st.Starting += made
 
 	setCond(&st, sb.Generation, v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "declaration accepted")
@@ -259,7 +216,6 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 	if par <= 0 {
 		par = 16
 	}
-	key := client.ObjectKeyFromObject(sb)
 	uids, err := r.UIDs.AllocateN(ctx, n)
 	if err != nil {
 		return 0, fmt.Errorf("create pool pods for %s/%s: %w", sb.Namespace, sb.Name, err)
@@ -284,10 +240,7 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			name, err := r.createPod(ctx, sb, d, ring, tmpl, uid)
-			if err == nil {
-				r.created.add(key, name, time.Now())
-			}
+			err := r.createPod(ctx, sb, d, ring, tmpl, uid)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -303,17 +256,15 @@ func (r *PoolReconciler) createPods(ctx context.Context, sb *v1alpha1.Sandbox, d
 	return made, first
 }
 
-// createPod makes one pool pod and returns its name.
-func (r *PoolReconciler) createPod(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string, uid uint32) (string, error) {
+func (r *PoolReconciler) createPod(ctx context.Context, sb *v1alpha1.Sandbox, d spec.Sandbox, ring, tmpl string, uid uint32) error {
 	pod, err := BuildPod(sb, d, r.Pods, ring, newSessionID(), tmpl, uid)
 	if err == nil {
 		err = r.Client.Create(ctx, pod)
 	}
 	if err != nil {
 		r.UIDs.Release(uid)
-		return "", err
 	}
-	return pod.Name, nil
+	return err
 }
 
 // accept runs Accept and the checks that need the cluster: the RuntimeClass and the master key.

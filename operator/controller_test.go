@@ -107,7 +107,7 @@ func TestFillCreatesInParallel(t *testing.T) {
 			return err
 		}}).Build()
 	keys := &Keys{Reader: c, Namespace: "airlock-system", Secret: "airlock-master"}
-	r := &PoolReconciler{Client: c, Keys: keys, Pods: testPodOpts, CreateParallel: par,
+	r := &PoolReconciler{Client: c, APIReader: c, Keys: keys, Pods: testPodOpts, CreateParallel: par,
 		UIDs: &CodeUIDs{Reader: c, First: DefaultCodeUIDFirst, Last: DefaultCodeUIDLast},
 		Log:  slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -135,123 +135,5 @@ func TestFillCreatesInParallel(t *testing.T) {
 	}
 	if got.Status.Starting != pool {
 		t.Errorf("status.starting %d, want %d", got.Status.Starting, pool)
-	}
-}
-
-// podsCache is the reconciler's client with a lagging informer cache of pods: pod lists come
-// from the snapshot sync last took of the API (c); everything else, writes included, is c.
-type podsCache struct {
-	client.Client
-	snap client.Client
-}
-
-func (p *podsCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	if _, ok := list.(*corev1.PodList); ok {
-		return p.snap.List(ctx, list, opts...)
-	}
-	return p.Client.List(ctx, list, opts...)
-}
-
-// TestReconcileCountsPodsTheCacheHasNotShown: the pool is counted from the cache, and the pods
-// created that the cache has not shown yet count too: a lagging cache never fills a pool twice,
-// and a claim the cache shows is refilled.
-func TestReconcileCountsPodsTheCacheHasNotShown(t *testing.T) {
-	const pool = 5
-	for _, tc := range []struct {
-		name       string
-		steps      string // r: reconcile, s: the cache catches up, c: a pod is claimed at the API
-		pods, idle int    // at the API at the end
-	}{
-		{"cache shows none of the pods made", "rrr", pool, pool},
-		{"cache caught up", "rsrsr", pool, pool},
-		{"a claim the cache shows is refilled", "rsccsr", pool + 2, pool},
-		{"a claim the cache has not shown waits for it", "rccr", pool, pool - 2},
-		{"then is refilled", "rccrsr", pool + 2, pool},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sb := sbx("box", func(s *v1alpha1.SandboxSpec) { s.PoolSize = pool })
-			c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithStatusSubresource(&v1alpha1.Sandbox{}).
-				WithObjects(sb, &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Namespace: "airlock-system", Name: "airlock-master"},
-					Data:       map[string][]byte{MasterSecretKey: []byte(testMaster)},
-				}).Build()
-			cache := &podsCache{Client: c, snap: fake.NewClientBuilder().WithScheme(newScheme(t)).Build()}
-			ctx := context.Background()
-			apiPods := func() []corev1.Pod {
-				var l corev1.PodList
-				if err := c.List(ctx, &l, client.InNamespace("ns")); err != nil {
-					t.Fatal(err)
-				}
-				return l.Items
-			}
-			r := &PoolReconciler{Client: cache, Keys: &Keys{Reader: c, Namespace: "airlock-system", Secret: "airlock-master"},
-				Pods: testPodOpts, UIDs: &CodeUIDs{Reader: c, First: DefaultCodeUIDFirst, Last: DefaultCodeUIDLast},
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			for _, step := range tc.steps {
-				switch step {
-				case 'r':
-					if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(sb)}); err != nil {
-						t.Fatal(err)
-					}
-				case 's':
-					snap := fake.NewClientBuilder().WithScheme(newScheme(t))
-					for _, p := range apiPods() {
-						snap.WithObjects(p.DeepCopy())
-					}
-					cache.snap = snap.Build()
-				case 'c':
-					for _, p := range apiPods() {
-						if p.Labels[LabelState] == StateIdle {
-							p.Labels[LabelState] = StateClaimed
-							if err := c.Update(ctx, &p); err != nil {
-								t.Fatal(err)
-							}
-							break
-						}
-					}
-				}
-			}
-			pods := apiPods()
-			idle := 0
-			for _, p := range pods {
-				if p.Labels[LabelState] == StateIdle {
-					idle++
-				}
-			}
-			if len(pods) != tc.pods || idle != tc.idle {
-				t.Errorf("after %q: %d pods, %d idle; want %d, %d idle", tc.steps, len(pods), idle, tc.pods, tc.idle)
-			}
-		})
-	}
-}
-
-// TestCreatedPodsForgetsThePodsShownAndTheLost: a created pod counts until the cache shows it,
-// or until createdTTL (one the cache never showed, deleted meanwhile, must not hold the pool
-// short for ever).
-func TestCreatedPodsForgetsThePodsShownAndTheLost(t *testing.T) {
-	var c createdPods
-	sb, other := types.NamespacedName{Namespace: "ns", Name: "box"}, types.NamespacedName{Namespace: "ns", Name: "other"}
-	t0 := time.Now()
-	c.add(sb, "a", t0)
-	c.add(sb, "b", t0)
-	c.add(sb, "c", t0.Add(createdTTL/2))
-	c.add(other, "x", t0)
-	for _, tc := range []struct {
-		seen map[string]bool
-		at   time.Duration
-		want int
-	}{
-		{nil, 0, 3},
-		{map[string]bool{"a": true}, 0, 2},
-		{nil, 0, 2},                        // a, once shown, is forgotten
-		{nil, createdTTL + time.Second, 1}, // b is lost; c is younger
-		{nil, createdTTL * 2, 0},           // c too
-	} {
-		if n := c.unseen(sb, tc.seen, t0.Add(tc.at)); n != tc.want {
-			t.Errorf("unseen(seen %v, at %v) = %d, want %d", tc.seen, tc.at, n, tc.want)
-		}
-	}
-	if n := c.unseen(other, nil, t0); n != 1 {
-		t.Errorf("another Sandbox's unseen = %d, want 1", n)
 	}
 }

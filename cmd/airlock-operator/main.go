@@ -208,7 +208,7 @@ func run(args []string) error {
 		EgressDNS: egressUpstream,
 	}
 	uids := &operator.CodeUIDs{Reader: mgr.GetClient(), First: uidFirst, Last: uidLast}
-	rec := &operator.PoolReconciler{Client: mgr.GetClient(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}
+	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ func TestScaleKWOK(t *testing.T) {
 	pods := operator.PodOptions{AirlockImage: "airlock.local/airlock:dev", PullPolicy: corev1.PullIfNotPresent,
 		AgentPort: operator.DefaultAgentPort, OperatorNS: opNS, BrokerSelector: map[string]string{"app": "airlock-operator"}, GVisorClassName: "gvisor"}
 	uids := &operator.CodeUIDs{Reader: mgr.GetClient(), First: operator.DefaultCodeUIDFirst, Last: operator.DefaultCodeUIDLast}
-	rec := &operator.PoolReconciler{Client: mgr.GetClient(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}
+	rec := &operator.PoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Keys: keys, Pods: pods, UIDs: uids, Log: logger}
 	if err := rec.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
