@@ -383,7 +383,10 @@ func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.Cla
 	p.Annotations[AnnotationExpiresAt] = exp.UTC().Format(time.RFC3339)
 	p.Spec.ActiveDeadlineSeconds = &deadline
 	tr.puts++
-	if err := b.Client.Update(ctx, p); err != nil {
+	t0 := b.now()
+	err := b.Client.Update(ctx, p)
+	tr.update += b.now().Sub(t0)
+	if err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil, nil // someone else claimed (or the pool replaced) it first
 		}
@@ -395,7 +398,9 @@ func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.Cla
 	}
 	if b.FirstCall != nil {
 		fctx, cancel := context.WithTimeout(ctx, firstCallTimeout)
+		t0 := b.now()
 		err := b.FirstCall(fctx, g.Endpoint, g.ExecuteToken)
+		tr.firstCall += b.now().Sub(t0)
 		cancel()
 		if err != nil {
 			// A session whose agent does not answer is no session: it goes, and the caller
@@ -409,17 +414,20 @@ func (b *Broker) claimPod(ctx context.Context, p *corev1.Pod, req *brokerapi.Cla
 		}
 	}
 	b.Log.Info("claimed", "namespace", p.Namespace, "sandbox", req.Sandbox, "pod", p.Name, "session", p.Labels[LabelSession], "owner", u.Username,
-		"from", tr.from, "puts", tr.puts, "pops", tr.pops, "took", b.now().Sub(tr.start))
+		"from", tr.from, "puts", tr.puts, "pops", tr.pops, "took", b.now().Sub(tr.start), "update", tr.update, "firstCall", tr.firstCall)
 	return g, nil
 }
 
 // claimTrace is what one claim cost, for its log line (the scale test counts these): where the
 // pod it got came from (the idle queue, the cache's list, the API's list), the pod updates it made
-// (each one but the last lost to another claim or a stale copy) and the pods it popped.
+// (each one but the last lost to another claim or a stale copy), the pods it popped, and the
+// time in its pod updates and in the first call to the pod's agent (the rest of took is the
+// reviews, reads and token signing).
 type claimTrace struct {
-	start      time.Time
-	from       string
-	puts, pops int
+	start             time.Time
+	from              string
+	puts, pops        int
+	update, firstCall time.Duration
 }
 
 // grant mints tokens for a claimed pod p.
