@@ -312,7 +312,8 @@ func (b *Broker) doClaim(r *http.Request) (*brokerapi.Grant, error) {
 			}
 		}
 	}
-	b.Log.Info("claim found no pod", "namespace", req.Namespace, "sandbox", req.Sandbox, "owner", u.Username,
+	// Debug: the 503 itself is logged as a warning by writeErr; this adds what the claim tried.
+	b.Log.Debug("claim found no pod", "namespace", req.Namespace, "sandbox", req.Sandbox, "owner", u.Username,
 		"puts", tr.puts, "pops", tr.pops, "took", b.now().Sub(tr.start))
 	return nil, &httpError{status: http.StatusServiceUnavailable, code: brokerapi.CodeUnavailable, retryAfter: b.RetryAfter,
 		err: fmt.Errorf("Sandbox %s/%s has no idle ready pod (poolSize %d); retry later", req.Namespace, req.Sandbox, sb.Spec.PoolSize)}

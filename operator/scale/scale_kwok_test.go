@@ -319,7 +319,7 @@ type claimTraces struct {
 }
 
 func (c *claimTraces) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelInfo
+	return l >= slog.LevelDebug // the 503s' traces are debug records
 }
 
 func (c *claimTraces) Handle(ctx context.Context, r slog.Record) error {
