@@ -264,12 +264,12 @@ func checkObjects(t *testing.T, rendered []byte) map[string]runtime.Object {
 	return objs
 }
 
-// checkOperatorWiring: the flags the Deployment passes name the objects the chart made.
+// checkOperatorWiring: the flags the StatefulSet passes name the objects the chart made.
 func checkOperatorWiring(t *testing.T, objs map[string]runtime.Object) {
 	t.Helper()
-	d, ok := objs["Deployment/airlock-operator"]
+	d, ok := objs["StatefulSet/airlock-operator"]
 	if !ok || d == nil {
-		t.Fatalf("no Deployment airlock-operator")
+		t.Fatalf("no StatefulSet airlock-operator")
 	}
 	b, err := yaml.Marshal(d)
 	if err != nil {
@@ -277,6 +277,7 @@ func checkOperatorWiring(t *testing.T, objs map[string]runtime.Object) {
 	}
 	var spec struct {
 		Spec struct {
+			Replicas *int32 `json:"replicas"`
 			Template struct {
 				Metadata struct {
 					Labels map[string]string `json:"labels"`
@@ -323,11 +324,36 @@ func checkOperatorWiring(t *testing.T, objs map[string]runtime.Object) {
 	if want := []string{"--tls-cert=/etc/airlock/broker-tls/tls.crt", "--tls-key=/etc/airlock/broker-tls/tls.key"}; !slices.Contains(args, want[0]) || !slices.Contains(args, want[1]) {
 		t.Errorf("operator args %v lack %v", args, want)
 	}
+	// Each replica hands out its own shard of the idle pods: the pod's name (its StatefulSet
+	// ordinal) picks a distinct one of as many shards as there are replicas.
+	c := spec.Spec.Template.Spec.Containers[0]
+	hasPodName := false
+	for _, e := range c.Env {
+		hasPodName = hasPodName || e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}
+	if !hasPodName {
+		t.Errorf("the operator has no POD_NAME from metadata.name (--broker-shard=%s/n reads it)", operator.ShardOrdinal)
+	}
+	if spec.Spec.Replicas == nil {
+		t.Fatalf("no replicas")
+	}
+	replicas := int(*spec.Spec.Replicas)
+	shardOf := map[uint32]int{}
+	for ord := range replicas {
+		i, n, err := operator.ParseShard(flag("broker-shard"), fmt.Sprintf("airlock-operator-%d", ord))
+		if err != nil || int(n) != replicas {
+			t.Errorf("--broker-shard %q for replica %d: shard %d of %d, %v; want one of %d", flag("broker-shard"), ord, i, n, err, replicas)
+			continue
+		}
+		if prev, ok := shardOf[i]; ok {
+			t.Errorf("replicas %d and %d both take shard %d", prev, ord, i)
+		}
+		shardOf[i] = ord
+	}
 	// The operator accepts every flag the chart passes: it gets past flag parsing to the first
 	// thing that needs a cluster (a kubeconfig that does not exist).
-	c := spec.Spec.Template.Spec.Containers[0]
 	cmd := exec.Command(operatorBin(t), append(append(c.Command[1:], args...), "--kubeconfig=/nonexistent/kubeconfig")...)
-	cmd.Env = []string{"POD_NAMESPACE=" + releaseNS}
+	cmd.Env = []string{"POD_NAMESPACE=" + releaseNS, "POD_NAME=airlock-operator-0"}
 	out, _ := cmd.CombinedOutput()
 	if o := string(out); strings.Contains(o, "flag provided but not defined") || strings.Contains(o, "invalid value") || !strings.Contains(o, "configuration") {
 		t.Errorf("airlock-operator %v did not reach the cluster step: %s", args, out)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,12 +18,15 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/airlock-sandbox/airlock/operator/api/v1alpha1"
 	"github.com/airlock-sandbox/airlock/operator/brokerapi"
@@ -508,5 +512,62 @@ func TestClaimTakesFromTheIdleQueue(t *testing.T) {
 	}
 	if code, _, _ := f.claim("alice"); code != http.StatusServiceUnavailable {
 		t.Errorf("claim of an empty pool: HTTP %d, want 503", code)
+	}
+}
+
+// TestClaimWithAnEmptyQueueTriesFewPods: once the idle queue is empty, what the cache still
+// shows idle was handed out already; a claim tries none of those, and at most maxListTries of
+// the pods the API lists (claims of other callers in flight on them), then answers 503: claims
+// that walked a pool of 1,000 so made 45-49 updates each on KWOK and took seconds.
+func TestClaimWithAnEmptyQueueTriesFewPods(t *testing.T) {
+	const n = 40
+	for _, tc := range []struct {
+		name string
+		// claimedAtAPI: the pods the cache shows idle were claimed since (it has not seen that);
+		// else they are still idle at the API and every update loses to a claim in flight.
+		claimedAtAPI bool
+		maxPuts      int
+	}{
+		{"the cache shows handed-out pods the API has claimed", true, 0},
+		{"the API shows pods other claims are taking", false, maxListTries},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newBrokerFixture(t, n)
+			cache := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(sbx("box", nil))
+			for _, p := range listPods(t, f) {
+				cache.WithObjects(p.DeepCopy())
+				if tc.claimedAtAPI {
+					p.Labels[LabelState] = StateClaimed
+					if err := f.c.Update(context.Background(), &p); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			var mu sync.Mutex
+			puts := 0
+			br := f.broker()
+			br.Reader, br.Idle = cache.Build(), &IdlePods{} // every pod handed out already
+			br.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					if _, ok := obj.(*corev1.Pod); ok {
+						mu.Lock()
+						puts++
+						mu.Unlock()
+						if !tc.claimedAtAPI {
+							return apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, obj.GetName(), errors.New("a claim in flight won"))
+						}
+					}
+					return c.Update(ctx, obj, opts...)
+				}})
+			f.srv.Config.Handler = br.Handler()
+			if code, _, _ := f.claim("alice"); code != http.StatusServiceUnavailable {
+				t.Fatalf("claim: HTTP %d, want 503", code)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if puts > tc.maxPuts {
+				t.Errorf("the claim updated %d pods, want at most %d", puts, tc.maxPuts)
+			}
+		})
 	}
 }

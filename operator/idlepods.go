@@ -18,9 +18,10 @@ import (
 // idle ready pod the informer shows is handed out once per broker replica, so concurrent claims
 // in one replica never race for the same pod (a shuffled list read from a lagging cache made
 // them: conflicts, and retries that walk the list). Replicas take disjoint shards (a hash of the
-// pod name modulo Shards equals Shard); the resourceVersion precondition of the claim's update
-// stays the arbiter, so a pod handed out by two replicas (a shard misconfigured, a replica
-// stealing from an empty shard) still goes to one claim.
+// pod name modulo Shards equals Shard) first, and the other shards' pods only when their own is
+// empty; the resourceVersion precondition of the claim's update stays the arbiter, so a pod
+// handed out by two replicas (a shard misconfigured, a replica stealing from an empty shard)
+// still goes to one claim.
 type IdlePods struct {
 	// Shard and Shards pick this replica's pods; Shards 0 or 1 takes them all.
 	Shard, Shards uint32
@@ -29,10 +30,11 @@ type IdlePods struct {
 	per map[types.NamespacedName]*idleSet // by namespace and Sandbox name
 }
 
-// idleSet is a FIFO of claimable pods: the oldest ready first.
+// idleSet holds one Sandbox's claimable pods in two FIFOs, the oldest ready first: this
+// replica's shard, then the others'.
 type idleSet struct {
-	order []string
-	pods  map[string]*corev1.Pod // the informer's object: never modified
+	mine, theirs []string
+	pods         map[string]*corev1.Pod // the informer's object: never modified
 }
 
 // Watch feeds q from inf, the informer of managed pods.
@@ -63,7 +65,7 @@ func (q *IdlePods) Observe(obj any) {
 	if !ok {
 		return
 	}
-	if !claimable(p) || !q.mine(p.Name) {
+	if !claimable(p) {
 		q.remove(p)
 		return
 	}
@@ -79,7 +81,11 @@ func (q *IdlePods) Observe(obj any) {
 		q.per[key] = s
 	}
 	if _, queued := s.pods[p.Name]; !queued {
-		s.order = append(s.order, p.Name)
+		if q.mine(p.Name) {
+			s.mine = append(s.mine, p.Name)
+		} else {
+			s.theirs = append(s.theirs, p.Name)
+		}
 	}
 	s.pods[p.Name] = p
 }
@@ -89,24 +95,30 @@ func (q *IdlePods) remove(p *corev1.Pod) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if s := q.per[key]; s != nil {
-		delete(s.pods, p.Name) // its name leaves order when Pop reaches it, or here:
-		if len(s.order) > 2*len(s.pods)+64 {
-			kept := make([]string, 0, len(s.pods))
+		delete(s.pods, p.Name) // its name leaves the FIFO when Pop reaches it, or here:
+		if len(s.mine)+len(s.theirs) > 2*len(s.pods)+64 {
 			seen := make(map[string]bool, len(s.pods))
-			for _, n := range s.order {
-				if _, ok := s.pods[n]; ok && !seen[n] {
-					kept = append(kept, n)
-					seen[n] = true
-				}
-			}
-			s.order = kept
+			s.mine, s.theirs = s.compact(s.mine, seen), s.compact(s.theirs, seen)
 		}
 	}
 }
 
-// Pop hands out a claimable pod of Sandbox namespace/name (the informer's object: DeepCopy before
-// changing it), or nil when none is queued. A handed-out pod comes back only through a later
-// event that still shows it claimable (a claim that lost its update leaves it to the next event).
+// compact keeps the names of fifo still queued, once each.
+func (s *idleSet) compact(fifo []string, seen map[string]bool) []string {
+	kept := make([]string, 0, len(fifo))
+	for _, n := range fifo {
+		if _, ok := s.pods[n]; ok && !seen[n] {
+			kept = append(kept, n)
+			seen[n] = true
+		}
+	}
+	return kept
+}
+
+// Pop hands out a claimable pod of Sandbox namespace/name, this replica's shard first (the
+// informer's object: DeepCopy before changing it), or nil when none is queued. A handed-out pod
+// comes back only through a later event that still shows it claimable (a claim that lost its
+// update leaves it to the next event).
 func (q *IdlePods) Pop(namespace, name string) *corev1.Pod {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -114,15 +126,17 @@ func (q *IdlePods) Pop(namespace, name string) *corev1.Pod {
 	if s == nil {
 		return nil
 	}
-	for len(s.order) > 0 {
-		n := s.order[0]
-		s.order = s.order[1:]
-		if p, ok := s.pods[n]; ok {
-			delete(s.pods, n)
-			return p
+	for _, fifo := range []*[]string{&s.mine, &s.theirs} {
+		for len(*fifo) > 0 {
+			n := (*fifo)[0]
+			*fifo = (*fifo)[1:]
+			if p, ok := s.pods[n]; ok {
+				delete(s.pods, n)
+				return p
+			}
 		}
+		*fifo = nil // let the backing array go
 	}
-	s.order = nil // let the backing array go
 	return nil
 }
 
@@ -155,13 +169,35 @@ func claimable(p *corev1.Pod) bool {
 		p.Labels[LabelSandbox] != "" && p.Annotations != nil && p.Status.StartTime != nil && podReady(p)
 }
 
-// ParseShard parses "i/n" (0 <= i < n): a broker replica's shard of the idle pods.
-func ParseShard(s string) (shard, shards uint32, err error) {
+// ShardOrdinal is the i of ParseShard's "ordinal/n": the ordinal at the end of the pod's name.
+const ShardOrdinal = "ordinal"
+
+// ParseShard parses "i/n" (0 <= i < n): a broker replica's shard of the idle pods. In
+// "ordinal/n", i is the ordinal ending podName, a StatefulSet pod's name (<set>-<ordinal>), so
+// replicas of one StatefulSet take disjoint shards with one flag; an ordinal past n (the set
+// scaled beyond the n it was given) takes shard ordinal mod n: two replicas then share a shard,
+// which costs conflicts, never a double claim.
+func ParseShard(s, podName string) (shard, shards uint32, err error) {
 	a, b, ok := strings.Cut(s, "/")
-	i, err1 := strconv.ParseUint(a, 10, 32)
-	n, err2 := strconv.ParseUint(b, 10, 32)
-	if !ok || err1 != nil || err2 != nil || n == 0 || i >= n {
-		return 0, 0, fmt.Errorf("%q: want i/n with 0 <= i < n, e.g. 0/2 and 1/2 for two replicas", s)
+	n, errN := strconv.ParseUint(b, 10, 32)
+	if ok && a == ShardOrdinal && errN == nil && n > 0 {
+		_, ord, found := cutLast(podName, "-")
+		i, err := strconv.ParseUint(ord, 10, 32)
+		if !found || err != nil {
+			return 0, 0, fmt.Errorf("%q: pod name %q does not end in -<ordinal> (a StatefulSet pod's; $POD_NAME unset?)", s, podName)
+		}
+		return uint32(i % n), uint32(n), nil
+	}
+	i, errI := strconv.ParseUint(a, 10, 32)
+	if !ok || errI != nil || errN != nil || n == 0 || i >= n {
+		return 0, 0, fmt.Errorf("%q: want i/n with 0 <= i < n, e.g. 0/2 and 1/2 for two replicas, or %s/n in a StatefulSet of n", s, ShardOrdinal)
 	}
 	return uint32(i), uint32(n), nil
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }

@@ -86,7 +86,8 @@ func TestIdlePodsHandOutOnce(t *testing.T) {
 	}
 }
 
-// Shards split the pods between replicas: every pod in exactly one.
+// Shards split the pods between replicas: each hands out its own shard first, every pod is in
+// exactly one shard, and a replica whose shard is empty hands out the others' pods.
 func TestIdlePodsShards(t *testing.T) {
 	const shards, pods = 3, 300
 	qs := make([]*IdlePods, shards)
@@ -98,18 +99,28 @@ func TestIdlePodsShards(t *testing.T) {
 			q.Observe(idlePod(fmt.Sprintf("box-%d", i)))
 		}
 	}
-	seen := map[string]int{}
+	first := map[string]int{} // pod → how many replicas hand it out before any pod of another shard
 	for i, q := range qs {
 		got := popAll(q)
-		if len(got) < pods/shards/2 {
-			t.Errorf("shard %d holds %d of %d pods", i, len(got), pods)
+		if len(got) != pods {
+			t.Errorf("replica %d hands out %d of %d pods", i, len(got), pods)
 		}
-		for _, n := range got {
-			seen[n]++
+		own := 0
+		for own < len(got) && q.mine(got[own]) {
+			first[got[own]]++
+			own++
+		}
+		for _, n := range got[own:] {
+			if q.mine(n) {
+				t.Errorf("replica %d hands out its own %s after another shard's pod", i, n)
+			}
+		}
+		if own < pods/shards/2 {
+			t.Errorf("shard %d holds %d of %d pods", i, own, pods)
 		}
 	}
 	for i := range pods {
-		if n := seen[fmt.Sprintf("box-%d", i)]; n != 1 {
+		if n := first[fmt.Sprintf("box-%d", i)]; n != 1 {
 			t.Errorf("box-%d is in %d shards", i, n)
 		}
 	}
@@ -124,23 +135,29 @@ func TestIdlePodsChurnStaysBounded(t *testing.T) {
 		q.remove(p)
 	}
 	s := q.per[idleKey("ns", "box")]
-	if len(s.order) > 64+1 {
-		t.Fatalf("queue holds %d names for 0 pods", len(s.order))
+	if n := len(s.mine) + len(s.theirs); n > 64+1 {
+		t.Fatalf("queue holds %d names for 0 pods", n)
 	}
 }
 
 func TestParseShard(t *testing.T) {
 	for _, tc := range []struct {
-		in      string
+		in, pod string
 		i, n    uint32
 		wantErr bool
 	}{
-		{"0/1", 0, 1, false}, {"1/2", 1, 2, false}, {"2/2", 0, 0, true}, {"0/0", 0, 0, true},
-		{"1", 0, 0, true}, {"a/2", 0, 0, true}, {"-1/2", 0, 0, true}, {"", 0, 0, true},
+		{"0/1", "", 0, 1, false}, {"1/2", "", 1, 2, false}, {"2/2", "", 0, 0, true}, {"0/0", "", 0, 0, true},
+		{"1", "", 0, 0, true}, {"a/2", "", 0, 0, true}, {"-1/2", "", 0, 0, true}, {"", "", 0, 0, true},
+		// A StatefulSet's pods, <set>-<ordinal>: each its own shard.
+		{"ordinal/2", "airlock-operator-0", 0, 2, false}, {"ordinal/2", "airlock-operator-1", 1, 2, false},
+		{"ordinal/3", "airlock-operator-12", 0, 3, false},                                     // scaled past n: shares shard 12 mod 3
+		{"ordinal/2", "", 0, 0, true}, {"ordinal/2", "airlock-operator-7f9c-x2x", 0, 0, true}, // no ordinal (a Deployment's pod)
+		{"ordinal/0", "airlock-operator-0", 0, 0, true}, {"ordinal", "airlock-operator-0", 0, 0, true},
+		{"1/2", "airlock-operator-0", 1, 2, false}, // an explicit i wins over the name
 	} {
-		i, n, err := ParseShard(tc.in)
+		i, n, err := ParseShard(tc.in, tc.pod)
 		if (err != nil) != tc.wantErr || i != tc.i || n != tc.n {
-			t.Errorf("ParseShard(%q) = %d, %d, %v", tc.in, i, n, err)
+			t.Errorf("ParseShard(%q, %q) = %d, %d, %v", tc.in, tc.pod, i, n, err)
 		}
 	}
 }

@@ -448,10 +448,35 @@ func TestBrokerRestartKeepsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every replica goes (the chart runs two): no broker that saw the claim survives.
-	old := strings.Fields(kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", "app.kubernetes.io/name=airlock-operator", "-o", "name"))
-	kubectl(t, "", append([]string{"-n", "airlock-system", "delete", "--wait=true"}, old...)...)
-	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "deployment/airlock-operator", "--timeout=120s")
+	// Every replica goes (the chart runs two): no broker that saw the claim survives. The
+	// StatefulSet brings each back under its own name, so gone is by uid: kubectl delete --wait
+	// waited by name and hung for good when a pod came back before it looked. Delete, then
+	// wait until every broker pod is a new one, and ready.
+	const sel = "app.kubernetes.io/name=airlock-operator"
+	old := strings.Fields(kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", sel, "-o", "jsonpath={.items[*].metadata.uid}"))
+	kubectl(t, "", "-n", "airlock-system", "delete", "pod", "-l", sel, "--wait=false")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		out := kubectl(t, "", "-n", "airlock-system", "get", "pod", "-l", sel, "-o",
+			`jsonpath={range .items[*]}{.metadata.uid} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		ready := 0
+		for line := range strings.Lines(out) {
+			uid, st, _ := strings.Cut(strings.TrimSpace(line), " ")
+			if slices.Contains(old, uid) {
+				ready = -1 // an old broker is still there
+				break
+			}
+			if st == "True" {
+				ready++
+			}
+		}
+		if ready == len(old) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker pods were not replaced and ready within 2 minutes:\n%s", out)
+		}
+	}
+	kubectl(t, "", "-n", "airlock-system", "rollout", "status", "statefulset/airlock-operator", "--timeout=120s")
 	e.broker = brokerURL(t)
 	fresh := e.backend("app") // no state carried over from b
 	got, err := fresh.Get(ctxT(t), s.ID)

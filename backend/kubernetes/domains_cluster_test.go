@@ -11,21 +11,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
-	"golang.org/x/sys/unix"
 
 	kb "github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/operator"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
@@ -93,91 +88,9 @@ func (d *domDNS) answer(q []byte) []byte {
 	return b
 }
 
-// inNetns runs fn on a thread inside ns; a thread that cannot go back dies with its goroutine.
-func inNetns(t *testing.T, ns netns.NsHandle, fn func() error) {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("back to the node's netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-}
-
 func newDomWorld(t *testing.T) *domWorld {
-	testutil.RequireRoot(t)
-	const hostLink = "alk8s-dom"
-	if l, err := netlink.LinkByName(hostLink); err == nil { // a crashed run's
-		netlink.LinkDel(l)
-	}
-	ns := testutil.NewNetns(t)
-	ih, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ih.Close()
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostLink}, PeerName: "dom0", PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
-		t.Fatalf("veth: %v", err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(hostLink); err == nil {
-			netlink.LinkDel(l)
-		}
-	})
-	up := func(h *netlink.Handle, name string, addrs ...string) netlink.Link {
-		l, err := h.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range addrs {
-			na, err := netlink.ParseAddr(a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			na.Flags = unix.IFA_F_NODAD
-			if err := h.AddrAdd(l, na); err != nil {
-				t.Fatalf("addr %s on %s: %v", a, name, err)
-			}
-		}
-		return l
-	}
-	hh, err := netlink.NewHandle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hh.Close()
-	hl := up(hh, hostLink, "203.0.113.5/30")
-	il := up(ih, "dom0", "203.0.113.6/30")
-	up(ih, "lo", domWeb.String()+"/32", domOther.String()+"/32")
-	for _, a := range []netip.Addr{domWeb, domOther} {
-		if err := hh.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: netlink.NewIPNet(a.AsSlice()), Gw: net.ParseIP("203.0.113.6")}); err != nil {
-			t.Fatalf("route to %s: %v", a, err)
-		}
-	}
-	if err := ih.RouteAdd(&netlink.Route{LinkIndex: il.Attrs().Index, Gw: net.ParseIP("203.0.113.5")}); err != nil {
-		t.Fatalf("the fake internet's default route: %v", err)
-	}
+	ns := newFakeNet(t, fakeNet{hostLink: "alk8s-dom", peerLink: "dom0", hostAddr: "203.0.113.5/30", peerAddr: "203.0.113.6/30",
+		hosts: []netip.Addr{domWeb, domOther}})
 
 	w := &domWorld{hits: &hitCounter{m: map[string]int{}}, dns: &domDNS{asked: &hitCounter{m: map[string]int{}}}}
 	var webLn, otherLn, tlsLn, tlsOtherLn, rawLn, dnsLn net.Listener
@@ -294,24 +207,6 @@ func newDomWorld(t *testing.T) *domWorld {
 		c.Close()
 	}
 	return w
-}
-
-// acceptAllCounting answers every connection on ln with "hello" and counts it as key.
-func acceptAllCounting(t *testing.T, ln net.Listener, hits *hitCounter, key string) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			hits.add(key)
-			io.WriteString(c, "hello\n")
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
 }
 
 // domProbeScript runs the probes given as one JSON list of [name, kind, args...] and prints

@@ -160,8 +160,11 @@ func newEgressTargets(t *testing.T, e *env) egressTargets {
 	return targets
 }
 
-// acceptAll accepts and closes connections on ln until the test ends.
-func acceptAll(t *testing.T, ln net.Listener) {
+// acceptAll answers every connection on ln with "hello" until the test ends.
+func acceptAll(t *testing.T, ln net.Listener) { acceptAllCounting(t, ln, nil, "") }
+
+// acceptAllCounting is acceptAll counting each connection in hits (when not nil) as key.
+func acceptAllCounting(t *testing.T, ln net.Listener, hits *hitCounter, key string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -170,6 +173,9 @@ func acceptAll(t *testing.T, ln net.Listener) {
 			if err != nil {
 				return
 			}
+			if hits != nil {
+				hits.add(key)
+			}
 			io.WriteString(c, "hello\n")
 			c.Close()
 		}
@@ -177,13 +183,37 @@ func acceptAll(t *testing.T, ln net.Listener) {
 	t.Cleanup(func() { ln.Close(); <-done })
 }
 
-// fakeInternetListener makes the fake internet: a network namespace joined to the node by a
-// veth (203.0.113.1/30 ↔ .2/30), the internet host 203.0.113.80 on its loopback, routed both
-// ways; it listens there and returns the address.
+// fakeInternetListener makes the fake internet (newFakeNet: 203.0.113.1/30 ↔ .2/30, the host
+// 203.0.113.80), listens on it and returns the address.
 func fakeInternetListener(t *testing.T) string {
+	ns := newFakeNet(t, fakeNet{hostLink: "alk8s-inet", peerLink: "inet0", hostAddr: "203.0.113.1/30", peerAddr: "203.0.113.2/30",
+		hosts: []netip.Addr{fakeInternet}})
+	var ln net.Listener
+	inNetns(t, ns, func() (err error) {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(fakeInternet.String(), "0")); err != nil {
+			return fmt.Errorf("listen on the fake internet: %w", err)
+		}
+		return nil
+	})
+	acceptAll(t, ln)
+	return ln.Addr().String()
+}
+
+// fakeNet describes a fake internet: a network namespace joined to the node by a veth pair,
+// its hosts on the namespace's loopback, routed both ways. The egress tests each make one, on
+// addresses of their own, so they can run side by side.
+type fakeNet struct {
+	hostLink, peerLink string // the veth's ends: on the node, in the namespace
+	hostAddr, peerAddr string // the link's two ends, one /30
+	hosts              []netip.Addr
+}
+
+// newFakeNet makes f and returns its namespace (closed, and the veth removed, when the test
+// ends).
+func newFakeNet(t *testing.T, f fakeNet) netns.NsHandle {
+	t.Helper()
 	testutil.RequireRoot(t)
-	const hostLink = "alk8s-inet"
-	if l, err := netlink.LinkByName(hostLink); err == nil { // a crashed run's
+	if l, err := netlink.LinkByName(f.hostLink); err == nil { // a crashed run's
 		netlink.LinkDel(l)
 	}
 	ns := testutil.NewNetns(t)
@@ -192,11 +222,11 @@ func fakeInternetListener(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer ih.Close()
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostLink}, PeerName: "inet0", PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: f.hostLink}, PeerName: f.peerLink, PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
 		t.Fatalf("veth: %v", err)
 	}
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(hostLink); err == nil {
+		if l, err := netlink.LinkByName(f.hostLink); err == nil {
 			netlink.LinkDel(l)
 		}
 	})
@@ -225,22 +255,39 @@ func fakeInternetListener(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer hh.Close()
-	hl := up(hh, hostLink, "203.0.113.1/30")
-	up(ih, "inet0", "203.0.113.2/30")
-	up(ih, "lo", fakeInternet.String()+"/32")
-	if err := hh.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: netlink.NewIPNet(fakeInternet.AsSlice()), Gw: net.ParseIP("203.0.113.2")}); err != nil {
-		t.Fatalf("route to the fake internet: %v", err)
+	hl := up(hh, f.hostLink, f.hostAddr)
+	il := up(ih, f.peerLink, f.peerAddr)
+	var lo []string
+	for _, a := range f.hosts {
+		lo = append(lo, a.String()+"/32")
 	}
-	il, err := ih.LinkByName("inet0")
+	up(ih, "lo", lo...)
+	hostGw, peerGw := gateway(t, f.hostAddr), gateway(t, f.peerAddr)
+	for _, a := range f.hosts {
+		if err := hh.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Dst: netlink.NewIPNet(a.AsSlice()), Gw: peerGw}); err != nil {
+			t.Fatalf("route to %s: %v", a, err)
+		}
+	}
+	if err := ih.RouteAdd(&netlink.Route{LinkIndex: il.Attrs().Index, Gw: hostGw}); err != nil {
+		t.Fatalf("the fake internet's default route: %v", err)
+	}
+	return ns
+}
+
+// gateway is the address of prefix p ("a.b.c.d/n"), as a route's gateway.
+func gateway(t *testing.T, p string) net.IP {
+	pp, err := netip.ParsePrefix(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ih.RouteAdd(&netlink.Route{LinkIndex: il.Attrs().Index, Gw: net.ParseIP("203.0.113.1")}); err != nil {
-		t.Fatalf("the fake internet's default route: %v", err)
-	}
-	var ln net.Listener
+	return net.IP(pp.Addr().AsSlice())
+}
+
+// inNetns runs fn on a thread inside ns; a thread that cannot go back dies with its goroutine.
+func inNetns(t *testing.T, ns netns.NsHandle, fn func() error) {
+	t.Helper()
 	errc := make(chan error, 1)
-	go func() { // a thread that cannot go back dies with its goroutine
+	go func() {
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
@@ -252,19 +299,17 @@ func fakeInternetListener(t *testing.T) string {
 			errc <- err
 			return
 		}
-		ln, err = net.Listen("tcp", net.JoinHostPort(fakeInternet.String(), "0"))
-		if serr := netns.Set(orig); serr != nil {
-			errc <- fmt.Errorf("back to the node's netns: %w", serr)
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- fmt.Errorf("back to the node's netns: %w", err)
 			return
 		}
 		runtime.UnlockOSThread()
-		errc <- err
+		errc <- ferr
 	}()
 	if err := <-errc; err != nil {
-		t.Fatalf("listen on the fake internet: %v", err)
+		t.Fatal(err)
 	}
-	acceptAll(t, ln)
-	return ln.Addr().String()
 }
 
 // targetPod runs a plain pod (no policy selects it) listening on 8000 in e's namespace and

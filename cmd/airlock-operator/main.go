@@ -123,7 +123,7 @@ func run(args []string) error {
 		egressPublic = fs.String("egress-public", "", "documentation prefixes (TEST-NET, comma-separated) that public-only egress may reach: a lab's fake internet, never real space")
 		uidRange     = fs.String("code-uid-range", fmt.Sprintf("%d-%d", operator.DefaultCodeUIDFirst, operator.DefaultCodeUIDLast),
 			"uids code runs as, one per sandbox pod (the process limit counts per uid per node): use a range nothing else on the nodes runs as")
-		brokerShard = fs.String("broker-shard", "0/1", "i/n: this broker replica hands out first the idle pods whose name hashes to shard i of n (give replicas distinct i), others only when its shard is empty")
+		brokerShard = fs.String("broker-shard", "0/1", "i/n: this broker replica hands out first the idle pods whose name hashes to shard i of n (give replicas distinct i), others only when its shard is empty; ordinal/n takes i from the StatefulSet ordinal ending $POD_NAME")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -152,7 +152,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-egress-public: %w", err)
 	}
-	shard, shards, err := operator.ParseShard(*brokerShard)
+	shard, shards, err := operator.ParseShard(*brokerShard, os.Getenv("POD_NAME"))
 	if err != nil {
 		return fmt.Errorf("-broker-shard: %w", err)
 	}

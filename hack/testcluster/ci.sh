@@ -15,7 +15,7 @@ cleanup() {
   if ((rc != 0)) && [[ -d "$LOGS" ]]; then
     log "failed (rc=$rc); last lines of the component logs:"
     for f in "$LOGS"/*.log; do echo "== $f"; tail -n 15 "$f"; done >&2
-    "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" -n airlock-system logs deploy/airlock-operator --tail=40 >&2 2>/dev/null || true
+    "$BIN/kubectl" --kubeconfig "$KUBECONFIG_OUT" -n airlock-system logs statefulset/airlock-operator --tail=40 >&2 2>/dev/null || true
   fi
   if [[ "${AIRLOCK_K8S_KEEP:-0}" != 1 ]]; then "$HERE/down.sh"; "$HERE/kwok.sh" down; fi
   exit "$rc"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deploy.sh: install airlock into the running test cluster with its Helm chart (deploy/helm/airlock:
-# CRD, RBAC, operator Deployment with 2 broker replicas, the master Secret made by the chart), after
+# CRD, RBAC, operator StatefulSet with 2 broker replicas, the master Secret made by the chart), after
 # making the broker's TLS Secret, and wait for the operator to be ready. Images must be loaded first.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -38,5 +38,5 @@ FAKE_DNS=203.0.113.90:53
   --wait --timeout 3m >&2
 kc wait --for condition=established --timeout=60s crd/sandboxes.airlock.dev >&2
 # A re-deploy of the same tag must run the freshly loaded image.
-kc -n "$NS" rollout restart deployment/airlock-operator >&2
-kc -n "$NS" rollout status deployment/airlock-operator --timeout=180s >&2
+kc -n "$NS" rollout restart statefulset/airlock-operator >&2
+kc -n "$NS" rollout status statefulset/airlock-operator --timeout=180s >&2

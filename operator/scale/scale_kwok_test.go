@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -158,9 +159,10 @@ func TestScaleKWOK(t *testing.T) {
 	if err := idlePods.Watch(ctx, mgr.GetCache()); err != nil {
 		t.Fatal(err)
 	}
+	traces := &claimTraces{next: logger.Handler(), from: map[string]int{}}
 	broker := &operator.Broker{Client: mgr.GetClient(), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Idle: idlePods,
 		Reviewer: &operator.CachingReviewer{Next: &operator.KubeReviewer{Client: mgr.GetClient(), Audience: brokerapi.DefaultAudience}, TTL: 10 * time.Second},
-		Keys:     keys, AgentPort: operator.DefaultAgentPort, TokenTTL: time.Hour, RetryAfter: 2 * time.Second, DeleteTimeout: time.Minute, Log: logger}
+		Keys:     keys, AgentPort: operator.DefaultAgentPort, TokenTTL: time.Hour, RetryAfter: 2 * time.Second, DeleteTimeout: time.Minute, Log: slog.New(traces)}
 	mgrCtx, stopMgr := context.WithCancel(ctx)
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
@@ -204,6 +206,7 @@ func TestScaleKWOK(t *testing.T) {
 	var mu sync.Mutex
 	podsSeen := map[string]bool{}
 	var lat []time.Duration
+	var lastGrant time.Time
 	var wg sync.WaitGroup
 	body, _ := json.Marshal(brokerapi.ClaimRequest{Namespace: ns, Sandbox: "big"})
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
@@ -236,6 +239,7 @@ func TestScaleKWOK(t *testing.T) {
 				d := time.Since(t0)
 				granted.Add(1)
 				mu.Lock()
+				lastGrant = time.Now()
 				if podsSeen[g.Pod] {
 					t.Errorf("pod %s granted twice", g.Pod)
 				}
@@ -254,9 +258,122 @@ func TestScaleKWOK(t *testing.T) {
 	t.Logf("claims: %d granted by %d callers in %v: %.1f claims/s; latency p50 %v p99 %v; %d answers other than 200 (503 while the cache catches up, conflicts)",
 		n, callers, claimTime.Round(time.Millisecond), float64(n)/claimTime.Seconds(), pct(0.5), pct(0.99), failures.Load())
 	t.Logf("load average at the claims' end: %s", loadavg())
+	var refill corev1.PodList
+	if err := mgr.GetAPIReader().List(ctx, &refill, client.InNamespace(ns), client.MatchingLabels{operator.LabelState: operator.StateIdle}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("refill at the claims' end: %d idle pods made (the pool controller's writes compete with the claims')", len(refill.Items))
+	t.Logf("claims by where the pod came from: %v; pod updates per claim %s; pods popped per claim %s; time in the broker %s",
+		traces.from, traces.puts.summary(), traces.pops.summary(), traces.took.summary())
+	t.Logf("claims answered 503 (no idle pod): %d; pod updates each %s; time in the broker %s; the last grant came %v after the first claim",
+		len(traces.noneTook), traces.nonePuts.summary(), traces.noneTook.summary(), lastGrant.Sub(start).Round(time.Millisecond))
 	if n < pool {
 		t.Fatalf("%d claims granted, want %d", n, pool)
 	}
+
+	// The API server's own ceiling, the peer of claims/s: the same callers make the one write a
+	// claim cannot avoid, a resourceVersion-preconditioned pod update changing a label, on
+	// pods no one else is updating (the sessions just granted), with no broker in between. The
+	// pool controller still runs and wakes on these events as on claims.
+	var claimed corev1.PodList
+	if err := mgr.GetAPIReader().List(ctx, &claimed, client.InNamespace(ns), client.MatchingLabels{operator.LabelState: operator.StateClaimed}); err != nil {
+		t.Fatal(err)
+	}
+	work := make(chan *corev1.Pod, len(claimed.Items))
+	for i := range claimed.Items {
+		work <- &claimed.Items[i]
+	}
+	close(work)
+	var puts, putErrs atomic.Int64
+	start = time.Now()
+	for range callers {
+		wg.Go(func() {
+			for p := range work {
+				p.Labels["scale.airlock.dev/touched"] = "1"
+				if _, err := cs.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+					putErrs.Add(1)
+					continue
+				}
+				puts.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	putTime := time.Since(start)
+	ceiling := float64(puts.Load()) / putTime.Seconds()
+	t.Logf("API server ceiling: %d preconditioned pod updates by %d callers in %v: %.1f/s (%d failed); claims/s is %.2f of it",
+		puts.Load(), callers, putTime.Round(time.Millisecond), ceiling, putErrs.Load(), float64(n)/claimTime.Seconds()/ceiling)
+	t.Logf("load average at the updates' end: %s", loadavg())
+}
+
+// claimTraces counts the broker's "claimed" records (where the pod came from, pod updates and
+// pops per claim, time in the broker) and its "claim found no pod" records, and passes the other
+// warnings on to next.
+type claimTraces struct {
+	next             slog.Handler
+	mu               sync.Mutex
+	from             map[string]int
+	puts, pops, took dist
+	// Of the claims answered 503 (no idle pod): pod updates and time in the broker.
+	nonePuts, noneTook dist
+}
+
+func (c *claimTraces) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelDebug // the 503s' traces are debug records
+}
+
+func (c *claimTraces) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "claim found no pod" {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "puts":
+				c.nonePuts = append(c.nonePuts, float64(a.Value.Int64()))
+			case "took":
+				c.noneTook = append(c.noneTook, a.Value.Duration().Seconds())
+			}
+			return true
+		})
+		return nil
+	}
+	if r.Message != "claimed" {
+		if c.next.Enabled(ctx, r.Level) {
+			return c.next.Handle(ctx, r)
+		}
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "from":
+			c.from[a.Value.String()]++
+		case "puts":
+			c.puts = append(c.puts, float64(a.Value.Int64()))
+		case "pops":
+			c.pops = append(c.pops, float64(a.Value.Int64()))
+		case "took":
+			c.took = append(c.took, a.Value.Duration().Seconds())
+		}
+		return true
+	})
+	return nil
+}
+
+func (c *claimTraces) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *claimTraces) WithGroup(string) slog.Handler      { return c }
+
+type dist []float64
+
+func (d dist) summary() string {
+	if len(d) == 0 {
+		return "(none)"
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(p float64) float64 { return s[int(p*float64(len(s)-1))] }
+	return fmt.Sprintf("p50 %.3g p99 %.3g max %.3g", at(0.5), at(0.99), s[len(s)-1])
 }
 
 func loadavg() string {
