@@ -50,8 +50,10 @@ const (
 	prestartTimeout = 30 * time.Second
 	// refillDefer is the longest a refill waits for the claimer of a sandbox to be done while
 	// the pool still holds others: creating a sandbox takes CPU from the claimer's own call
-	// (on 2 cores a claim-to-first-exec goes from ~4 ms to ~10 ms). A Discard, or a claim that
-	// empties the pool, refills at once.
+	// (on 2 cores a claim-to-first-exec goes from ~4 ms to ~10 ms). A claim that empties the
+	// pool refills at once; a Discard while the pool holds others, sessions.ParkQuiet later,
+	// so that calls back to back (the next claim comes sooner) run with no refill beside them
+	// (bench BenchmarkRefillBeside), as parked sandboxes' filler waits (pool_parked.go).
 	refillDefer = time.Second
 	// maxMissWait bounds how long a claim that found the pool empty waits for the create in
 	// flight before it creates its own (a create takes ~50-100 ms here, seconds on a machine
@@ -363,8 +365,8 @@ func (p *Pool) claim(ctx context.Context, record bool) (*sandbox.Session, presta
 		p.ready = p.ready[:n-1]
 		if len(p.ready) == 0 {
 			p.deferUntil = time.Time{}
-		} else if p.deferUntil.IsZero() {
-			p.deferUntil = time.Now().Add(refillDefer)
+		} else if d := time.Now().Add(refillDefer); d.After(p.deferUntil) {
+			p.deferUntil = d // held while this claimer's call runs
 		}
 		p.mu.Unlock()
 		p.signal()
@@ -427,7 +429,13 @@ func (p *Pool) changedLocked() {
 // terminates on the caller's path. Errors are logged and counted (ReapFailures).
 func (p *Pool) Discard(sessionID string) {
 	p.mu.Lock()
-	p.deferUntil = time.Time{} // the claimer is done: refill now
+	// The claimer is done: refill once no call has followed for a moment, or now when the
+	// pool is empty (see refillDefer).
+	if len(p.ready) > 0 {
+		p.deferUntil = time.Now().Add(sessions.ParkQuiet)
+	} else {
+		p.deferUntil = time.Time{}
+	}
 	p.mu.Unlock()
 	p.signal()
 	if !p.enqueueReap(sessionID) {

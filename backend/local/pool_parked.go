@@ -190,42 +190,39 @@ func (b *Backend) FillParked(ctx context.Context, tmpl spec.Sandbox, opts ParkOp
 		if err != nil {
 			return err
 		}
-		if n, _ := b.parkedEntries(key); len(n) >= b.readParkedTarget(key).count(opts) {
+		if n, _ := b.parkedEntries(key); len(n) >= b.readParkedTarget(key).count(opts) && !sessions.UsedPending(b.opts.StateDir, key) {
 			return nil
 		}
 	}
 	return nil
 }
 
-// recordParkedMiss appends one miss to the key's miss file, which the filler holding the key's
-// lock consumes (fillLocked): a run's filler never waits for that lock.
+// recordParkedMiss records one miss of key for the filler holding its lock (fillLocked): a
+// run's filler never waits for that lock.
 func (b *Backend) recordParkedMiss(key string) {
-	f, err := os.OpenFile(b.parkedIndex(key)+".missed", os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
+	if err := sessions.RecordMiss(b.opts.StateDir, key); err != nil {
 		b.log.Warn("parked sandboxes: recording a miss failed", "err", err)
-		return
 	}
-	_, _ = f.Write([]byte{'m'})
-	f.Close()
-}
-
-// takeParkedMisses returns how many misses were recorded since the last call and clears them
-// (renamed first: a miss recorded meanwhile goes to the next call, or at worst is lost).
-func (b *Backend) takeParkedMisses(key string) int {
-	path := b.parkedIndex(key) + ".missed"
-	if err := os.Rename(path, path+".taking"); err != nil {
-		return 0
-	}
-	data, _ := os.ReadFile(path + ".taking")
-	_ = os.Remove(path + ".taking")
-	return len(data)
 }
 
 func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self string, opts ParkOptions) error {
 	t := b.readParkedTarget(key)
 	defer func() { b.writeParkedTarget(key, t) }()
+	if err := sessions.MarkFiller(b.opts.StateDir, key); err != nil {
+		return err
+	}
 	for {
-		for range b.takeParkedMisses(key) {
+		// Runs coming back to back (claims closer than ParkQuiet) are left the machine while
+		// something is still parked: the refill and the used sandboxes' terminates wait for a
+		// pause (sessions/filling.go). A SCHED_IDLE filler takes no processor from them, but
+		// the work still slows them (caches, the other hardware thread, kernel locks).
+		quiet := time.Since(sessions.LastClaim(b.opts.StateDir, key)) >= sessions.ParkQuiet
+		if quiet {
+			for _, id := range sessions.TakeUsed(b.opts.StateDir, key) {
+				b.discardParked(ctx, id)
+			}
+		}
+		for range sessions.TakeMisses(b.opts.StateDir, key) {
 			if n := max(opts.Count, t.Target) + 1; t.fits(n, opts) {
 				t.Target = n
 			}
@@ -245,8 +242,18 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 			}
 			live++
 		}
+		if (live >= t.count(opts) && !sessions.UsedPending(b.opts.StateDir, key)) || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !quiet && (live > 0 || live >= t.count(opts)) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(sessions.ParkQuiet / 4):
+			}
+			continue
+		}
 		if live >= t.count(opts) {
-			return nil
+			continue // quiet now: the used ones are terminated at the top
 		}
 		// As many at once as there are processors: an idle filler (SCHED_IDLE) takes only
 		// what they leave idle, and in the pause between a caller's bursts that is every core.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/local/sessions"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/sandbox/prestarted"
@@ -462,26 +463,31 @@ func TestPoolCreateFailures(t *testing.T) {
 }
 
 // TestPoolRefillDefer: a claim that leaves the pool non-empty holds the refill back (it would
-// take CPU from the claimer's call) until the sandbox is discarded; one that empties it does not.
+// take CPU from the claimer's call) until the sandbox is discarded, and then for
+// sessions.ParkQuiet more (the next call back to back comes sooner); one that empties it does
+// not.
 func TestPoolRefillDefer(t *testing.T) {
 	b := newTestBackend(t)
 	p := newTestPool(t, b, PoolOptions{Size: 2}, nil)
 	waitReady(t, p, 2)
-	deferred := func() bool {
+	deferred := func() time.Duration {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return !p.deferUntil.IsZero()
+		if p.deferUntil.IsZero() {
+			return 0
+		}
+		return time.Until(p.deferUntil)
 	}
 	s1, err := p.Claim(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !deferred() {
-		t.Error("a claim leaving one ready sandbox refills at once")
+	if d := deferred(); d <= sessions.ParkQuiet {
+		t.Errorf("a claim leaving one ready sandbox holds the refill back %v, want its call's (up to %v)", d, refillDefer)
 	}
 	p.Discard(s1.ID)
-	if deferred() {
-		t.Error("a discard left the refill held back")
+	if d := deferred(); d <= 0 || d > sessions.ParkQuiet {
+		t.Errorf("a discard holds the refill back %v, want at most %v (calls back to back)", d, sessions.ParkQuiet)
 	}
 	waitReady(t, p, 2)
 	for range 2 {
@@ -491,8 +497,8 @@ func TestPoolRefillDefer(t *testing.T) {
 		}
 		defer p.Discard(s.ID)
 	}
-	if deferred() {
-		t.Error("a claim that emptied the pool held the refill back")
+	if d := deferred(); d != 0 {
+		t.Errorf("a claim that emptied the pool held the refill back %v", d)
 	}
 }
 

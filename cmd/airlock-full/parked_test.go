@@ -79,6 +79,36 @@ func (e runtimeEnv) waitParked(t *testing.T) string {
 	return id
 }
 
+// settledParked lists the parked sandboxes once the filler has stopped parking more (the same
+// entries for 4 × sessions.ParkQuiet: it parks within ParkQuiet of the last claim, or of
+// the previous park).
+func (e runtimeEnv) settledParked(t *testing.T) []string {
+	t.Helper()
+	list := func() []string {
+		ents, err := os.ReadDir(e.parkedIndex(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, d := range ents {
+			ids = append(ids, d.Name())
+		}
+		return ids
+	}
+	last, since := list(), time.Now()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Since(since) < 4*sessions.ParkQuiet || len(last) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the parked sandboxes did not settle within 60s: %v", last)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if now := list(); !slices.Equal(now, last) {
+			last, since = now, time.Now()
+		}
+	}
+	return last
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

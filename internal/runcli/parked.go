@@ -190,22 +190,29 @@ func RunParked(ctx context.Context, r ParkedRun) (Outcome, error) {
 	out.Result, err = core.RunIn(ctx, c.Agent, pre, workdir, r.Req, r.Opts)
 	out.Result.SandboxID = c.Record.SandboxID
 	out.Result.Memory = c.Record.Spec.Limits.Memory
-	return out, errors.Join(err, finish(c, r, discarded))
+	return out, errors.Join(err, finish(c, r, idx, discarded))
 }
 
-// finish kills the used parked sandbox and starts the filler while the kill runs, held at its gate
-// until the kill is confirmed: it never sees the run's sandbox alive.
-func finish(c *sessions.Claimed, r ParkedRun, discarded []string) error {
+// finish kills the used parked sandbox and has a filler remove its remains and park the next:
+// the key's live filler, which finds them queued once the kill is confirmed (runs back to
+// back start no filler each: sessions/filling.go), else a filler started while the kill runs,
+// held at its gate until the kill is confirmed: it never sees the run's sandbox alive. A run
+// that took the last parked sandbox right behind another counts as a miss: the pool grows to
+// the rate of runs back to back.
+func finish(c *sessions.Claimed, r ParkedRun, key string, discarded []string) error {
 	killed := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 		defer cancel()
 		killed <- c.Kill(ctx)
 	}()
+	used := append([]string{c.ID}, discarded...)
+	r.Filler.Missed = r.Filler.Missed || (c.Left == 0 && c.BackToBack)
 	var gate io.Closer
-	if r.Filler.Exe != "" {
+	queue := r.Filler.Exe != "" && sessions.FillerAlive(r.StateDir, key)
+	if r.Filler.Exe != "" && !queue {
 		var err error
-		if gate, err = r.Filler.Start(append([]string{c.ID}, discarded...), true); err != nil {
+		if gate, err = r.Filler.Start(used, true); err != nil {
 			r.Log.Warn("parked sandboxes: starting the filler failed; the used parked sandbox's remains are left to the next reconcile", "err", err)
 		}
 	}
@@ -215,6 +222,22 @@ func finish(c *sessions.Claimed, r ParkedRun, discarded []string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("terminating sandbox %s: %w", c.ID, err)
+	}
+	if queue {
+		qerr := sessions.QueueUsed(r.StateDir, key, used)
+		if qerr == nil && r.Filler.Missed {
+			qerr = sessions.RecordMiss(r.StateDir, key)
+		}
+		// A filler that ended meanwhile may not have seen the queue: start one for it.
+		if qerr != nil || !sessions.FillerAlive(r.StateDir, key) {
+			var terminate []string
+			if qerr != nil {
+				terminate = used
+			}
+			if _, err := r.Filler.Start(terminate, false); err != nil {
+				r.Log.Warn("parked sandboxes: starting the filler failed; the used parked sandbox's remains are left to the next reconcile", "err", err)
+			}
+		}
 	}
 	return nil
 }

@@ -48,6 +48,10 @@ func Claim(ctx context.Context, stateDir, key string, minLeft time.Duration) (c 
 			c, err = open(ctx, stateDir, e, master, minLeft)
 		}
 		if err == nil {
+			prev := LastClaim(stateDir, key)
+			StampClaim(stateDir, key)
+			c.Left = len(parked) - 1 - len(discarded)
+			c.BackToBack = !prev.IsZero() && time.Since(prev) < ParkQuiet
 			return c, discarded, nil
 		}
 		discarded = append(discarded, id)

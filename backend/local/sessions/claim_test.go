@@ -301,3 +301,69 @@ func TestClaimDiscards(t *testing.T) {
 		})
 	}
 }
+
+// TestFillerWaitsForQuiet: runs back to back are left the machine. A filler holding the lock
+// parks nothing until sessions.ParkQuiet after the last claim while something is still parked;
+// the used sandbox a run queued for it (sessions.QueueUsed) is terminated then too; a claim
+// that is not right behind another is not back to back, the next one is.
+func TestFillerWaitsForQuiet(t *testing.T) {
+	b := newBackend(t)
+	key := park(t, b, 2)
+	c, _, err := sessions.Claim(t.Context(), b.dir, key, time.Minute)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	claimed := time.Now()
+	if c.BackToBack || c.Left != 1 {
+		t.Errorf("the first claim: back to back %v, %d left; want false, 1", c.BackToBack, c.Left)
+	}
+	if err := c.Kill(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sessions.QueueUsed(b.dir, key, []string{c.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.FillParked(t.Context(), parkedTmpl(), local.ParkOptions{Count: 2, MaxAge: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(claimed); waited < sessions.ParkQuiet {
+		t.Errorf("the filler returned %v after the claim, before the quiet %v", waited, sessions.ParkQuiet)
+	}
+	ids, err := sessions.ParkedIDs(b.dir, key)
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("parked after the fill: %v %v, want 2", ids, err)
+	}
+	fi, err := os.Stat(filepath.Join(sessions.IndexDir(b.dir, key), ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := fi.ModTime().Sub(claimed); at < sessions.ParkQuiet-10*time.Millisecond {
+		t.Errorf("the refill was parked %v after the claim, before the quiet %v", at, sessions.ParkQuiet)
+	}
+	if _, err := os.Stat(filepath.Join(b.dir, c.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the queued used sandbox %s was not terminated: %v", c.ID, err)
+	}
+	if sessions.UsedPending(b.dir, key) {
+		t.Error("the used queue is not empty")
+	}
+	// Two claims right behind each other: the second is back to back and takes the last.
+	c1, _, err := sessions.Claim(t.Context(), b.dir, key, time.Minute)
+	if err != nil || c1 == nil {
+		t.Fatalf("claim: %v %v", c1, err)
+	}
+	c2, _, err := sessions.Claim(t.Context(), b.dir, key, time.Minute)
+	if err != nil || c2 == nil {
+		t.Fatalf("claim: %v %v", c2, err)
+	}
+	if !c2.BackToBack || c2.Left != 0 {
+		t.Errorf("the second of two claims: back to back %v, %d left; want true, 0", c2.BackToBack, c2.Left)
+	}
+	for _, c := range []*sessions.Claimed{c1, c2} {
+		if err := c.Kill(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Terminate(t.Context(), c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -28,6 +28,10 @@ type Claimed struct {
 	Prestart json.RawMessage
 	// Agent is a client of its agent whose every request carries an execute token (Tokens).
 	Agent *client.Client
+	// Left is how many were still parked when it was taken (the pool ran dry at 0), and
+	// BackToBack whether the claim before it came less than ParkQuiet earlier.
+	Left       int
+	BackToBack bool
 
 	mu     sync.Mutex
 	pidfd  int // init's; -1 once released

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,4 +77,34 @@ func BenchmarkClaimCandidates(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestFillerAlive: a run queues for the key's filler only while the process that marked itself
+// filler runs; a filler that is gone (or none ever marked) makes it start one.
+func TestFillerAlive(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(IndexDir(dir, "pkey"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if FillerAlive(dir, "pkey") {
+		t.Error("a filler alive before any marked itself")
+	}
+	if err := MarkFiller(dir, "pkey"); err != nil {
+		t.Fatal(err)
+	}
+	if !FillerAlive(dir, "pkey") {
+		t.Error("this process marked itself filler and is not alive")
+	}
+	self, err := SelfProc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same pid with another start time: a process that is gone, its pid reused.
+	pid, _, _ := strings.Cut(self, "-")
+	if err := os.WriteFile(IndexDir(dir, "pkey")+".filler", []byte(pid+"-1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if FillerAlive(dir, "pkey") {
+		t.Error("a filler whose start time does not match is alive")
+	}
 }
