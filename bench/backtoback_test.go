@@ -141,6 +141,12 @@ func startMCP(b *testing.B, args []string) func() error {
 // BenchmarkBackToBackRun is `airlock run -c` (the lean front, with its default parked sandboxes)
 // called back to back, host image.
 func BenchmarkBackToBackRun(b *testing.B) {
+	backToBack(b, "run", startRun(b))
+}
+
+// startRun returns an `airlock run -c snippet` (the lean front, host image, a state dir of its
+// own, extra flags added) that has run once: its filler started.
+func startRun(b *testing.B, extra ...string) func() error {
 	needRoot(b)
 	cli := filepath.Join(binDir, "airlock")
 	if exec.Command(cli, "run", "--help").Run() != nil {
@@ -149,11 +155,12 @@ func BenchmarkBackToBackRun(b *testing.B) {
 	state := stateDir(b)
 	be := newBackend(b, state)
 	terminateParked(b, be, state)
-	call := func() error { return runPython(cli, "run", "--state-dir", state, "-c", snippet) }
-	if err := call(); err != nil { // the first run starts the filler
+	args := append(append([]string{cli, "run", "--state-dir", state}, extra...), "-c", snippet)
+	call := func() error { return runPython(args...) }
+	if err := call(); err != nil {
 		b.Fatal(err)
 	}
-	backToBack(b, "run", call)
+	return call
 }
 
 // refillSamples is how many calls each of refillBeside's two kinds times; refillPause lets
@@ -203,21 +210,7 @@ func refillBeside(b *testing.B, name string, call func() error) {
 // filler a run starts refills while the next run runs) and MCP run_code (the process pool,
 // --pool 2: the refill runs in the server's own process), host image.
 func BenchmarkRefillBeside(b *testing.B) {
-	b.Run("run", func(b *testing.B) {
-		needRoot(b)
-		cli := filepath.Join(binDir, "airlock")
-		if exec.Command(cli, "run", "--help").Run() != nil {
-			b.Skip("the airlock CLI did not build")
-		}
-		state := stateDir(b)
-		be := newBackend(b, state)
-		terminateParked(b, be, state)
-		call := func() error { return runPython(cli, "run", "--state-dir", state, "--pool", "2", "-c", snippet) }
-		if err := call(); err != nil { // the first run starts the filler
-			b.Fatal(err)
-		}
-		refillBeside(b, "run", call)
-	})
+	b.Run("run", func(b *testing.B) { refillBeside(b, "run", startRun(b, "--pool", "2")) })
 	b.Run("mcp", func(b *testing.B) {
 		needRoot(b)
 		if _, err := os.Stat(filepath.Join(binDir, "airlock-full")); err != nil {

@@ -46,32 +46,25 @@ func ParkedDir(stateDir string) string { return filepath.Join(stateDir, DirName)
 // IndexDir is the index of key's parked sandboxes.
 func IndexDir(stateDir, key string) string { return filepath.Join(stateDir, DirName, key) }
 
-// Parked reads key's index, newest first; entries it cannot read are skipped.
+// Parked reads key's index, newest first (ParkedIDs' order); entries it cannot read are
+// skipped.
 func Parked(stateDir, key string) ([]Entry, error) {
-	idx := IndexDir(stateDir, key)
-	ents, err := os.ReadDir(idx)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ids, err := ParkedIDs(stateDir, key)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Entry, 0, len(ents))
-	for _, de := range ents {
-		if statedir.CheckSessionID(de.Name()) != nil {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(idx, de.Name()))
+	out := make([]Entry, 0, len(ids))
+	for _, id := range ids {
+		data, err := os.ReadFile(filepath.Join(IndexDir(stateDir, key), id))
 		if err != nil {
 			continue // claimed meanwhile
 		}
 		var e Entry
-		if json.Unmarshal(data, &e) != nil || e.Session != de.Name() {
+		if json.Unmarshal(data, &e) != nil || e.Session != id {
 			continue
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(x, y Entry) int { return y.Parked.Compare(x.Parked) })
 	return out, nil
 }
 
