@@ -245,7 +245,7 @@ func (b *Backend) fillLocked(ctx context.Context, tmpl spec.Sandbox, key, self s
 		if (live >= t.count(opts) && !sessions.UsedPending(b.opts.StateDir, key)) || ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !quiet && (live > 0 || live >= t.count(opts)) {
+		if !quiet && live > 0 {
 			select {
 			case <-ctx.Done():
 			case <-time.After(sessions.ParkQuiet / 4):
@@ -308,19 +308,19 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 			e.Prestart = data
 		}
 	}
+	s := b.sessionOf(sess.ID)
+	if s == nil {
+		return 0, fmt.Errorf("parked sandbox %s: not this process's", sess.ID)
+	}
 	if opts.Raise {
-		if s := b.sessionOf(sess.ID); s == nil {
-			return 0, fmt.Errorf("putting parked sandbox %s back to normal scheduling: not this process's", sess.ID)
-		} else if err := sched.Restore(s.cg.procs, 0); err != nil {
+		if err := sched.Restore(s.cg.procs, 0); err != nil {
 			return 0, fmt.Errorf("putting parked sandbox %s back to normal scheduling: %w", sess.ID, err)
 		}
 	}
 	e.Parked = time.Now()
 	if opts.Memory > 0 {
-		if s := b.sessionOf(sess.ID); s != nil {
-			if st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
-				mem = st.MemoryBytes
-			}
+		if st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
+			mem = st.MemoryBytes
 		}
 	}
 	data, err := json.Marshal(e)

@@ -68,15 +68,11 @@ func Restore(procs func() ([]int, error), nice int) error {
 		}
 		changed := false
 		for _, pid := range pids {
-			tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+			tids, err := threadIDs(pid)
 			if err != nil {
 				continue // exited meanwhile
 			}
-			for _, t := range tasks {
-				tid, err := strconv.Atoi(t.Name())
-				if err != nil {
-					continue
-				}
+			for _, tid := range tids {
 				a, err := unix.SchedGetAttr(tid, 0)
 				if err != nil || (a.Policy == unix.SCHED_NORMAL && int(a.Nice) == nice) {
 					continue // exited meanwhile, or there already
@@ -103,19 +99,30 @@ type Thread struct {
 
 // Threads reads the scheduling of every thread of process pid.
 func Threads(pid int) (map[int]Thread, error) {
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	tids, err := threadIDs(pid)
 	if err != nil {
 		return nil, err
 	}
 	out := map[int]Thread{}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		if a, err := unix.SchedGetAttr(tid, 0); err == nil {
 			out[tid] = Thread{Idle: a.Policy == unix.SCHED_IDLE, Nice: int(a.Nice)}
 		}
 	}
 	return out, nil
+}
+
+// threadIDs lists the threads of process pid (/proc/<pid>/task).
+func threadIDs(pid int) ([]int, error) {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil, err
+	}
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }
