@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -90,11 +91,17 @@ func mountPoints(r io.Reader) ([]string, error) {
 	return out, sc.Err()
 }
 
-// mountInfo is the mount table unmountUnder reads (a variable for a test).
-var mountInfo = "/proc/self/mountinfo"
+// mountInfo is the mount table unmountUnder reads (a variable for a test): the calling
+// thread's. A process's threads may be in different mount namespaces (one that unshared its
+// own, as the benchmark's crun starter does), and /proc/self is the main thread's: its table
+// may list mounts the caller's namespace lacks and miss those it has.
+var mountInfo = "/proc/thread-self/mountinfo"
 
-// unmountUnder detaches every host mount at or below dir, deepest first.
+// unmountUnder detaches every host mount at or below dir, deepest first, in the calling
+// goroutine's mount namespace (read and unmounted on one locked thread).
 func unmountUnder(dir string) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	f, err := os.Open(mountInfo)
 	if err != nil {
 		return err

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -271,5 +274,46 @@ func TestStateDirOwnTmpfs(t *testing.T) {
 	newTestBackendAt(t, ours)
 	if !onTmpfs(t, ours) || mountsAt(t, ours) != 1 {
 		t.Errorf("after a reboot: tmpfs %v, %d mounts, want a tmpfs again, one", onTmpfs(t, ours), mountsAt(t, ours))
+	}
+}
+
+// TestRemoveStateDirInThreadNamespace: a thread in a mount namespace of its own (not the
+// main thread's) removes a state dir with a tmpfs mounted in that namespace only. Read from
+// /proc/self (the main thread's table), the mount is missed and the removal fails busy.
+func TestRemoveStateDirInThreadNamespace(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	// The main thread held by this goroutine meanwhile: the one below runs on another.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread, in its own mount namespace, ends with this goroutine.
+		runtime.LockOSThread()
+		if unix.Gettid() == os.Getpid() {
+			errc <- errors.New("on the main thread")
+			return
+		}
+		err := unix.Unshare(unix.CLONE_NEWNS)
+		if err == nil {
+			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+		}
+		if err == nil {
+			err = unix.Mount("airlock-state", state, "tmpfs", 0, "mode=0711")
+		}
+		if err == nil {
+			err = RemoveStateDir(dir)
+			if _, serr := os.Stat(dir); err == nil && !os.IsNotExist(serr) {
+				err = fmt.Errorf("RemoveStateDir left %s: %v", dir, serr)
+			}
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
