@@ -147,6 +147,7 @@ func Serve(ctx context.Context, cfg Config, hooks Hooks) error {
 	if hooks.Ready != nil {
 		hooks.Ready(ln.Addr().String())
 	}
+	token.PrecomputeVerify() // while the caller sends its first request
 	var serveErr, idleErr error
 	select {
 	case <-ctx.Done():

@@ -821,3 +821,14 @@ func BenchmarkMint(b *testing.B) {
 		}
 	}
 }
+
+// TestPrecomputeVerify: the verification that builds the table uses a valid public key (else
+// ed25519.Verify refuses before the table) and accepts nothing.
+func TestPrecomputeVerify(t *testing.T) {
+	if err := CheckPublicKey(basePoint); err != nil {
+		t.Fatalf("the base point is not a usable public key: %v", err)
+	}
+	if precomputeVerify() {
+		t.Fatal("the all-zero signature verified")
+	}
+}
