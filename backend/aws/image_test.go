@@ -370,6 +370,12 @@ func TestPushFaults(t *testing.T) {
 		{name: "signed for another region", setup: func(f *fake.Server, o *awsb.PushOptions) { o.Region = "us-east-1" },
 			class: sandbox.ErrInvalid, want: "AuthorizationHeaderMalformed"},
 		{name: "no role", setup: func(f *fake.Server, o *awsb.PushOptions) { o.BuildRole = "" }, class: sandbox.ErrInvalid, want: "buildRole"},
+		{name: "role name past 512", setup: func(f *fake.Server, o *awsb.PushOptions) {
+			o.BuildRole = "arn:aws:iam::123456789012:role/" + strings.Repeat("r", 513)
+		}, class: sandbox.ErrInvalid, want: "buildRole"},
+		{name: "role not a role", setup: func(f *fake.Server, o *awsb.PushOptions) {
+			o.BuildRole = "arn:aws:iam::123456789012:user/builder"
+		}, class: sandbox.ErrInvalid, want: "buildRole"},
 		{name: "bad bucket", setup: func(f *fake.Server, o *awsb.PushOptions) { o.Bucket = "Images_1" }, class: sandbox.ErrInvalid, want: "bucket \"Images_1\""},
 		{name: "bad name", setup: func(f *fake.Server, o *awsb.PushOptions) { o.Name = "my image" }, class: sandbox.ErrInvalid, want: "[a-zA-Z0-9-_]"},
 		{name: "name and image", setup: func(f *fake.Server, o *awsb.PushOptions) {

@@ -145,7 +145,7 @@ func (o *PushOptions) check() error {
 	if o.Key != "" && (strings.HasPrefix(o.Key, "/") || len(o.Key) > 1024 || !strings.HasSuffix(o.Key, ".zip")) {
 		return bad("key", o.Key, "an object key ending in .zip, not starting with /, at most 1024 bytes")
 	}
-	if !roleArnRE.MatchString(o.BuildRole) {
+	if !roleArn(o.BuildRole) {
 		return bad("buildRole", o.BuildRole, "the build role's ARN (arn:aws:iam::<account>:role/<name>), a role lambda.amazonaws.com may assume that may read the bundle")
 	}
 	if o.BaseImage != "" && !strings.HasPrefix(o.BaseImage, "arn:") {
