@@ -360,7 +360,7 @@ func checkImageVersion(arn, version string) error {
 	if err := CheckImageArn(arn); err != nil {
 		return err
 	}
-	if !versionRE.MatchString(version) {
+	if !versionRE().MatchString(version) {
 		return fmt.Errorf("%w: image version %q: a version is like 1.0", sandbox.ErrInvalid, version)
 	}
 	return nil

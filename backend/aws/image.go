@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -184,26 +185,31 @@ type ImageBuildList struct {
 	NextToken *string      `json:"nextToken,omitempty"`
 }
 
+// Compiled on first use, not at start: every binary linking this package starts (the full
+// CLI on every cold airlock run and pool refill) and most never check an AWS name. The
+// role's path and name, at most 512 bytes, are counted by roleArn, not by the pattern
+// ({1,512} compiles to 512 copies of the class: 0.7 ms and 4,000 allocations).
 var (
-	imageNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-	imageArnRE  = regexp.MustCompile(`^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:microvm-image:[a-zA-Z0-9_-]{1,64}$`)
-	// The role's path and name, at most 512 bytes: counted by roleArn, not by the pattern
-	// ({1,512} compiles to 512 copies of the class: 0.7 ms and 4,000 allocations at every
-	// start of any binary that links this package).
-	roleArnRE = regexp.MustCompile(`^arn:aws[a-z-]*:iam::\d{12}:role/([\w+=,.@/-]+)$`)
-	bucketRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
-	versionRE = regexp.MustCompile(`^[0-9A-Za-z.]{1,32}$`)
+	imageNameRE = lazyRE(`^[a-zA-Z0-9_-]{1,64}$`)
+	imageArnRE  = lazyRE(`^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:microvm-image:[a-zA-Z0-9_-]{1,64}$`)
+	roleArnRE   = lazyRE(`^arn:aws[a-z-]*:iam::\d{12}:role/([\w+=,.@/-]+)$`)
+	bucketRE    = lazyRE(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	versionRE   = lazyRE(`^[0-9A-Za-z.]{1,32}$`)
 )
+
+func lazyRE(pattern string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(pattern) })
+}
 
 // roleArn reports whether s is an IAM role's ARN.
 func roleArn(s string) bool {
-	m := roleArnRE.FindStringSubmatch(s)
+	m := roleArnRE().FindStringSubmatch(s)
 	return m != nil && len(m[1]) <= 512
 }
 
 // CheckImageName refuses what CreateMicrovmImage refuses as a name.
 func CheckImageName(n string) error {
-	if !imageNameRE.MatchString(n) {
+	if !imageNameRE().MatchString(n) {
 		return fmt.Errorf("%w: image name %q: a MicroVM image's name is 1 to 64 of [a-zA-Z0-9-_]", sandbox.ErrInvalid, n)
 	}
 	return nil
@@ -211,7 +217,7 @@ func CheckImageName(n string) error {
 
 // CheckImageArn refuses what is not a MicroVM image's ARN.
 func CheckImageArn(arn string) error {
-	if !imageArnRE.MatchString(arn) {
+	if !imageArnRE().MatchString(arn) {
 		return fmt.Errorf("%w: image %q is not a MicroVM image's ARN (arn:aws:lambda:<region>:<account>:microvm-image:<name>)", sandbox.ErrInvalid, arn)
 	}
 	return nil

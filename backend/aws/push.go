@@ -139,7 +139,7 @@ func (o *PushOptions) check() error {
 			return bad("image", o.Image, "is in region "+r+", and the push signs for "+o.Region+" (a request signed for another region is a 404)")
 		}
 	}
-	if !bucketRE.MatchString(o.Bucket) || strings.Contains(o.Bucket, "..") {
+	if !bucketRE().MatchString(o.Bucket) || strings.Contains(o.Bucket, "..") {
 		return bad("bucket", o.Bucket, "an S3 bucket name is 3 to 63 of [a-z0-9.-], starting and ending with a letter or digit")
 	}
 	if o.Key != "" && (strings.HasPrefix(o.Key, "/") || len(o.Key) > 1024 || !strings.HasSuffix(o.Key, ".zip")) {
@@ -254,7 +254,7 @@ func Push(ctx context.Context, o PushOptions) (*PushResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if CheckImageArn(a.ImageArn) != nil || !versionRE.MatchString(a.ImageVersion) {
+	if CheckImageArn(a.ImageArn) != nil || !versionRE().MatchString(a.ImageVersion) {
 		return nil, fmt.Errorf("%w: the service answered image %q version %q", sandbox.ErrOutcomeUnknown, a.ImageArn, a.ImageVersion)
 	}
 	progress(fmt.Sprintf("image %s version %s: %s", a.ImageArn, a.ImageVersion, a.State))
