@@ -70,6 +70,7 @@ func newPoolFillCmd(g *cli.Globals) *cobra.Command {
 }
 
 func runPoolFill(cmd *cobra.Command, f *poolFillFlags) error {
+	shortLivedGC()
 	var img spec.Image
 	if err := json.Unmarshal([]byte(f.imageJSON), &img); err != nil || img == (spec.Image{}) {
 		return cli.UsageError("--image-json %q: give the image as JSON (%v)", f.imageJSON, err)
