@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/token"
 	"io"
 	"io/fs"
 	"os"
@@ -318,6 +319,12 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 		}
 	}
 	e.Parked = time.Now()
+	if e.Token, err = token.Mint(s.key, token.Claims{
+		Sandbox: s.rec.SandboxID, Session: s.rec.ID, Generation: s.rec.Generation, Class: token.Execute,
+		IssuedAt: e.Parked.Unix(), Expiry: s.rec.ExpiresAt.Unix(),
+	}); err != nil {
+		return 0, err
+	}
 	if opts.Memory > 0 {
 		if st, err := sbstats.Read(s.rec.CgroupVersion, s.rec.Cgroup); err == nil {
 			mem = st.MemoryBytes

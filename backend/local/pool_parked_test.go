@@ -1,7 +1,9 @@
 package local
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +14,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/local/sessions"
+	"github.com/airlock-sandbox/airlock/internal/statedir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
+	"github.com/airlock-sandbox/airlock/token"
 )
 
 func parkedTmpl() spec.Sandbox {
@@ -105,6 +109,38 @@ func TestParkAndClaim(t *testing.T) {
 	if n := b.ParkedCount(key); n != 2 {
 		t.Fatalf("%d parked, want 2", n)
 	}
+	// Each entry carries the claimer's token, valid for the sandbox's whole life and no longer;
+	// the claims below use it, not a key derived from the master secret, which a claimer now
+	// reads wrong (restored before anything else needs it).
+	entries, err := sessions.Parked(b.opts.StateDir, key)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("parked entries: %v, %v", entries, err)
+	}
+	for _, e := range entries {
+		s := b.sessionOf(e.Session)
+		ring := token.NewKeyRing(s.key.Public().(ed25519.PublicKey))
+		want := token.Expect{Sandbox: s.rec.SandboxID, Session: s.rec.ID, Generation: s.rec.Generation, Class: token.Execute,
+			Now: s.rec.ExpiresAt.Add(-time.Second)}
+		if _, err := token.Verify(ring, e.Token, want); err != nil {
+			t.Errorf("entry %s: its token a second before the sandbox's end: %v", e.Session, err)
+		}
+		if want.Now = s.rec.ExpiresAt; !expired(token.Verify(ring, e.Token, want)) {
+			t.Errorf("entry %s: its token is still valid at the sandbox's end", e.Session)
+		}
+	}
+	masterFile := filepath.Join(b.opts.StateDir, statedir.MasterFile)
+	master, err := os.ReadFile(masterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(masterFile, bytes.Repeat([]byte{7}, len(master)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.WriteFile(masterFile, master, 0o600); err != nil {
+			t.Error(err)
+		}
+	}()
 	self, err := sessions.SelfProc()
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +180,9 @@ func TestParkAndClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// expired reports whether token.Verify refused as expired.
+func expired(_ token.Claims, err error) bool { return errors.Is(err, token.ErrExpired) }
 
 // claimParked is sessions.Claim on b's state dir, failing the test on an error or a discard.
 func claimParked(t *testing.T, b *Backend, key string, minLeft time.Duration) *sessions.Claimed {

@@ -19,7 +19,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/runcli"
 	"github.com/airlock-sandbox/airlock/platform/setting"
 	"github.com/airlock-sandbox/airlock/runcode/core"
-	"github.com/airlock-sandbox/airlock/token"
 )
 
 // The front exists for start-up time (DESIGN.md, "Start-up is on the hot path"): the full
@@ -33,7 +32,8 @@ import (
 const envFull = "AIRLOCK_FULL"
 
 func main() {
-	token.PrecomputeEd25519() // the first token's key needs Ed25519's table: built while the flags are read
+	// No Ed25519 table is built here: a parked sandbox's entry carries the filler's token for
+	// its claimer (sessions.Entry.Token), so a run in one signs nothing.
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

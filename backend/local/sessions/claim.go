@@ -93,14 +93,14 @@ func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft 
 	if p, err := FreezerOf(&rec.RecordCore).Paused(); err == nil && p {
 		return nil, errors.New("paused")
 	}
-	key, err := token.DeriveKey(master, rec.ID)
+	tokens, err := claimTokens(e, master, rec)
 	if err != nil {
 		return nil, err
 	}
 	// The /etc check (stat calls and a manifest) overlaps the wait for the agent.
 	etc := make(chan error, 1)
 	go func() { etc <- EtcCurrent(stateDir, rec) }()
-	agent := client.New("unix:"+filepath.Join(dir, "run", "agent.sock"), Tokens(key, rec.RecordCore, time.Now))
+	agent := client.New("unix:"+filepath.Join(dir, "run", "agent.sock"), tokens)
 	hctx, cancel := context.WithTimeout(ctx, HealthTimeout)
 	h, err := agent.Health(hctx)
 	cancel()
@@ -115,6 +115,20 @@ func open(ctx context.Context, stateDir string, e Entry, master []byte, minLeft 
 		return nil, err
 	}
 	return &Claimed{ID: rec.ID, Record: rec, Prestart: e.Prestart, Agent: agent, pidfd: pidfd}, nil
+}
+
+// claimTokens is a claimer's token source: the filler's token (Entry.Token, valid as long as
+// the sandbox, whose remaining lifetime open has checked), else tokens minted with the
+// session's key (an entry parked without one).
+func claimTokens(e Entry, master []byte, rec *Record) (func() string, error) {
+	if e.Token != "" {
+		return func() string { return e.Token }, nil
+	}
+	key, err := token.DeriveKey(master, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	return Tokens(key, rec.RecordCore, time.Now), nil
 }
 
 // Kill ends every process of the parked sandbox and returns once its init is gone: PID 1 of the

@@ -56,3 +56,31 @@ func TestTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimTokens: an entry's own token is what the claimer sends (no key derived, nothing
+// signed); an entry without one gets tokens minted with the session's key.
+func TestClaimTokens(t *testing.T) {
+	master := make([]byte, 32)
+	rec := &Record{RecordCore: RecordCore{ID: "s-0123456789abcdef", SandboxID: "box", Generation: 2}}
+	key, err := token.DeriveKey(master, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := token.NewKeyRing(key.Public().(ed25519.PublicKey))
+	want := token.Expect{Sandbox: "box", Session: rec.ID, Generation: 2, Class: token.Execute}
+
+	got, err := claimTokens(Entry{Session: rec.ID, Token: "the filler's"}, nil, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := got(); tok != "the filler's" {
+		t.Fatalf("with the entry's token the claimer sends %q", tok)
+	}
+	got, err = claimTokens(Entry{Session: rec.ID}, master, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := token.Verify(ring, got(), want); err != nil {
+		t.Fatalf("minted without the entry's token: %v", err)
+	}
+}
