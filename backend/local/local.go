@@ -503,6 +503,7 @@ func agentPolicy(decl spec.Sandbox, workdir string, imageEnv []string, lifetime 
 // Create starts a sandbox and returns once its agent answers. What the backend's set says no
 // to is refused first (plan.CheckSandbox: ErrRefused naming the capability).
 func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Session, error) {
+	ph := createPhases{begin: nsinit.Clock()}
 	// The compiled seccomp filter (~0.3 ms the first time in a process) is made while the
 	// declaration resolves; never in New, whose process may only claim (airlock run with a
 	// parked sandbox) or reconcile.
@@ -534,7 +535,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 	if r.gvisor {
 		s, err = b.startGVisor(ctx, id, decl, r)
 	} else {
-		s, err = b.start(ctx, id, decl, r, prog)
+		s, err = b.start(ctx, id, decl, r, prog, &ph)
 	}
 	if err != nil {
 		// Everything the attempt made goes; an error here is worth more than the first one
@@ -551,7 +552,7 @@ func (b *Backend) Create(ctx context.Context, decl spec.Sandbox) (*sandbox.Sessi
 
 // start creates the state dir and cgroup, starts init and waits until the agent answers.
 // On error the caller destroys what was made (s may be nil or partial).
-func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccomp.Program) (*session, error) {
+func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *resolved, prog *seccomp.Program, ph *createPhases) (*session, error) {
 	// The /etc copy is checked against its sources while the cgroups are made and init
 	// starts; only the config needs it.
 	etcc := make(chan etcResult, 1)
@@ -652,7 +653,8 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 		return s, err
 	}
 	defer restored()
-	st, err := b.spawn(ctx, s, cg, cfg, func() error {
+	ph.spawn = nsinit.Clock()
+	st, err := b.spawn(ctx, s, cg, cfg, ph, func() error {
 		if hc != nil {
 			hc.detach()
 		}
@@ -684,8 +686,30 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	b.mu.Lock()
 	b.sessions[id] = s
 	b.mu.Unlock()
-	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI)
+	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI,
+		"phases", ph.log(st.Marks, nsinit.Clock()))
 	return s, nil
+}
+
+// createPhases are a create's times (nsinit.Clock readings) for its debug log line: when it
+// began, when init's spawn began and when init had started (its exec done).
+type createPhases struct{ begin, spawn, started int64 }
+
+// log is the create's phases ending at end, with init's own (marks) when its status had them:
+// prepare (the declaration resolved, cgroups, session dir and key, the image's clone), clone
+// (into the cgroups, the clone, init's exec), then init's runtime start, config, root and
+// serve, and ready (the status line read, the record written).
+func (ph *createPhases) log(marks *nsinit.Marks, end int64) slog.Value {
+	d := func(from, to int64) time.Duration { return time.Duration(to - from) }
+	attrs := []slog.Attr{slog.Duration("prepare", d(ph.begin, ph.spawn)), slog.Duration("clone", d(ph.spawn, ph.started))}
+	if marks != nil {
+		attrs = append(attrs, slog.Duration("runtime", d(ph.started, marks.Main)), slog.Duration("config", d(marks.Main, marks.Config)),
+			slog.Duration("root", d(marks.Config, marks.Root)), slog.Duration("serve", d(marks.Root, marks.Ready)),
+			slog.Duration("ready", d(marks.Ready, end)))
+	} else {
+		attrs = append(attrs, slog.Duration("init", d(ph.started, end)))
+	}
+	return slog.GroupValue(append(attrs, slog.Duration("total", d(ph.begin, end)))...)
 }
 
 // sessionDirAndKey makes the session dir (the sandbox's mapped root traverses it and owns its
@@ -724,7 +748,7 @@ type etcResult struct {
 
 // spawn starts init in its namespaces and cgroups, completes the config (finish), sends it
 // and waits for init's status line.
-func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config, finish func() error) (*nsinit.Status, error) {
+func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config, ph *createPhases, finish func() error) (*nsinit.Status, error) {
 	self, err := os.Open(b.agentPath)
 	if err != nil {
 		return nil, fmt.Errorf("agent binary: %w", err)
@@ -800,6 +824,7 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
+	ph.started = nsinit.Clock()
 	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("read init start time: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/agent"
 )
 
@@ -96,6 +98,26 @@ type Status struct {
 	Error string `json:"error,omitempty"`
 	// LandlockABI is the Landlock ABI version the spawner thread was restricted with (0: none).
 	LandlockABI int `json:"landlockAbi,omitempty"`
+	// Marks are init's own times, for the create's phases in the host's log (a ready
+	// status's only).
+	Marks *Marks `json:"marks,omitempty"`
+}
+
+// Marks are when init reached its main (the Go runtime started), had read its config, had
+// built the root and had the agent serving: Clock readings.
+type Marks struct {
+	Main   int64 `json:"main"`
+	Config int64 `json:"config"`
+	Root   int64 `json:"root"`
+	Ready  int64 `json:"ready"`
+}
+
+// Clock reads CLOCK_MONOTONIC in nanoseconds: one clock for the host and its sandboxes (a
+// pid namespace has none of its own, and no time namespace is made).
+func Clock() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 func (c *Config) check() error {

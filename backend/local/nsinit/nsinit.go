@@ -22,6 +22,7 @@ import (
 // pid, network, ipc and uts namespaces, with the fds described at FDSelf; it blocks on the
 // config pipe until the host has put it in its cgroups.
 func Main(args []string) int {
+	marks := Marks{Main: Clock()}
 	// The cgroup namespace is per thread: unshare it and mount the cgroup views from one
 	// locked thread, never handed to other goroutines.
 	runtime.LockOSThread()
@@ -35,15 +36,17 @@ func Main(args []string) int {
 	if err == nil && cfg.Reexec {
 		err = reexec(cfg) // returns only on failure
 	}
+	marks.Config = Clock()
 	if err == nil {
 		err = setup(cfg)
 	}
+	marks.Root = Clock()
 	if err != nil {
 		report(status, Status{Error: err.Error()})
 		fmt.Fprintln(os.Stderr, "airlock init:", err)
 		return 1
 	}
-	if err := serve(cfg, status); err != nil {
+	if err := serve(cfg, status, marks); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock init: agent:", err)
 		return 1
 	}
@@ -179,7 +182,7 @@ func writablePaths(workdir string) []string {
 	}
 }
 
-func serve(cfg *Config, status *os.File) error {
+func serve(cfg *Config, status *os.File, marks Marks) error {
 	// The sandbox's lifetime: when Serve returns, init (PID 1) exits and the kernel kills
 	// every process of the pid namespace; the host reaps the cgroups and the state dir.
 	// The idle timeout is the agent's (Config.IdleTimeout): Serve returns agent.ErrIdle.
@@ -202,7 +205,8 @@ func serve(cfg *Config, status *os.File) error {
 			return err
 		},
 		Ready: func(addr string) {
-			report(status, Status{Ready: true, LandlockABI: abi})
+			marks.Ready = Clock()
+			report(status, Status{Ready: true, LandlockABI: abi, Marks: &marks})
 		},
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
