@@ -202,7 +202,10 @@ func (e *env) webHandler() http.Handler {
 		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr).String()
 		e.hits.add(local)
 		e.hits.add(r.Host + "@" + local) // which virtual host of that address was asked
-		if r.URL.Path == "/upgrade" && r.Header.Get("Upgrade") == "echo" {
+		if first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/"); first != "" {
+			e.hits.add("/" + first + "@" + local) // and under which first path segment
+		}
+		if strings.HasSuffix(r.URL.Path, "/upgrade") && r.Header.Get("Upgrade") == "echo" {
 			// A protocol switch: after the 101 the connection echoes raw bytes.
 			c, rw, err := http.NewResponseController(w).Hijack()
 			if err != nil {

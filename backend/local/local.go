@@ -654,7 +654,7 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	}
 	defer restored()
 	ph.spawn = nsinit.Clock()
-	st, err := b.spawn(ctx, s, cg, cfg, ph, func() error {
+	st, err := b.spawn(ctx, s, cg, cfg, func() error {
 		if hc != nil {
 			hc.detach()
 		}
@@ -692,22 +692,23 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 }
 
 // createPhases are a create's times (nsinit.Clock readings) for its debug log line: when it
-// began, when init's spawn began and when init had started (its exec done).
-type createPhases struct{ begin, spawn, started int64 }
+// began and when init's spawn began.
+type createPhases struct{ begin, spawn int64 }
 
-// log is the create's phases ending at end, with init's own (marks) when its status had them:
-// prepare (the declaration resolved, cgroups, session dir and key, the image's clone), clone
-// (into the cgroups, the clone, init's exec), then init's runtime start, config, root and
-// serve, and ready (the status line read, the record written).
+// log is the create's phases ending at end, each from a mark that causally precedes the next:
+// prepare (the declaration resolved, cgroups, session dir and key, the image's clone), start
+// (into the cgroups, the clone, init's exec and its Go runtime's start, to init's main), then
+// init's own (marks, from its ready status): config, root, serve; and ready (the status line
+// read, the record written). Without init's marks: prepare, init, total.
 func (ph *createPhases) log(marks *nsinit.Marks, end int64) slog.Value {
 	d := func(from, to int64) time.Duration { return time.Duration(to - from) }
-	attrs := []slog.Attr{slog.Duration("prepare", d(ph.begin, ph.spawn)), slog.Duration("clone", d(ph.spawn, ph.started))}
+	attrs := []slog.Attr{slog.Duration("prepare", d(ph.begin, ph.spawn))}
 	if marks != nil {
-		attrs = append(attrs, slog.Duration("runtime", d(ph.started, marks.Main)), slog.Duration("config", d(marks.Main, marks.Config)),
+		attrs = append(attrs, slog.Duration("start", d(ph.spawn, marks.Main)), slog.Duration("config", d(marks.Main, marks.Config)),
 			slog.Duration("root", d(marks.Config, marks.Root)), slog.Duration("serve", d(marks.Root, marks.Ready)),
 			slog.Duration("ready", d(marks.Ready, end)))
 	} else {
-		attrs = append(attrs, slog.Duration("init", d(ph.started, end)))
+		attrs = append(attrs, slog.Duration("init", d(ph.spawn, end)))
 	}
 	return slog.GroupValue(append(attrs, slog.Duration("total", d(ph.begin, end)))...)
 }
@@ -748,7 +749,7 @@ type etcResult struct {
 
 // spawn starts init in its namespaces and cgroups, completes the config (finish), sends it
 // and waits for init's status line.
-func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config, ph *createPhases, finish func() error) (*nsinit.Status, error) {
+func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *nsinit.Config, finish func() error) (*nsinit.Status, error) {
 	self, err := os.Open(b.agentPath)
 	if err != nil {
 		return nil, fmt.Errorf("agent binary: %w", err)
@@ -824,7 +825,6 @@ func (b *Backend) spawn(ctx context.Context, s *session, cg sandboxCgroup, cfg *
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
-	ph.started = nsinit.Clock()
 	if s.rec.InitStart, err = startTime(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("read init start time: %w", err)
 	}

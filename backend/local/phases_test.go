@@ -45,7 +45,7 @@ func TestCreatePhases(t *testing.T) {
 		t.Fatalf("no \"sandbox created\" line in:\n%s", logs.String())
 	}
 	var sum time.Duration
-	for _, k := range []string{"prepare", "clone", "runtime", "config", "root", "serve", "ready"} {
+	for _, k := range []string{"prepare", "start", "config", "root", "serve", "ready"} {
 		d, ok := line.Phases[k]
 		if !ok || d < 0 {
 			t.Errorf("phase %s: %v (present %v), want a duration not negative; phases %v", k, d, ok, line.Phases)
