@@ -440,26 +440,41 @@ func (s *server) start(sp *execSpec, out sink) (*job, error) {
 		files = []*os.File{child[0], child[0], child[0]}
 	}
 	j.started = time.Now()
-	rep := s.spawn.run(&spawnRequest{argv0: sp.path, argv: sp.argv, env: sp.env, dir: sp.dir, files: files, tty: sp.tty, group: g})
-	if rep.err != nil {
-		return fail(fmt.Errorf("%w: start %q: %v", classify(rep.err), sp.argv[0], rep.err))
-	}
-	j.pid, j.exited = rep.pid, rep.exited
-	if rep.pidfd >= 0 {
-		// Non-blocking so that the poller takes it: supervise learns of the exit from it.
-		if err := unix.SetNonblock(rep.pidfd, true); err != nil {
-			unix.Close(rep.pidfd)
-		} else {
-			j.pidf = os.NewFile(uintptr(rep.pidfd), "pidfd")
+	req := &spawnRequest{argv0: sp.path, argv: sp.argv, env: sp.env, dir: sp.dir, files: files, tty: sp.tty, group: g}
+	for try := 1; ; try++ {
+		rep := s.spawn.run(req)
+		if rep.err != nil {
+			return fail(fmt.Errorf("%w: start %q: %v", classify(rep.err), sp.argv[0], rep.err))
 		}
-	}
-	if err := g.spawned(rep.pid, j.pidf); err != nil {
+		j.pid, j.exited, j.pidf = rep.pid, rep.exited, nil
+		if rep.pidfd >= 0 {
+			// Non-blocking so that the poller takes it: supervise learns of the exit from it.
+			if err := unix.SetNonblock(rep.pidfd, true); err != nil {
+				unix.Close(rep.pidfd)
+			} else {
+				j.pidf = os.NewFile(uintptr(rep.pidfd), "pidfd")
+			}
+		}
+		err := g.spawned(rep.pid, j.pidf)
+		if err == nil {
+			return j, nil
+		}
+		if errors.Is(err, errReaperLost) && try == 1 {
+			// Nothing ran (errReaperLost): the lost reaper is reaped and a new one started.
+			s.log.Warn("exec reaper lost before it read the command; starting another", "id", g.id, "err", err)
+			<-rep.exited
+			if j.pidf != nil {
+				j.pidf.Close()
+			}
+			_ = g.rp.close()
+			g.rp = nil
+			continue
+		}
 		if !errors.Is(err, sbtypes.ErrOutcomeUnknown) {
 			err = fmt.Errorf("%w: start %q: %v", classify(err), sp.argv[0], err)
 		}
 		return fail(err)
 	}
-	return j, nil
 }
 
 // commandPipe makes a pipe between the agent and a command: r is the read end, w the write

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/agent/client"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/sandbox/sbtypes"
@@ -199,6 +201,56 @@ func TestReaper(t *testing.T) {
 		})
 		if out, _, res := run(t, h.cl, sbtypes.ExecRequest{Shell: "echo alive"}); res.ExitCode != 0 || out != "alive\n" {
 			t.Errorf("the exec after its reaper was killed: %+v %q", res, out)
+		}
+	})
+
+	// The reaper started ahead can also end after the agent handed it the command but before
+	// it read it (lost across a gVisor pause, the CI saw): its socket then resets the agent's
+	// end with the command unread, so nothing ran, and another reaper runs the command.
+	t.Run("reaper started ahead lost with the command unread", func(t *testing.T) {
+		run(t, h.cl, sbtypes.ExecRequest{Shell: "true"})
+		var ahead int
+		eventually(t, "a reaper waits for the next exec", func() bool {
+			ahead = waitingReaper(h.proc.Process.Pid)
+			return ahead > 0
+		})
+		pidfd, err := unix.PidfdOpen(ahead, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(pidfd)
+		// Stopped, it reads nothing; its control socket (a copy held here meanwhile) shows
+		// when the command has been written to it.
+		ctl, err := unix.PidfdGetfd(pidfd, 3, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0); err != nil {
+			unix.Close(ctl)
+			t.Fatal(err)
+		}
+		type result struct {
+			out string
+			res sbtypes.ExecResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var out bytes.Buffer
+			res, err := h.cl.Exec(ctx, sbtypes.ExecRequest{Shell: "echo alive", Timeout: time.Minute}, &out, &out)
+			done <- result{out.String(), res, err}
+		}()
+		eventually(t, "the command is in the stopped reaper's socket", func() bool {
+			n, err := unix.IoctlGetInt(ctl, unix.SIOCINQ)
+			return err == nil && n > 0
+		})
+		unix.Close(ctl)
+		if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.res.ExitCode != 0 || r.out != "alive\n" {
+			t.Errorf("the exec whose reaper was lost with its command unread: %v %+v %q", r.err, r.res, r.out)
 		}
 	})
 

@@ -101,6 +101,12 @@ func (l *reapLink) started(pid int, pidf *os.File) error {
 	line, err := l.readLine()
 	if err != nil {
 		l.pid = 0 // gone: never signalled
+		if errors.Is(err, unix.ECONNRESET) {
+			// Its end closed with the command still unread in its queue (a unix socket then
+			// resets the peer; one that had read it all would have given EOF): it never had
+			// the command. Seen with a reaper started ahead across a gVisor pause.
+			return fmt.Errorf("%w: exec reaper (pid %d) ended before it read the command", errReaperLost, pid)
+		}
 		// Killed, most likely by the command itself (code running as the agent's user): it
 		// may have run, and what it started may survive.
 		return fmt.Errorf("%w: exec reaper (pid %d) ended before it reported the command started: %v", sbtypes.ErrOutcomeUnknown, pid, err)
@@ -305,6 +311,10 @@ func (l *reapLink) hand(spec *reaperSpec, stdio []*os.File) error {
 	}
 	return nil
 }
+
+// errReaperLost: a reaper ended before it read its command, so the command never ran and
+// another reaper may be handed it (server.start does, once).
+var errReaperLost = errors.New("exec reaper lost")
 
 // nextReaper is a reaper started ahead of its command.
 type nextReaper struct {
