@@ -186,12 +186,7 @@ func TestReaper(t *testing.T) {
 	// The reaper started ahead for the next exec can die while it waits (killed from outside;
 	// once it was lost across a gVisor pause): the exec gets a reaper started then.
 	t.Run("reaper started ahead killed", func(t *testing.T) {
-		run(t, h.cl, sbtypes.ExecRequest{Shell: "true"})
-		var ahead int
-		eventually(t, "a reaper waits for the next exec", func() bool {
-			ahead = waitingReaper(h.proc.Process.Pid)
-			return ahead > 0
-		})
+		ahead := aheadReaper(t, h)
 		if err := syscall.Kill(ahead, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -208,13 +203,7 @@ func TestReaper(t *testing.T) {
 	// it read it (lost across a gVisor pause, the CI saw): its socket then resets the agent's
 	// end with the command unread, so nothing ran, and another reaper runs the command.
 	t.Run("reaper started ahead lost with the command unread", func(t *testing.T) {
-		run(t, h.cl, sbtypes.ExecRequest{Shell: "true"})
-		var ahead int
-		eventually(t, "a reaper waits for the next exec", func() bool {
-			ahead = waitingReaper(h.proc.Process.Pid)
-			return ahead > 0
-		})
-		pidfd, err := unix.PidfdOpen(ahead, 0)
+		pidfd, err := unix.PidfdOpen(aheadReaper(t, h), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,6 +292,19 @@ func TestReaperUnavailable(t *testing.T) {
 	if res.ExitCode != 0 || strings.HasPrefix(out, "airlock-exec-reaper") {
 		t.Errorf("stdout %q result %+v: the command runs below a reaper", out, res)
 	}
+}
+
+// aheadReaper runs an exec and returns the pid of the reaper h's agent then starts ahead for
+// the next one.
+func aheadReaper(t *testing.T, h *harness) int {
+	t.Helper()
+	run(t, h.cl, sbtypes.ExecRequest{Shell: "true"})
+	var ahead int
+	eventually(t, "a reaper waits for the next exec", func() bool {
+		ahead = waitingReaper(h.proc.Process.Pid)
+		return ahead > 0
+	})
+	return ahead
 }
 
 // waitingReaper returns the pid of an agent's child that is an exec reaper with no command
