@@ -686,8 +686,10 @@ func (b *Backend) start(ctx context.Context, id string, decl spec.Sandbox, r *re
 	b.mu.Lock()
 	b.sessions[id] = s
 	b.mu.Unlock()
-	b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI,
-		"phases", ph.log(st.Marks, nsinit.Clock()))
+	if b.log.Enabled(ctx, slog.LevelDebug) { // the phases' group is built only for a reader
+		b.log.Debug("sandbox created", "session", id, "sandbox", decl.ID, "pid", s.rec.InitPID, "landlockAbi", st.LandlockABI,
+			"phases", ph.log(st.Marks, nsinit.Clock()))
+	}
 	return s, nil
 }
 

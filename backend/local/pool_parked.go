@@ -23,7 +23,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/sched"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/spec"
-	"github.com/airlock-sandbox/airlock/token"
 )
 
 // Parked sandboxes are sandboxes parked in the state dir for whichever process claims one next: a
@@ -319,10 +318,7 @@ func (b *Backend) parkOne(ctx context.Context, tmpl spec.Sandbox, key, self stri
 		}
 	}
 	e.Parked = time.Now()
-	if e.Token, err = token.Mint(s.key, token.Claims{
-		Sandbox: s.rec.SandboxID, Session: s.rec.ID, Generation: s.rec.Generation, Class: token.Execute,
-		IssuedAt: e.Parked.Unix(), Expiry: s.rec.ExpiresAt.Unix(),
-	}); err != nil {
+	if e.Token, err = sessions.MintExecute(s.key, s.rec.RecordCore, e.Parked, s.rec.ExpiresAt); err != nil {
 		return 0, err
 	}
 	if opts.Memory > 0 {

@@ -64,11 +64,9 @@ func Parked(stateDir, key string) ([]Entry, error) {
 		if err != nil {
 			continue // claimed meanwhile
 		}
-		var e Entry
-		if json.Unmarshal(data, &e) != nil || e.Session != id {
-			continue
+		if e, err := decodeEntry(data, id); err == nil {
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	return out, nil
 }
@@ -110,11 +108,16 @@ func ParkedIDs(stateDir, key string) ([]string, error) {
 
 // ReadTaken reads the entry of a parked sandbox this process took (Take): its claim file.
 func ReadTaken(stateDir, id, owner string) (Entry, error) {
-	var e Entry
 	data, err := os.ReadFile(filepath.Join(stateDir, id, ClaimPrefix+owner))
 	if err != nil {
-		return e, err
+		return Entry{}, err
 	}
+	return decodeEntry(data, id)
+}
+
+// decodeEntry decodes parked sandbox id's index entry.
+func decodeEntry(data []byte, id string) (Entry, error) {
+	var e Entry
 	if err := json.Unmarshal(data, &e); err != nil {
 		return e, fmt.Errorf("parked sandbox %s: its index entry: %w", id, err)
 	}

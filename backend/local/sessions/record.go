@@ -85,6 +85,15 @@ func ReadRecord(dir string) (*Record, error) {
 // TokenLifetime bounds each minted execute token; a fresh one is minted per request.
 const TokenLifetime = 60 * time.Second
 
+// MintExecute mints an execute token for rec's session, issued at and valid until the times
+// given.
+func MintExecute(key ed25519.PrivateKey, rec RecordCore, issued, expiry time.Time) (string, error) {
+	return token.Mint(key, token.Claims{
+		Sandbox: rec.SandboxID, Session: rec.ID, Generation: rec.Generation, Class: token.Execute,
+		IssuedAt: issued.Unix(), Expiry: expiry.Unix(),
+	})
+}
+
 // Tokens mints an execute token per request for rec's sandbox. Claims hold whole seconds and
 // Ed25519 signs deterministically, so every token minted within one second is the same bytes:
 // the second's token is kept and handed out again, a memo, not a longer-lived token (a run's
@@ -102,10 +111,7 @@ func Tokens(key ed25519.PrivateKey, rec RecordCore, now func() time.Time) func()
 		if tok != "" && t.Unix() == sec {
 			return tok
 		}
-		minted, err := token.Mint(key, token.Claims{
-			Sandbox: rec.SandboxID, Session: rec.ID, Generation: rec.Generation, Class: token.Execute,
-			IssuedAt: t.Unix(), Expiry: t.Add(TokenLifetime).Unix(),
-		})
+		minted, err := MintExecute(key, rec, t, t.Add(TokenLifetime))
 		if err != nil {
 			return "" // the agent refuses an empty token; Mint fails only on a bad key
 		}
