@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -287,15 +286,21 @@ func TestRemoveStateDirInThreadNamespace(t *testing.T) {
 	if err := os.Mkdir(state, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	// The main thread held by this goroutine meanwhile: the one below runs on another.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// A test's goroutine can run on any thread, the main one included. A goroutine that lands
+	// on the main thread keeps it (locked, parked until the test ends) and another is started:
+	// that one cannot be on the main thread.
+	release := make(chan struct{})
+	defer close(release)
 	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, in its own mount namespace, ends with this goroutine.
+	var attempt func()
+	attempt = func() {
+		// Never unlocked off the main thread: the thread, in its own mount namespace, ends with
+		// this goroutine.
 		runtime.LockOSThread()
 		if unix.Gettid() == os.Getpid() {
-			errc <- errors.New("on the main thread")
+			go attempt()
+			<-release
+			runtime.UnlockOSThread()
 			return
 		}
 		err := unix.Unshare(unix.CLONE_NEWNS)
@@ -312,7 +317,8 @@ func TestRemoveStateDirInThreadNamespace(t *testing.T) {
 			}
 		}
 		errc <- err
-	}()
+	}
+	go attempt()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
