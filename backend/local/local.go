@@ -1060,7 +1060,7 @@ func (b *Backend) Connect(ctx context.Context, sessionID string) (sandbox.Agent,
 		return nil, err
 	}
 	if c := s.takeCachedClient(); c != nil {
-		return pause.NewAgent(c, freezerOf(&s.rec), s.rec.ID), nil
+		return pause.NewAgent(c, s.freezer(), s.rec.ID), nil
 	}
 	return b.pausableClient(s), nil // pause.go: refuses calls while paused
 }
@@ -1107,7 +1107,7 @@ func (b *Backend) kill(ctx context.Context, sessionID string) error {
 	// PID 1 of the sandbox's pid namespace: the kernel kills every other process there and
 	// has reaped them all by the time init exits and its pidfd turns readable.
 	// The kill a one-shot claimer makes without this package (sessions.Claimed.Kill) too.
-	if err := sessions.SignalKill(s.pidfd, freezerOf(&s.rec)); err != nil {
+	if err := sessions.SignalKill(s.pidfd, s.freezer()); err != nil {
 		return fmt.Errorf("%w: kill %s: %v", sandbox.ErrOutcomeUnknown, sessionID, err)
 	}
 	select {

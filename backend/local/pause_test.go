@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -310,45 +311,67 @@ func TestPauseRefusals(t *testing.T) {
 	}
 }
 
-// TestPauseGVisor: a gVisor sandbox pauses through the same freezer (its Sentry is in the
-// sandbox's cgroup) and resumes.
+// TestPauseGVisor: a gVisor sandbox pauses (runsc stops its Sentry's tasks), resumes whole, and
+// ends while paused. Each round pauses and resumes it a few times right after create, while
+// the agent starts its exec reaper: paused by the cgroup freezer instead, the Sentry panics
+// within the first rounds (docs/pause.md).
 func TestPauseGVisor(t *testing.T) {
 	b := newGVisorBackend(t, runscForTest(t))
 	ctx := t.Context()
-	d := hostDecl("pause-gvisor")
-	d.Runtime = spec.RuntimeGVisor
-	s, err := b.Create(ctx, d)
+	rs, err := b.runsc()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := b.Connect(ctx, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	// Paused once the agent is idle: a freeze while it starts its exec reaper (right after it
-	// is ready) can break a gVisor sandbox, a known issue (docs/pause.md) this test is not about.
-	time.Sleep(time.Second)
-	if err := b.Pause(ctx, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	if got := sessionState(t, b, s.ID); got != sandbox.StatePaused {
-		t.Fatalf("state = %q, want paused", got)
-	}
-	procs := cgroupProcs(t, b, s.ID)
-	if !slices.Contains(procs, strconv.Itoa(b.sessionInitPID(s.ID))) {
-		t.Fatalf("the Sentry %d is not in the frozen cgroup (procs %v)", b.sessionInitPID(s.ID), procs)
-	}
-	if _, err := a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second}, nil, nil); !errors.Is(err, sandbox.ErrConflict) {
-		t.Errorf("exec while paused: %v, want conflict", err)
-	}
-	if err := b.Resume(ctx, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	if out, _, res := run(t, a, "echo back"); res.ExitCode != 0 || strings.TrimSpace(out) != "back" {
-		t.Fatalf("exec after resume: %q %+v", out, res)
-	}
-	if err := b.Terminate(ctx, s.ID); err != nil {
-		t.Fatal(err)
+	const rounds, cycles = 10, 5
+	for i := range rounds {
+		d := hostDecl(fmt.Sprintf("pause-gvisor-%d", i))
+		d.Runtime = spec.RuntimeGVisor
+		s, err := b.Create(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Pause(ctx, s.ID); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		a, err := b.Connect(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if got := sessionState(t, b, s.ID); got != sandbox.StatePaused {
+				t.Fatalf("state = %q, want paused", got)
+			}
+			if status, _, err := rs.State(ctx, filepath.Join(b.opts.StateDir, s.ID), s.ID); err != nil || status != "paused" {
+				t.Fatalf("runsc state = %q, %v; want paused", status, err)
+			}
+			if _, err := a.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}, Timeout: time.Second}, nil, nil); !errors.Is(err, sandbox.ErrConflict) {
+				t.Errorf("exec while paused: %v, want conflict", err)
+			}
+		}
+		if err := b.Resume(ctx, s.ID); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		for range cycles - 1 {
+			if err := b.Pause(ctx, s.ID); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			if err := b.Resume(ctx, s.ID); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		if out, _, res := run(t, a, "echo back"); res.ExitCode != 0 || strings.TrimSpace(out) != "back" {
+			t.Fatalf("round %d: exec after resume: %q %+v", i, out, res)
+		}
+		a.Close()
+		initPID := b.sessionInitPID(s.ID)
+		if i == rounds-1 {
+			if err := b.Pause(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Terminate(ctx, s.ID); err != nil {
+			t.Fatalf("round %d: terminate: %v", i, err)
+		}
+		assertGone(t, b, s.ID, initPID)
 	}
 }

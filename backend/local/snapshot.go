@@ -150,7 +150,7 @@ func (b *Backend) capture(ctx context.Context, s *session, w io.Writer) (image.L
 	if s.gone || s.exited() {
 		return stats, fmt.Errorf("%w: session %s has ended", sandbox.ErrNotFound, s.rec.ID)
 	}
-	fz := freezerOf(&s.rec)
+	fz := s.freezer()
 	wasPaused, err := fz.Paused()
 	if err != nil {
 		return stats, fmt.Errorf("%w: session %s: its cgroup is gone: %v", sandbox.ErrNotFound, s.rec.ID, err)

@@ -84,23 +84,50 @@ func (r Runsc) Start(ctx context.Context, dir, id string, log io.Writer) error {
 	return cmd.Run()
 }
 
+// State is container id's status as runsc has it ("created", "running", "paused",
+// "stopped") and the host pid of its sandbox (Sentry) process.
+func (r Runsc) State(ctx context.Context, dir, id string) (status string, pid int, err error) {
+	out, err := r.run(ctx, dir, "state", id)
+	if err != nil {
+		return "", 0, err
+	}
+	var st specs.State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", 0, fmt.Errorf("runsc state: %w", err)
+	}
+	return string(st.Status), st.Pid, nil
+}
+
 // Pid is the host pid of container id's sandbox (Sentry) process.
 func (r Runsc) Pid(ctx context.Context, dir, id string) (int, error) {
-	out, err := r.run(ctx, dir, "state", id)
+	status, pid, err := r.State(ctx, dir, id)
 	if err != nil {
 		return 0, err
 	}
-	var st struct {
-		Pid    int    `json:"pid"`
-		Status string `json:"status"`
+	if pid <= 0 {
+		return 0, fmt.Errorf("runsc state: container %s is %s without a pid", id, status)
 	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return 0, fmt.Errorf("runsc state: %w", err)
+	return pid, nil
+}
+
+// SetPaused stops (runsc pause) or restarts (runsc resume) every task of container id in its
+// Sentry, each stopped at a point where the Sentry's own state is whole. One already in that
+// state is left as it is.
+func (r Runsc) SetPaused(ctx context.Context, dir, id string, paused bool) error {
+	status, _, err := r.State(ctx, dir, id)
+	if err != nil {
+		return err
 	}
-	if st.Pid <= 0 {
-		return 0, fmt.Errorf("runsc state: container %s is %s without a pid", id, st.Status)
+	const running, stopped = string(specs.StateRunning), "paused" // runsc's word, not the OCI spec's
+	switch {
+	case paused && status == running:
+		_, err = r.run(ctx, dir, "pause", id)
+	case !paused && status == stopped:
+		_, err = r.run(ctx, dir, "resume", id)
+	case status != running && status != stopped:
+		err = fmt.Errorf("runsc: container %s is %s", id, status)
 	}
-	return st.Pid, nil
+	return err
 }
 
 // Delete kills and deletes container id; one that does not exist is deleted already.

@@ -14,11 +14,18 @@ import (
 )
 
 // Freezer is one sandbox's freezer control, whichever the cgroup version. The kernel's freezer
-// state is the only record of a pause: every process sharing the state dir sees it.
+// state is the only record of a native sandbox's pause: every process sharing the state dir
+// sees it. A gVisor sandbox is paused by runsc instead (the freezer breaks its Sentry), and a
+// file in its session dir records that pause.
 type Freezer struct {
 	Version int
 	Dir     string // the sandbox's cgroup directory in the freezer (v1) or unified (v2) hierarchy
+	// Mark, when set, is the file whose presence records a pause runsc made (gVisor).
+	Mark string
 }
+
+// PauseMark is the name of a gVisor session's pause record in its directory.
+const PauseMark = "paused"
 
 // FreezerOf is the freezer of rec's sandbox.
 func FreezerOf(rec *RecordCore) Freezer {
@@ -36,8 +43,16 @@ func (f Freezer) StateFile() string {
 	return filepath.Join(f.Dir, "freezer.state")
 }
 
-// Paused reports whether a freeze was asked for (FREEZING counts: the sandbox is being paused).
+// Paused reports whether a freeze was asked for (FREEZING counts: the sandbox is being paused),
+// or for a gVisor sandbox whether its pause mark is there.
 func (f Freezer) Paused() (bool, error) {
+	if f.Mark != "" {
+		_, err := os.Lstat(f.Mark)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return err == nil, err
+	}
 	return ReadFreezeRequest(f.Version, f.StateFile())
 }
 

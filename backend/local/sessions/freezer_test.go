@@ -72,3 +72,27 @@ func TestReadFreezeRequest(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestFreezerMark: a gVisor sandbox's pause is its mark file, whatever its cgroup's freezer
+// says (the cgroup below does not even exist).
+func TestFreezerMark(t *testing.T) {
+	dir := t.TempDir()
+	f := Freezer{Version: 1, Dir: filepath.Join(dir, "no-cgroup"), Mark: filepath.Join(dir, PauseMark)}
+	for _, tt := range []struct {
+		name string
+		mark bool
+		want bool
+	}{{"no mark", false, false}, {"mark", true, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			os.Remove(f.Mark)
+			if tt.mark {
+				if err := os.WriteFile(f.Mark, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, err := f.Paused(); err != nil || got != tt.want {
+				t.Errorf("Paused() = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
