@@ -258,38 +258,57 @@ func TestPausedLifetime(t *testing.T) {
 }
 
 // TestPausedSurvivesRestart: a new backend on the same state dir adopts a paused sandbox (its
-// agent cannot answer a health check) instead of reaping it, and can resume it.
+// agent cannot answer a health check) instead of reaping it, and can resume it; a gVisor one
+// too, whose pause is runsc's and its mark's.
 func TestPausedSurvivesRestart(t *testing.T) {
-	b1 := newTestBackend(t)
-	ctx := t.Context()
-	s, err := b1.Create(ctx, hostDecl("pause-restart"))
-	if err != nil {
-		t.Fatal(err)
+	for _, rt := range []spec.Runtime{"", spec.RuntimeGVisor} {
+		name := string(rt)
+		if name == "" {
+			name = "native"
+		}
+		t.Run(name, func(t *testing.T) {
+			var b1 *Backend
+			runsc := ""
+			if rt == spec.RuntimeGVisor {
+				runsc = runscForTest(t)
+				b1 = newGVisorBackend(t, runsc)
+			} else {
+				b1 = newTestBackend(t)
+			}
+			ctx := t.Context()
+			d := hostDecl("pause-restart")
+			d.Runtime = rt
+			s, err := b1.Create(ctx, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b1.Pause(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+			initPID := b1.sessionInitPID(s.ID)
+			b1.Close()
+			b2 := newTestBackendAt(t, b1.opts.StateDir)
+			b2.opts.RunscPath = runsc
+			if got := sessionState(t, b2, s.ID); got != sandbox.StatePaused {
+				t.Fatalf("state in the new backend = %q, want paused", got)
+			}
+			if err := b2.Resume(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+			a, err := b2.Connect(ctx, s.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if out, _, res := run(t, a, "echo alive"); res.ExitCode != 0 || strings.TrimSpace(out) != "alive" {
+				t.Fatalf("exec after resume: %q %+v", out, res)
+			}
+			if err := b2.Terminate(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+			assertGone(t, b2, s.ID, initPID)
+		})
 	}
-	if err := b1.Pause(ctx, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	b1.Close()
-	b2 := newTestBackendAt(t, b1.opts.StateDir)
-	if got := sessionState(t, b2, s.ID); got != sandbox.StatePaused {
-		t.Fatalf("state in the new backend = %q, want paused", got)
-	}
-	if err := b2.Resume(ctx, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	a, err := b2.Connect(ctx, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if out, _, res := run(t, a, "echo alive"); res.ExitCode != 0 || strings.TrimSpace(out) != "alive" {
-		t.Fatalf("exec after resume: %q %+v", out, res)
-	}
-	initPID := b1.sessionInitPID(s.ID)
-	if err := b2.Terminate(ctx, s.ID); err != nil {
-		t.Fatal(err)
-	}
-	assertGone(t, b2, s.ID, initPID)
 }
 
 func TestPauseRefusals(t *testing.T) {
