@@ -118,13 +118,13 @@ func (r Runsc) SetPaused(ctx context.Context, dir, id string, paused bool) error
 	if err != nil {
 		return err
 	}
-	const running, stopped = string(specs.StateRunning), "paused" // runsc's word, not the OCI spec's
+	const stateRunning, statePaused = string(specs.StateRunning), "paused" // runsc's word, not the OCI spec's
 	switch {
-	case paused && status == running:
+	case paused && status == stateRunning:
 		_, err = r.run(ctx, dir, "pause", id)
-	case !paused && status == stopped:
+	case !paused && status == statePaused:
 		_, err = r.run(ctx, dir, "resume", id)
-	case status != running && status != stopped:
+	case status != stateRunning && status != statePaused:
 		err = fmt.Errorf("runsc: container %s is %s", id, status)
 	}
 	return err
