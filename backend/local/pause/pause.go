@@ -76,8 +76,9 @@ func parseFrozenEvent(r io.Reader) (bool, error) {
 }
 
 // Agent is the agent client a paused sandbox refuses: while the sandbox is paused, every call
-// is refused at once with sandbox.ErrConflict instead of waiting on a frozen agent. The freezer
-// is read on each call (a few microseconds), so a pause made by another process counts too.
+// is refused at once with sandbox.ErrConflict instead of waiting on a frozen agent. The pause
+// record (the freezer's state, or a gVisor sandbox's mark file) is read on each call (a few
+// microseconds), so a pause made by another process counts too.
 type Agent struct {
 	*client.Client
 	fz sessions.Freezer
